@@ -1,0 +1,499 @@
+"""The one schema: every event and decision that crosses a topic, as frozen pydantic models.
+
+Three families, named as past-tense facts:
+
+* observed  — what the connectors saw (``NodeObserved``, ``PodObserved``, ``QueueObserved`` …, ``Tick``);
+* decided   — what the scheduler decided (``BindRequested``, ``EvictionRequested``, ``PodPipelined``,
+  ``PodPending``);
+* outcome   — what the binder achieved (``PodBound``, ``BindFailed``, ``PodEvicted``, ``EvictionFailed``).
+
+Units everywhere: GPU in milli-devices (``gpu_milli``: 1000 = one whole GPU), CPU in millicores,
+memory in bytes. Time is event time in seconds (``ts``), never the wall clock of the reader.
+
+Every model carries ``type`` (the discriminator) and ``v`` (schema version). Nobody re-declares these
+fields elsewhere: topics/ holds JSON Schemas generated from this module.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from typing import Annotated, Literal
+
+import orjson
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+
+SCHEMA_VERSION = 1
+ID_NAMESPACE = uuid.UUID("6f1c1e0e-4b7a-5b5e-9a51-6b61692d7374")
+DEFAULT_POOL = "default"
+ALL_POOLS = "*"
+
+
+class Model(BaseModel):
+    """Base of every schema type: immutable, strict about unknown fields."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+def stable_id(*parts: str) -> str:
+    """A deterministic id (uuid5) from its parts; the same inputs always give the same id."""
+    return str(uuid.uuid5(ID_NAMESPACE, "\x1f".join(parts)))
+
+
+# --------------------------------------------------------------------------- value objects
+
+
+class Resources(Model):
+    """A resource vector. GPU in milli-devices, CPU in millicores, memory in bytes."""
+
+    gpu_milli: int = 0
+    cpu_milli: int = 0
+    memory: int = 0
+
+
+class QueueResource(Model):
+    """One resource of a queue: quota (-1 = unlimited), over-quota weight, limit (-1 = none).
+
+    Units as in ``Resources`` (GPU milli-devices, CPU millicores, memory bytes).
+    """
+
+    quota: int = 0
+    over_quota_weight: int = 1
+    limit: int = -1
+
+
+class QueueResources(Model):
+    gpu: QueueResource = QueueResource()
+    cpu: QueueResource = QueueResource()
+    memory: QueueResource = QueueResource()
+
+
+class Toleration(Model):
+    key: str = ""
+    operator: Literal["Equal", "Exists"] = "Equal"
+    value: str = ""
+    effect: str = ""
+
+
+class Taint(Model):
+    key: str
+    value: str = ""
+    effect: str = "NoSchedule"
+
+
+class NodeSelectorRequirement(Model):
+    key: str
+    operator: Literal["In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"]
+    values: tuple[str, ...] = ()
+
+
+class NodeAffinityTerm(Model):
+    """One required node-affinity term: all requirements must hold (terms are OR-ed)."""
+
+    match_expressions: tuple[NodeSelectorRequirement, ...] = ()
+
+
+class GpuDevice(Model):
+    """One physical GPU on a node, as last reported by the NVML agent."""
+
+    index: int
+    uuid: str = ""
+    memory_mib: int = 0
+    healthy: bool = True
+    reason: str = ""
+
+
+# --------------------------------------------------------------------------- object specs
+
+
+class NodeSpec(Model):
+    name: str
+    uid: str = ""
+    pool: str = DEFAULT_POOL
+    labels: dict[str, str] = {}
+    allocatable: Resources = Resources()
+    gpu_memory_mib: int = 0
+    ready: bool = True
+    unschedulable: bool = False
+    taints: tuple[Taint, ...] = ()
+    created: float = 0.0
+
+
+class QueueSpec(Model):
+    name: str
+    uid: str = ""
+    parent: str | None = None
+    priority: int = 100
+    resources: QueueResources = QueueResources()
+    min_runtime_s: float | None = None
+    created: float = 0.0
+
+
+class TopologyConstraint(Model):
+    required_level: str | None = None
+    preferred_level: str | None = None
+    topology: str | None = None
+
+
+class PodGroupSpec(Model):
+    namespace: str
+    name: str
+    uid: str = ""
+    queue: str
+    min_member: int = 1
+    priority_class: str | None = None
+    priority: int | None = None
+    preemptible: bool | None = None
+    topology_constraint: TopologyConstraint | None = None
+    pool: str = DEFAULT_POOL
+    created: float = 0.0
+
+
+PodPhase = Literal["Pending", "Running", "Succeeded", "Failed"]
+
+
+class PodSpec(Model):
+    namespace: str
+    name: str
+    uid: str
+    queue: str
+    pod_group: str | None = None
+    pool: str = DEFAULT_POOL
+    requests: Resources = Resources()
+    gpu_fraction_milli: int | None = None
+    gpu_memory_mib: int | None = None
+    priority_class: str | None = None
+    priority: int | None = None
+    preemptible: bool | None = None
+    node_name: str | None = None
+    gpu_indices: tuple[int, ...] | None = None
+    phase: PodPhase = "Pending"
+    terminating: bool = False
+    node_selector: dict[str, str] = {}
+    affinity: tuple[NodeAffinityTerm, ...] = ()
+    tolerations: tuple[Toleration, ...] = ()
+    labels: dict[str, str] = {}
+    duration_s: float | None = None
+    created: float = 0.0
+    started: float | None = None
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+class PriorityClassSpec(Model):
+    name: str
+    value: int
+    preemptible: bool | None = None
+
+
+class TopologySpec(Model):
+    name: str
+    levels: tuple[str, ...]
+
+
+# --------------------------------------------------------------------------- observed events
+
+
+class ObservedBase(Model):
+    v: int = SCHEMA_VERSION
+    event_id: str
+    ts: float
+    pool: str = DEFAULT_POOL
+
+
+class NodeObserved(ObservedBase):
+    type: Literal["NodeObserved"] = "NodeObserved"
+    node: NodeSpec
+
+
+class NodeRemoved(ObservedBase):
+    type: Literal["NodeRemoved"] = "NodeRemoved"
+    name: str
+
+
+class PodObserved(ObservedBase):
+    type: Literal["PodObserved"] = "PodObserved"
+    pod: PodSpec
+
+
+class PodRemoved(ObservedBase):
+    type: Literal["PodRemoved"] = "PodRemoved"
+    namespace: str
+    name: str
+    uid: str
+
+
+class QueueObserved(ObservedBase):
+    type: Literal["QueueObserved"] = "QueueObserved"
+    queue: QueueSpec
+
+
+class QueueRemoved(ObservedBase):
+    type: Literal["QueueRemoved"] = "QueueRemoved"
+    name: str
+
+
+class PodGroupObserved(ObservedBase):
+    type: Literal["PodGroupObserved"] = "PodGroupObserved"
+    pod_group: PodGroupSpec
+
+
+class PodGroupRemoved(ObservedBase):
+    type: Literal["PodGroupRemoved"] = "PodGroupRemoved"
+    namespace: str
+    name: str
+
+
+class PriorityClassObserved(ObservedBase):
+    type: Literal["PriorityClassObserved"] = "PriorityClassObserved"
+    priority_class: PriorityClassSpec
+
+
+class TopologyObserved(ObservedBase):
+    type: Literal["TopologyObserved"] = "TopologyObserved"
+    topology: TopologySpec
+
+
+class GpuHealthObserved(ObservedBase):
+    """An NVML reading of one node's GPUs (replaces what was known of that node's devices)."""
+
+    type: Literal["GpuHealthObserved"] = "GpuHealthObserved"
+    node: str
+    gpus: tuple[GpuDevice, ...]
+    utilization_pct: tuple[float, ...] = ()
+
+
+class Tick(ObservedBase):
+    """A timer event: advances event time and triggers a scheduling cycle."""
+
+    type: Literal["Tick"] = "Tick"
+
+
+# --------------------------------------------------------------------------- decisions
+
+ActionName = Literal["allocate", "consolidation", "reclaim", "preempt", "stalegangeviction"]
+
+
+class DecisionBase(Model):
+    """Common to every decision: where it came from and its place in the audit hash chain.
+
+    ``input_offset`` is the offset (in its pool's partition of cluster-events) of the last event folded
+    before the cycle that made it; ``decision_id`` is ``stable_id(pool, str(input_offset), uid, type)``,
+    so the same log prefix always yields the same ids.
+    """
+
+    v: int = SCHEMA_VERSION
+    decision_id: str
+    ts: float
+    pool: str = DEFAULT_POOL
+    input_offset: int
+    config_hash: str
+    code_version: str
+    action: ActionName
+    namespace: str
+    name: str
+    uid: str
+    job: str
+    queue: str
+    reason: str = ""
+    prev_hash: str = ""
+
+
+class BindRequested(DecisionBase):
+    type: Literal["BindRequested"] = "BindRequested"
+    node: str
+    gpu_indices: tuple[int, ...] = ()
+    gpu_fraction_milli: int | None = None
+
+
+class EvictionRequested(DecisionBase):
+    type: Literal["EvictionRequested"] = "EvictionRequested"
+    node: str | None = None
+    preemptor: str | None = None
+    details: dict[str, str] = {}
+
+
+class PodPipelined(DecisionBase):
+    type: Literal["PodPipelined"] = "PodPipelined"
+    node: str
+    gpu_indices: tuple[int, ...] = ()
+    waiting_for: tuple[str, ...] = ()
+
+
+PendingCode = Literal[
+    "NoNodeFits",
+    "QueueOverLimit",
+    "OverDeservedNonPreemptible",
+    "NotEnoughOverQuotaShare",
+    "GangIncomplete",
+    "WaitingForReclaim",
+    "UnknownQueue",
+    "Unhealthy",
+]
+
+
+class PodPending(DecisionBase):
+    """A pod left pending this cycle, with a machine-readable reason.
+
+    ``predicates`` counts nodes per failed predicate (e.g. {"InsufficientGPU": 12}).
+    """
+
+    type: Literal["PodPending"] = "PodPending"
+    code: PendingCode
+    predicates: dict[str, int] = {}
+    details: dict[str, str] = {}
+
+
+# --------------------------------------------------------------------------- outcomes
+
+
+class OutcomeBase(Model):
+    v: int = SCHEMA_VERSION
+    event_id: str
+    ts: float
+    pool: str = DEFAULT_POOL
+    decision_id: str
+    namespace: str
+    name: str
+    uid: str
+
+
+class PodBound(OutcomeBase):
+    type: Literal["PodBound"] = "PodBound"
+    node: str
+    gpu_indices: tuple[int, ...] = ()
+    already: bool = False
+
+
+class BindFailed(OutcomeBase):
+    type: Literal["BindFailed"] = "BindFailed"
+    node: str
+    error: str
+
+
+class PodEvicted(OutcomeBase):
+    type: Literal["PodEvicted"] = "PodEvicted"
+    already: bool = False
+
+
+class EvictionFailed(OutcomeBase):
+    type: Literal["EvictionFailed"] = "EvictionFailed"
+    error: str
+
+
+# --------------------------------------------------------------------------- unions and codecs
+
+ObservedEvent = Annotated[
+    NodeObserved
+    | NodeRemoved
+    | PodObserved
+    | PodRemoved
+    | QueueObserved
+    | QueueRemoved
+    | PodGroupObserved
+    | PodGroupRemoved
+    | PriorityClassObserved
+    | TopologyObserved
+    | GpuHealthObserved
+    | Tick,
+    Field(discriminator="type"),
+]
+Decision = Annotated[
+    BindRequested | EvictionRequested | PodPipelined | PodPending, Field(discriminator="type")
+]
+Outcome = Annotated[PodBound | BindFailed | PodEvicted | EvictionFailed, Field(discriminator="type")]
+ClusterEvent = Annotated[
+    NodeObserved
+    | NodeRemoved
+    | PodObserved
+    | PodRemoved
+    | QueueObserved
+    | QueueRemoved
+    | PodGroupObserved
+    | PodGroupRemoved
+    | PriorityClassObserved
+    | TopologyObserved
+    | GpuHealthObserved
+    | Tick
+    | PodBound
+    | BindFailed
+    | PodEvicted
+    | EvictionFailed,
+    Field(discriminator="type"),
+]
+AnyEvent = Annotated[
+    NodeObserved
+    | NodeRemoved
+    | PodObserved
+    | PodRemoved
+    | QueueObserved
+    | QueueRemoved
+    | PodGroupObserved
+    | PodGroupRemoved
+    | PriorityClassObserved
+    | TopologyObserved
+    | GpuHealthObserved
+    | Tick
+    | PodBound
+    | BindFailed
+    | PodEvicted
+    | EvictionFailed
+    | BindRequested
+    | EvictionRequested
+    | PodPipelined
+    | PodPending,
+    Field(discriminator="type"),
+]
+
+CLUSTER_EVENT: TypeAdapter[ClusterEvent] = TypeAdapter(ClusterEvent)
+DECISION: TypeAdapter[Decision] = TypeAdapter(Decision)
+OUTCOME: TypeAdapter[Outcome] = TypeAdapter(Outcome)
+ANY_EVENT: TypeAdapter[AnyEvent] = TypeAdapter(AnyEvent)
+
+
+class MalformedEvent(ValueError):
+    """Raised when bytes do not decode to a known event; the message says why (for the dead letter)."""
+
+
+def dumps(model: Model) -> bytes:
+    """Canonical bytes of an event or decision: orjson of the JSON-mode dump, keys sorted."""
+    return orjson.dumps(model.model_dump(mode="json"), option=orjson.OPT_SORT_KEYS)
+
+
+def loads_cluster_event(raw: bytes) -> ClusterEvent:
+    try:
+        return CLUSTER_EVENT.validate_json(raw)
+    except ValueError as exc:
+        raise MalformedEvent(str(exc)) from exc
+
+
+def loads_decision(raw: bytes) -> Decision:
+    try:
+        return DECISION.validate_json(raw)
+    except ValueError as exc:
+        raise MalformedEvent(str(exc)) from exc
+
+
+def loads_any(raw: bytes) -> AnyEvent:
+    try:
+        return ANY_EVENT.validate_json(raw)
+    except ValueError as exc:
+        raise MalformedEvent(str(exc)) from exc
+
+
+def decision_hash(decision: Decision) -> str:
+    """SHA-256 of the decision's canonical bytes (``prev_hash`` included, so hashes form a chain)."""
+    return hashlib.sha256(dumps(decision)).hexdigest()
+
+
+def chain(decisions: list[Decision], prev_hash: str) -> tuple[list[Decision], str]:
+    """Link decisions into the hash chain after ``prev_hash``; return them and the new head hash."""
+    linked: list[Decision] = []
+    head = prev_hash
+    for decision in decisions:
+        stamped = decision.model_copy(update={"prev_hash": head})
+        linked.append(stamped)
+        head = decision_hash(stamped)
+    return linked, head

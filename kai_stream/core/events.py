@@ -383,6 +383,27 @@ class EvictionFailed(OutcomeBase):
     error: str
 
 
+# --------------------------------------------------------------------------- recorded configuration
+
+
+class ConfigRecorded(Model):
+    """The scheduler config a processor decides with, published to the decisions topic (keyed by pool)
+    before that pool's first decision under it, so replay can rebuild decisions with the recorded config.
+
+    ``config`` is the canonical JSON of ``SchedulerConfig``; ``config_hash`` is what decisions carry.
+    Not a decision: it is not part of the hash chain and ``loads_decision`` rejects it; read the decisions
+    topic with ``loads_decisions_record``.
+    """
+
+    type: Literal["ConfigRecorded"] = "ConfigRecorded"
+    v: int = SCHEMA_VERSION
+    ts: float
+    pool: str = DEFAULT_POOL
+    config_hash: str
+    code_version: str
+    config: str
+
+
 # --------------------------------------------------------------------------- unions and codecs
 
 ObservedEvent = Annotated[
@@ -447,10 +468,15 @@ AnyEvent = Annotated[
     Field(discriminator="type"),
 ]
 
+DecisionsRecord = Annotated[
+    BindRequested | EvictionRequested | PodPipelined | PodPending | ConfigRecorded, Field(discriminator="type")
+]
+
 CLUSTER_EVENT: TypeAdapter[ClusterEvent] = TypeAdapter(ClusterEvent)
 DECISION: TypeAdapter[Decision] = TypeAdapter(Decision)
 OUTCOME: TypeAdapter[Outcome] = TypeAdapter(Outcome)
 ANY_EVENT: TypeAdapter[AnyEvent] = TypeAdapter(AnyEvent)
+DECISIONS_RECORD: TypeAdapter[DecisionsRecord] = TypeAdapter(DecisionsRecord)
 
 
 class MalformedEvent(ValueError):
@@ -472,6 +498,14 @@ def loads_cluster_event(raw: bytes) -> ClusterEvent:
 def loads_decision(raw: bytes) -> Decision:
     try:
         return DECISION.validate_json(raw)
+    except ValueError as exc:
+        raise MalformedEvent(str(exc)) from exc
+
+
+def loads_decisions_record(raw: bytes) -> DecisionsRecord:
+    """Decode one record of the decisions topic: a decision or a ``ConfigRecorded``."""
+    try:
+        return DECISIONS_RECORD.validate_json(raw)
     except ValueError as exc:
         raise MalformedEvent(str(exc)) from exc
 

@@ -404,6 +404,34 @@ class ConfigRecorded(Model):
     config: str
 
 
+class QueueShare(Model):
+    """One queue's standing at a moment: fair share, deserved (quota) and allocated, per resource.
+
+    Units as in ``Resources``; a deserved of -1 in a field means unlimited quota.
+    """
+
+    queue: str
+    fair_share: Resources
+    deserved: Resources
+    allocated: Resources
+
+
+class FairShareRecorded(Model):
+    """Every queue's fair share after a cycle, published to the decisions topic whenever it changed.
+
+    Emitted by the trace simulator (and processors that choose to) so analytics can plot allocation against
+    fair share over time. Not a decision: not in the hash chain; ``loads_decisions_record`` accepts it.
+    """
+
+    type: Literal["FairShareRecorded"] = "FairShareRecorded"
+    v: int = SCHEMA_VERSION
+    ts: float
+    pool: str = DEFAULT_POOL
+    input_offset: int
+    config_hash: str
+    queues: tuple[QueueShare, ...]
+
+
 # --------------------------------------------------------------------------- unions and codecs
 
 ObservedEvent = Annotated[
@@ -469,7 +497,8 @@ AnyEvent = Annotated[
 ]
 
 DecisionsRecord = Annotated[
-    BindRequested | EvictionRequested | PodPipelined | PodPending | ConfigRecorded, Field(discriminator="type")
+    BindRequested | EvictionRequested | PodPipelined | PodPending | ConfigRecorded | FairShareRecorded,
+    Field(discriminator="type"),
 ]
 
 CLUSTER_EVENT: TypeAdapter[ClusterEvent] = TypeAdapter(ClusterEvent)
@@ -503,7 +532,7 @@ def loads_decision(raw: bytes) -> Decision:
 
 
 def loads_decisions_record(raw: bytes) -> DecisionsRecord:
-    """Decode one record of the decisions topic: a decision or a ``ConfigRecorded``."""
+    """Decode one record of the decisions topic: a decision, a ``ConfigRecorded`` or a ``FairShareRecorded``."""
     try:
         return DECISIONS_RECORD.validate_json(raw)
     except ValueError as exc:

@@ -1,0 +1,156 @@
+"""Shared aiokafka plumbing: client factories, pool partitioning, and reading a topic to its end.
+
+Rules that keep one code path correct on both Tansu and real Kafka:
+
+* no idempotent or transactional producer (Tansu fails InitProducerId): at-least-once, consumers dedupe;
+* manual commits only (``enable_auto_commit=False``);
+* the end of a partition is the high-watermark returned by fetches (``consumer.highwater(tp)``), never
+  ``end_offsets()`` / ``seek_to_end()`` / ``auto_offset_reset="latest"`` (wrong on Tansu);
+* every producer routes a pool's records with ``partition_for(pool, n)``: Kafka's murmur2 key hash, so a
+  keyed record lands on the same partition whichever client (Java, librdkafka, aiokafka) produced it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Iterable
+from typing import Any, TypeAlias
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
+from aiokafka.abc import ConsumerRebalanceListener
+from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.partitioner import murmur2
+
+from kai_stream.core.events import Model, dumps
+from kai_stream.settings import KafkaSettings
+
+Record: TypeAlias = ConsumerRecord[bytes, bytes]
+
+
+def partition_for(pool: str, num_partitions: int) -> int:
+    """The partition of ``pool`` among ``num_partitions`` (Kafka's default murmur2 key hash, stable)."""
+    if num_partitions <= 0:
+        raise ValueError(f"num_partitions must be positive, got {num_partitions}")
+    digest: int = murmur2(pool.encode())
+    return (digest & 0x7FFFFFFF) % num_partitions
+
+
+def make_producer(settings: KafkaSettings, **overrides: Any) -> AIOKafkaProducer:
+    """A plain (non-idempotent) producer that waits for all in-sync replicas."""
+    kwargs: dict[str, Any] = {
+        **settings.client_kwargs(),
+        "acks": "all",
+        "enable_idempotence": False,
+        "linger_ms": 1,
+    }
+    kwargs.update(overrides)
+    return AIOKafkaProducer(**kwargs)
+
+
+def make_consumer(
+    settings: KafkaSettings,
+    *topics: str,
+    group_id: str | None,
+    listener: ConsumerRebalanceListener | None = None,
+    **overrides: Any,
+) -> AIOKafkaConsumer:
+    """A manual-commit consumer that starts from the earliest record when the group has no offset.
+
+    With ``topics`` it subscribes (optionally with a rebalance ``listener``); without, assign partitions.
+    """
+    kwargs: dict[str, Any] = {
+        **settings.client_kwargs(),
+        "group_id": group_id,
+        "enable_auto_commit": False,
+        "auto_offset_reset": "earliest",
+        "session_timeout_ms": settings.session_timeout_ms,
+        "heartbeat_interval_ms": settings.heartbeat_interval_ms,
+    }
+    kwargs.update(overrides)
+    consumer = AIOKafkaConsumer(**kwargs)
+    if topics:
+        if listener is None:
+            consumer.subscribe(list(topics))
+        else:
+            consumer.subscribe(list(topics), listener=listener)
+    return consumer
+
+
+def make_admin(settings: KafkaSettings) -> AIOKafkaAdminClient:
+    return AIOKafkaAdminClient(**settings.client_kwargs())
+
+
+async def send_keyed(
+    producer: AIOKafkaProducer, topic: str, pool: str, value: bytes
+) -> asyncio.Future[Any]:
+    """Enqueue ``value`` on the pool's partition of ``topic``; await the returned future for delivery."""
+    partitions = await producer.partitions_for(topic)
+    if not partitions:
+        raise LookupError(f"topic {topic!r} has no partitions (does it exist?)")
+    partition = partition_for(pool, len(partitions))
+    future: asyncio.Future[Any] = await producer.send(topic, value, key=pool.encode(), partition=partition)
+    return future
+
+
+async def publish(producer: AIOKafkaProducer, topic: str, event: Model, *, pool: str) -> None:
+    """Send one event (canonical bytes) to the pool's partition and wait until the broker has it."""
+    await (await send_keyed(producer, topic, pool, dumps(event)))
+
+
+async def _caught_up(consumer: AIOKafkaConsumer, partitions: Iterable[TopicPartition]) -> bool:
+    for tp in partitions:
+        high = consumer.highwater(tp)
+        if high is None or await consumer.position(tp) < high:
+            return False
+    return True
+
+
+async def iter_to_end(
+    consumer: AIOKafkaConsumer,
+    *,
+    timeout_s: float = 30.0,
+    poll_ms: int = 200,
+    max_records: int | None = None,
+) -> AsyncIterator[list[Record]]:
+    """Yield batches from the consumer's assigned partitions until each is at its fetch high-watermark.
+
+    The end is known only once a fetch has answered for every partition; raises ``TimeoutError`` if that
+    has not happened within ``timeout_s``.
+    """
+    deadline = time.monotonic() + timeout_s
+    while True:
+        batches = await consumer.getmany(timeout_ms=poll_ms, max_records=max_records)
+        records = [record for tp in sorted(batches) for record in batches[tp]]
+        if records:
+            yield records
+        assigned = consumer.assignment()
+        if assigned and await _caught_up(consumer, assigned):
+            return
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"did not reach the end of {sorted(assigned)} within {timeout_s}s")
+
+
+async def read_to_end(consumer: AIOKafkaConsumer, *, timeout_s: float = 30.0) -> list[Record]:
+    """Every record from the current positions up to the high-watermark, partitions in order."""
+    out: list[Record] = []
+    async for batch in iter_to_end(consumer, timeout_s=timeout_s):
+        out.extend(batch)
+    return out
+
+
+async def read_topic(settings: KafkaSettings, topic: str, *, timeout_s: float = 30.0) -> list[Record]:
+    """Every record currently in ``topic``, read without a consumer group (all partitions, from the start)."""
+    consumer = make_consumer(settings, group_id=None)
+    await consumer.start()
+    try:
+        await consumer.topics()
+        partitions = consumer.partitions_for_topic(topic)
+        if not partitions:
+            raise LookupError(f"topic {topic!r} does not exist")
+        tps = [TopicPartition(topic, p) for p in sorted(partitions)]
+        consumer.assign(tps)
+        await consumer.seek_to_beginning(*tps)
+        return await read_to_end(consumer, timeout_s=timeout_s)
+    finally:
+        await consumer.stop()

@@ -1,0 +1,60 @@
+"""Connection settings for Kafka (embedded Tansu or any real cluster), read from the environment.
+
+Every field can be set through ``KAI_STREAM_KAFKA_<FIELD>`` (e.g. ``KAI_STREAM_KAFKA_BOOTSTRAP_SERVERS``).
+"""
+
+from __future__ import annotations
+
+import ssl
+from typing import Literal
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+SecurityProtocol = Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]
+SaslMechanism = Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "GSSAPI", "OAUTHBEARER"]
+
+
+class KafkaSettings(BaseSettings):
+    """Where Kafka is and how to authenticate; the defaults suit the local embedded broker."""
+
+    model_config = SettingsConfigDict(env_prefix="KAI_STREAM_KAFKA_", frozen=True, extra="forbid")
+
+    bootstrap_servers: str = "127.0.0.1:9092"
+    client_id: str = "kai-stream"
+    security_protocol: SecurityProtocol = "PLAINTEXT"
+    sasl_mechanism: SaslMechanism | None = None
+    sasl_username: str | None = None
+    sasl_password: str | None = Field(default=None, repr=False)
+    ssl_cafile: str | None = None
+    ssl_certfile: str | None = None
+    ssl_keyfile: str | None = None
+    session_timeout_ms: int = 6000
+    heartbeat_interval_ms: int = 1000
+    request_timeout_ms: int = 30000
+
+    def ssl_context(self) -> ssl.SSLContext | None:
+        """A client TLS context when the protocol uses SSL, else None."""
+        if self.security_protocol not in ("SSL", "SASL_SSL"):
+            return None
+        context = ssl.create_default_context(cafile=self.ssl_cafile)
+        if self.ssl_certfile:
+            context.load_cert_chain(self.ssl_certfile, self.ssl_keyfile)
+        return context
+
+    def client_kwargs(self) -> dict[str, object]:
+        """Keyword arguments shared by aiokafka producers, consumers and admin clients."""
+        kwargs: dict[str, object] = {
+            "bootstrap_servers": self.bootstrap_servers,
+            "client_id": self.client_id,
+            "security_protocol": self.security_protocol,
+            "request_timeout_ms": self.request_timeout_ms,
+        }
+        context = self.ssl_context()
+        if context is not None:
+            kwargs["ssl_context"] = context
+        if self.sasl_mechanism is not None:
+            kwargs["sasl_mechanism"] = self.sasl_mechanism
+            kwargs["sasl_plain_username"] = self.sasl_username
+            kwargs["sasl_plain_password"] = self.sasl_password
+        return kwargs

@@ -7,6 +7,8 @@ Three families, named as past-tense facts:
   ``PodPending``);
 * outcome   — what the binder achieved (``PodBound``, ``BindFailed``, ``PodEvicted``, ``EvictionFailed``).
 
+Plus ``DeadLetter``: a record some consumer could not use, with the reason.
+
 Units everywhere: GPU in milli-devices (``gpu_milli``: 1000 = one whole GPU), CPU in millicores,
 memory in bytes. Time is event time in seconds (``ts``), never the wall clock of the reader.
 
@@ -16,6 +18,7 @@ fields elsewhere: topics/ holds JSON Schemas generated from this module.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import uuid
 from typing import Annotated, Literal
@@ -430,6 +433,53 @@ class FairShareRecorded(Model):
     input_offset: int
     config_hash: str
     queues: tuple[QueueShare, ...]
+
+
+# --------------------------------------------------------------------------- dead letters
+
+
+class DeadLetter(Model):
+    """A record a consumer could not use, parked on the dead-letter topic with the reason.
+
+    ``value_b64`` always holds the exact bytes; ``value_text`` holds them as text when they are UTF-8.
+    ``ts`` is the original record's timestamp (seconds); ``event_id`` is stable for (topic, partition, offset).
+    """
+
+    v: int = SCHEMA_VERSION
+    type: Literal["DeadLetter"] = "DeadLetter"
+    event_id: str
+    ts: float
+    topic: str
+    partition: int
+    offset: int
+    key: str | None = None
+    value_text: str | None = None
+    value_b64: str
+    reason: str
+
+    @classmethod
+    def from_raw(
+        cls, *, topic: str, partition: int, offset: int, key: bytes | None, value: bytes | None, reason: str, ts: float
+    ) -> DeadLetter:
+        raw = value or b""
+        try:
+            text: str | None = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            text = None
+        return cls(
+            event_id=stable_id("dead-letter", topic, str(partition), str(offset)),
+            ts=ts,
+            topic=topic,
+            partition=partition,
+            offset=offset,
+            key=key.decode("utf-8", "replace") if key is not None else None,
+            value_text=text,
+            value_b64=base64.b64encode(raw).decode("ascii"),
+            reason=reason,
+        )
+
+    def raw_value(self) -> bytes:
+        return base64.b64decode(self.value_b64)
 
 
 # --------------------------------------------------------------------------- unions and codecs

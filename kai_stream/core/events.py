@@ -97,13 +97,22 @@ class NodeAffinityTerm(Model):
 
 
 class GpuDevice(Model):
-    """One physical GPU on a node, as last reported by the NVML agent."""
+    """One physical GPU on a node, as last reported by the NVML agent.
+
+    ``healthy`` is False after a fatal XID or an uncorrectable ECC error (``reason`` says which); the readings
+    that a GPU does not support stay at their defaults (``None`` / 0).
+    """
 
     index: int
     uuid: str = ""
     memory_mib: int = 0
     healthy: bool = True
     reason: str = ""
+    memory_used_mib: int = 0
+    utilization_pct: float | None = None
+    temperature_c: int | None = None
+    ecc_uncorrectable: int | None = None
+    xids: tuple[int, ...] = ()
 
 
 # --------------------------------------------------------------------------- object specs

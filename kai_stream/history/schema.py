@@ -3,6 +3,8 @@
 A row is one record of one topic: where it was (topic, partition, offset), what it was (type, id, event
 time), the columns analytics filter on (pool, namespace, name, uid, queue, node, action, code, gpu_milli),
 and the canonical JSON of the whole event (``value``) from which replay rebuilds it byte for byte.
+``record_ts`` is the Kafka record timestamp (ms) when the row came from the broker, else null; a record that
+does not decode is kept with type ``Malformed`` and its raw text as ``value``.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ import polars as pl
 
 from kai_stream.core.events import (
     BindRequested,
+    ConfigRecorded,
+    DeadLetter,
     DecisionBase,
     EvictionRequested,
     Model,
@@ -43,13 +47,16 @@ HISTORY_SCHEMA: dict[str, Any] = {
     "code": pl.Utf8,
     "gpu_milli": pl.Int64,
     "value": pl.Utf8,
+    "record_ts": pl.Int64,
 }
 
 
-def event_row(topic: str, partition: int, offset: int, event: Model) -> dict[str, Any]:
+def event_row(
+    topic: str, partition: int, offset: int, event: Model, record_ts: int | None = None
+) -> dict[str, Any]:
     """The history row of one event, decision or outcome."""
     row: dict[str, Any] = dict.fromkeys(HISTORY_SCHEMA)
-    row.update(topic=topic, partition=partition, offset=offset, value=dumps(event).decode())
+    row.update(topic=topic, partition=partition, offset=offset, value=dumps(event).decode(), record_ts=record_ts)
     row["type"] = getattr(event, "type", type(event).__name__)
     row["ts"] = float(getattr(event, "ts", 0.0))
     row["pool"] = getattr(event, "pool", None)
@@ -64,9 +71,7 @@ def event_row(topic: str, partition: int, offset: int, event: Model) -> dict[str
             queue=event.queue,
             action=event.action,
         )
-        if isinstance(event, BindRequested | PodPipelined):
-            row["node"] = event.node
-        elif isinstance(event, EvictionRequested):
+        if isinstance(event, BindRequested | PodPipelined | EvictionRequested):
             row["node"] = event.node
         elif isinstance(event, PodPending):
             row["code"] = event.code
@@ -85,6 +90,27 @@ def event_row(topic: str, partition: int, offset: int, event: Model) -> dict[str
         )
     elif isinstance(event, PodRemoved):
         row.update(namespace=event.namespace, name=event.name, uid=event.uid)
+    elif isinstance(event, ConfigRecorded):
+        row["id"] = event.config_hash
+    elif isinstance(event, DeadLetter):
+        row["id"] = event.event_id
+    return row
+
+
+def malformed_row(
+    topic: str, partition: int, offset: int, raw: bytes | None, record_ts: int | None = None
+) -> dict[str, Any]:
+    """The history row of a record that does not decode: kept, typed ``Malformed``, raw text as value."""
+    row: dict[str, Any] = dict.fromkeys(HISTORY_SCHEMA)
+    row.update(
+        topic=topic,
+        partition=partition,
+        offset=offset,
+        type="Malformed",
+        ts=(record_ts or 0) / 1000.0,
+        value=(raw or b"").decode("utf-8", "replace"),
+        record_ts=record_ts,
+    )
     return row
 
 

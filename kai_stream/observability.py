@@ -1,0 +1,234 @@
+"""Health and metrics for every component: one Prometheus registry, the metric definitions, and a small
+aiohttp server with ``/healthz`` (liveness), ``/readyz`` (readiness) and ``/metrics``.
+
+Components import the metric objects from here (never define their own) and label them; e.g.::
+
+    from kai_stream.observability import DECISIONS, Health, serve_health
+
+    DECISIONS.labels(pool="a", kind="BindRequested", action="allocate").inc()
+    health = Health("binder")
+    health.set_condition("kafka", False)         # not ready until Kafka is reached
+    runner = await serve_health(health, HealthSettings())
+
+Liveness: ``/healthz`` answers 200 unless the component registered a heartbeat (``Health.beat``) and it is older
+than ``stale_after_s``. Readiness: ``/readyz`` answers 200 when every registered condition is true.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from aiohttp import web
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    PlatformCollector,
+    ProcessCollector,
+    generate_latest,
+)
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+REGISTRY = CollectorRegistry()
+ProcessCollector(registry=REGISTRY)
+PlatformCollector(registry=REGISTRY)
+
+EVENTS_CONSUMED = Counter(
+    "kai_stream_events_consumed",
+    "Records consumed from a topic, by component, topic and event type.",
+    ["component", "topic", "type"],
+    registry=REGISTRY,
+)
+EVENTS_PUBLISHED = Counter(
+    "kai_stream_events_published",
+    "Records published to a topic, by component, topic and event type.",
+    ["component", "topic", "type"],
+    registry=REGISTRY,
+)
+DEAD_LETTERS = Counter(
+    "kai_stream_dead_letters",
+    "Records sent to the dead-letter topic, by component and source topic.",
+    ["component", "topic"],
+    registry=REGISTRY,
+)
+DECISIONS = Counter(
+    "kai_stream_decisions",
+    "Decisions emitted by the scheduler, by pool, kind (BindRequested, PodPending …) and action.",
+    ["pool", "kind", "action"],
+    registry=REGISTRY,
+)
+CYCLE_DURATION = Histogram(
+    "kai_stream_cycle_duration_seconds",
+    "Wall time of one scheduling cycle (folding excluded), by pool.",
+    ["pool"],
+    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0),
+    registry=REGISTRY,
+)
+QUEUE_FAIR_SHARE = Gauge(
+    "kai_stream_queue_fair_share",
+    "Fair share of a queue after the last cycle (GPU in devices, CPU in cores, memory in bytes).",
+    ["pool", "queue", "resource"],
+    registry=REGISTRY,
+)
+QUEUE_ALLOCATED = Gauge(
+    "kai_stream_queue_allocated",
+    "Resources allocated to a queue after the last cycle (same units as the fair share).",
+    ["pool", "queue", "resource"],
+    registry=REGISTRY,
+)
+CONSUMER_LAG = Gauge(
+    "kai_stream_consumer_lag",
+    "Records between a consumer's position and the partition's high-watermark.",
+    ["component", "topic", "partition"],
+    registry=REGISTRY,
+)
+BINDER_RETRIES = Counter(
+    "kai_stream_binder_retries",
+    "Kubernetes API calls the binder retried, by operation (bind, evict, patch) and reason.",
+    ["operation", "reason"],
+    registry=REGISTRY,
+)
+BINDER_OUTCOMES = Counter(
+    "kai_stream_binder_outcomes",
+    "Outcomes the binder published, by kind (PodBound, BindFailed, PodEvicted, EvictionFailed).",
+    ["kind"],
+    registry=REGISTRY,
+)
+GPU_READINGS = Counter(
+    "kai_stream_gpu_readings",
+    "NVML polls by the GPU agent, by node and result (ok or the NVML error name).",
+    ["node", "result"],
+    registry=REGISTRY,
+)
+GPU_HEALTHY = Gauge(
+    "kai_stream_gpu_healthy",
+    "1 when the GPU is healthy, 0 after a fatal XID or an uncorrectable ECC error.",
+    ["node", "gpu", "uuid"],
+    registry=REGISTRY,
+)
+GPU_TEMPERATURE = Gauge(
+    "kai_stream_gpu_temperature_celsius",
+    "GPU temperature from NVML.",
+    ["node", "gpu"],
+    registry=REGISTRY,
+)
+GPU_MEMORY_USED = Gauge(
+    "kai_stream_gpu_memory_used_bytes",
+    "GPU memory in use from NVML.",
+    ["node", "gpu"],
+    registry=REGISTRY,
+)
+GPU_UTILIZATION = Gauge(
+    "kai_stream_gpu_utilization_ratio",
+    "GPU compute utilization from NVML (0..1).",
+    ["node", "gpu"],
+    registry=REGISTRY,
+)
+
+RESOURCE_UNITS: dict[str, float] = {"gpu": 1 / 1000, "cpu": 1 / 1000, "memory": 1.0}
+"""Factors from the schema's units (milli-GPU, millicores, bytes) to the metrics' (devices, cores, bytes)."""
+
+
+def record_queue_share(pool: str, queue: str, resource: str, fair_share: float, allocated: float) -> None:
+    """Set a queue's fair share and allocation for one resource, given in the schema's units."""
+    factor = RESOURCE_UNITS[resource]
+    QUEUE_FAIR_SHARE.labels(pool=pool, queue=queue, resource=resource).set(fair_share * factor)
+    QUEUE_ALLOCATED.labels(pool=pool, queue=queue, resource=resource).set(allocated * factor)
+
+
+class HealthSettings(BaseSettings):
+    """Where the health/metrics server listens (``KAI_STREAM_HEALTH_HOST`` / ``KAI_STREAM_HEALTH_PORT``)."""
+
+    model_config = SettingsConfigDict(env_prefix="KAI_STREAM_HEALTH_", frozen=True, extra="forbid")
+
+    host: str = "0.0.0.0"
+    port: int = 8080
+    enabled: bool = True
+
+
+class Health:
+    """Liveness and readiness of one component, as the component reports them."""
+
+    def __init__(
+        self,
+        component: str,
+        *,
+        stale_after_s: float | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.component = component
+        self.stale_after_s = stale_after_s
+        self._clock = clock
+        self._last_beat: float | None = None
+        self._conditions: dict[str, tuple[bool, str]] = {}
+
+    def beat(self) -> None:
+        """Record that the component's main loop made progress."""
+        self._last_beat = self._clock()
+
+    def set_condition(self, name: str, ok: bool, detail: str = "") -> None:
+        """Register or update one readiness condition (e.g. "kafka", "kubernetes", "caught-up")."""
+        self._conditions[name] = (ok, detail)
+
+    def alive(self) -> tuple[bool, str]:
+        if self.stale_after_s is None or self._last_beat is None:
+            return True, "ok"
+        age = self._clock() - self._last_beat
+        if age > self.stale_after_s:
+            return False, f"no progress for {age:.1f}s (limit {self.stale_after_s:.1f}s)"
+        return True, "ok"
+
+    def ready(self) -> tuple[bool, dict[str, str]]:
+        report = {
+            name: ("ok" if ok else f"not ready: {detail}" if detail else "not ready")
+            for name, (ok, detail) in sorted(self._conditions.items())
+        }
+        return all(ok for ok, _ in self._conditions.values()), report
+
+
+def make_app(health: Health, registry: CollectorRegistry = REGISTRY) -> web.Application:
+    """The aiohttp application serving ``/healthz``, ``/readyz`` and ``/metrics``."""
+
+    async def healthz(_: web.Request) -> web.Response:
+        ok, detail = health.alive()
+        return web.json_response({"component": health.component, "status": detail}, status=200 if ok else 503)
+
+    async def readyz(_: web.Request) -> web.Response:
+        ok, report = health.ready()
+        body = {"component": health.component, "ready": ok, "conditions": report}
+        return web.json_response(body, status=200 if ok else 503)
+
+    async def metrics(_: web.Request) -> web.Response:
+        response = web.Response(body=generate_latest(registry))
+        response.headers["Content-Type"] = CONTENT_TYPE_LATEST
+        return response
+
+    app = web.Application()
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", readyz)
+    app.router.add_get("/metrics", metrics)
+    return app
+
+
+async def serve_health(
+    health: Health, settings: HealthSettings | None = None, registry: CollectorRegistry = REGISTRY
+) -> web.AppRunner:
+    """Start the server in the running loop; stop it with ``await runner.cleanup()``."""
+    settings = settings or HealthSettings()
+    runner = web.AppRunner(make_app(health, registry), access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, settings.host, settings.port).start()
+    return runner
+
+
+def bound_port(runner: web.AppRunner) -> int:
+    """The TCP port a started runner listens on (useful with ``port=0``)."""
+    for site in runner.sites:
+        server = getattr(site, "_server", None)
+        if server is not None and server.sockets:
+            port: int = server.sockets[0].getsockname()[1]
+            return port
+    raise RuntimeError("the health server is not listening")

@@ -1,0 +1,59 @@
+"""The simulated cluster: the Kubernetes REST API over HTTP (aiohttp) plus simulated kubelets, so that
+kubernetes-asyncio talks to it exactly as to a real apiserver (in the spirit of KWOK).
+
+Serves core/v1 pods, nodes, namespaces, events; scheduling.k8s.io/v1 priorityclasses; the KAI custom
+resources queues (scheduling.run.ai/v2, cluster), podgroups (scheduling.run.ai/v2alpha2, namespaced) and
+topologies (kai.scheduler/v1alpha1, cluster); discovery (/api, /apis, /version); create/get/replace/
+patch/delete/deletecollection; list (label and field selectors, limit/continue) and watch (NDJSON from a
+resourceVersion, BOOKMARKs, timeoutSeconds, 410 Expired when the bounded history no longer covers it);
+`/status`, `pods/binding` and `pods/eviction` subresources; every error is a `Status` object.
+A namespaced object in a namespace that does not exist creates the namespace (lenient on purpose).
+
+Usage::
+
+    async with SimCluster(time_scale=0.01) as sim:          # or: url = await sim.start()
+        sim.load_scenario_file("examples/scenario.yaml")
+        async with api_client(sim.url) as api:
+            v1 = CoreV1Api(api)
+            ...
+        sim.bindings                                         # every binding POST, timestamped server-side
+
+How clients must call it (the same holds against a real apiserver; the contract tests prove each one):
+
+* Binding: the server answers 201 with a `Status` body, which kubernetes-asyncio cannot turn into a
+  V1Binding (it raises ValueError on the missing `target`). Call
+  ``create_namespaced_pod_binding(name, ns, body, _preload_content=False)`` and read the status code.
+  409 Conflict means the pod is already bound (treat as done when it is bound to the intended node).
+* Custom-object patches: CustomObjectsApi picks ``application/json-patch+json`` for a dict body, which
+  needs a list of operations; pass ``_content_type="application/merge-patch+json"`` for a merge patch.
+  Strategic merge patch on a custom resource is 415, as on a real cluster; any unknown patch type is 415.
+* Watches: a too-old resourceVersion yields an ERROR event with a 410 Expired `Status`; the client raises
+  ApiException(status=410) (after one silent retry from the same version when no timeout_seconds was
+  given). The caller must then re-list and watch again from the list's metadata.resourceVersion.
+* Pod spec is immutable after create except the fields Kubernetes allows: ``spec.nodeName`` is set only
+  by the binding subresource. The main resource ignores `status`; write it through ``/status``.
+
+Simulated kubelets (only for pods bound to an existing Node): a bound pod turns Running after
+`start_delay`; a pod annotated ``kai.scheduler/duration-seconds: "N"`` turns Succeeded N simulated
+seconds later (× `time_scale` in wall seconds); a deleted or evicted running pod is removed at once, or
+after `termination_grace` with metadata.deletionTimestamp set first.
+"""
+
+from connectors.simcluster.client import api_client, kube_client_config
+from connectors.simcluster.errors import ApiError
+from connectors.simcluster.kubelet import DURATION_ANNOTATION
+from connectors.simcluster.records import BindingRecord, EvictionRecord
+from connectors.simcluster.scenario import ScenarioError, read_documents
+from connectors.simcluster.server import SimCluster
+
+__all__ = [
+    "DURATION_ANNOTATION",
+    "ApiError",
+    "BindingRecord",
+    "EvictionRecord",
+    "ScenarioError",
+    "SimCluster",
+    "api_client",
+    "kube_client_config",
+    "read_documents",
+]

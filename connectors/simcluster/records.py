@@ -1,0 +1,55 @@
+"""Server-side measurements for tests and benchmarks: when each pod was created, and every binding and
+eviction POST with its outcome and timestamps (monotonic `time.perf_counter()` seconds)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from connectors.simcluster.store import ADDED, Change
+
+
+@dataclass(frozen=True)
+class BindingRecord:
+    namespace: str
+    name: str
+    node: str
+    code: int
+    at: float
+    created_at: float | None
+
+    @property
+    def latency(self) -> float | None:
+        """Seconds from the pod's creation in this server to this binding POST."""
+        return None if self.created_at is None else self.at - self.created_at
+
+
+@dataclass(frozen=True)
+class EvictionRecord:
+    namespace: str
+    name: str
+    code: int
+    at: float
+
+
+@dataclass
+class Recorder:
+    pod_created_at: dict[tuple[str, str], float] = field(default_factory=dict)
+    bindings: list[BindingRecord] = field(default_factory=list)
+    evictions: list[EvictionRecord] = field(default_factory=list)
+
+    def on_change(self, change: Change) -> None:
+        if change.type == ADDED and change.resource.key == "pods":
+            meta = change.obj["metadata"]
+            self.pod_created_at[(meta["namespace"], meta["name"])] = time.perf_counter()
+
+    def binding(self, namespace: str, name: str, node: str, code: int) -> None:
+        created = self.pod_created_at.get((namespace, name))
+        self.bindings.append(BindingRecord(namespace, name, node, code, time.perf_counter(), created))
+
+    def eviction(self, namespace: str, name: str, code: int) -> None:
+        self.evictions.append(EvictionRecord(namespace, name, code, time.perf_counter()))
+
+    @property
+    def binding_count(self) -> int:
+        return len(self.bindings)

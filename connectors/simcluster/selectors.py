@@ -1,0 +1,124 @@
+"""Label and field selectors, parsed once per request into a predicate over object dicts.
+
+Label grammar (as the apiserver accepts it): `k`, `!k`, `k=v`, `k==v`, `k!=v`, `k in (a,b)`, `k notin (a,b)`,
+comma-separated (all must hold). Field grammar: `path=v`, `path==v`, `path!=v`, restricted to the field
+labels the resource supports; a missing field reads as "".
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from connectors.simcluster.errors import ApiError
+
+Predicate = Callable[[Mapping[str, Any]], bool]
+
+_SET_RE = re.compile(r"^([^\s!=(),]+)\s+(in|notin)\s*\(([^()]*)\)$")
+_KEY_RE = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_./]*[A-Za-z0-9])?$")
+
+
+def _split_top_level(text: str) -> list[str]:
+    parts: list[str] = []
+    depth = 0
+    current: list[str] = []
+    for ch in text:
+        if ch == "(":
+            depth += 1
+        elif ch == ")":
+            depth -= 1
+        if ch == "," and depth == 0:
+            parts.append("".join(current).strip())
+            current = []
+        else:
+            current.append(ch)
+    parts.append("".join(current).strip())
+    return [p for p in parts if p]
+
+
+def _check_key(key: str, selector: str) -> str:
+    if not _KEY_RE.match(key):
+        raise ApiError(400, f"unable to parse requirement: invalid label key {key!r} in selector {selector!r}")
+    return key
+
+
+def _label_term(term: str, selector: str) -> Predicate:
+    m = _SET_RE.match(term)
+    if m:
+        key = _check_key(m.group(1), selector)
+        values = frozenset(v.strip() for v in m.group(3).split(",") if v.strip())
+        if m.group(2) == "in":
+            return lambda o: _labels(o).get(key) in values
+        return lambda o: _labels(o).get(key) not in values
+    if term.startswith("!"):
+        key = _check_key(term[1:].strip(), selector)
+        return lambda o: key not in _labels(o)
+    for op in ("!=", "==", "="):
+        if op in term:
+            key, _, value = term.partition(op)
+            key = _check_key(key.strip(), selector)
+            value = value.strip()
+            if op == "!=":
+                return lambda o: _labels(o).get(key) != value
+            return lambda o: _labels(o).get(key) == value
+    key = _check_key(term, selector)
+    return lambda o: key in _labels(o)
+
+
+def _labels(obj: Mapping[str, Any]) -> Mapping[str, str]:
+    labels: Mapping[str, str] | None = obj.get("metadata", {}).get("labels")
+    return labels or {}
+
+
+def field_value(obj: Mapping[str, Any], path: str) -> str:
+    node: Any = obj
+    for part in path.split("."):
+        if not isinstance(node, Mapping) or part not in node:
+            return ""
+        node = node[part]
+    if node is None:
+        return ""
+    if isinstance(node, bool):
+        return "true" if node else "false"
+    return str(node)
+
+
+def _field_term(term: str, allowed: tuple[str, ...], selector: str) -> Predicate:
+    for op in ("!=", "==", "="):
+        if op in term:
+            path, _, value = term.partition(op)
+            path = path.strip()
+            value = value.strip()
+            break
+    else:
+        raise ApiError(400, f"invalid selector: {selector!r}; can't understand {term!r}")
+    if path not in allowed:
+        raise ApiError(400, f'field label not supported: "{path}"')
+    if op == "!=":
+        return lambda o: field_value(o, path) != value
+    return lambda o: field_value(o, path) == value
+
+
+@dataclass(frozen=True)
+class Selector:
+    """All terms of a label selector and a field selector; `matches` is true when every term holds."""
+
+    terms: tuple[Predicate, ...] = ()
+
+    @property
+    def empty(self) -> bool:
+        return not self.terms
+
+    def matches(self, obj: Mapping[str, Any]) -> bool:
+        return all(t(obj) for t in self.terms)
+
+
+def parse(label_selector: str | None, field_selector: str | None, field_labels: tuple[str, ...]) -> Selector:
+    terms: list[Predicate] = []
+    if label_selector:
+        terms.extend(_label_term(t, label_selector) for t in _split_top_level(label_selector))
+    if field_selector:
+        terms.extend(_field_term(t, field_labels, field_selector) for t in _split_top_level(field_selector))
+    return Selector(tuple(terms))

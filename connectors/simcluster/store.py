@@ -1,0 +1,328 @@
+"""The object store of the simulated apiserver: objects by kind, one global resourceVersion, a bounded
+history of changes (the "etcd window" a watch can resume from), and push fan-out to watchers.
+
+Objects are plain dicts treated as immutable once stored: every write stores a fresh dict, so lists,
+watch events and snapshots can share references safely. Everything here is synchronous; the HTTP layer
+awaits only on sockets. Kind-specific rules (defaults, immutable fields) live in `rules.py`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections import deque
+from collections.abc import Callable, Iterable
+from datetime import UTC, datetime
+from typing import Any
+
+import orjson
+
+from connectors.simcluster import rules
+from connectors.simcluster.errors import ApiError, already_exists, conflict, not_found
+from connectors.simcluster.resources import ResourceType, by_key
+from connectors.simcluster.selectors import Selector
+
+Obj = dict[str, Any]
+Listener = Callable[["Change"], None]
+
+ADDED, MODIFIED, DELETED, BOOKMARK, ERROR = "ADDED", "MODIFIED", "DELETED", "BOOKMARK", "ERROR"
+
+
+def clone(obj: Obj) -> Obj:
+    result: Obj = orjson.loads(orjson.dumps(obj))
+    return result
+
+
+def rfc3339(moment: datetime) -> str:
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _ns_name(obj: Obj) -> tuple[str, str]:
+    meta = obj.get("metadata") or {}
+    return meta.get("namespace") or "", meta.get("name") or ""
+
+
+class Change:
+    """One committed write: the new object (for DELETED, its last state) and the one it replaced."""
+
+    __slots__ = ("_lines", "obj", "old", "resource", "rv", "type")
+
+    def __init__(self, rv: int, type_: str, resource: ResourceType, obj: Obj, old: Obj | None) -> None:
+        self.rv = rv
+        self.type = type_
+        self.resource = resource
+        self.obj = obj
+        self.old = old
+        self._lines: dict[str, bytes] = {}
+
+    def line(self, type_: str | None = None) -> bytes:
+        """The NDJSON watch line, serialized once per event type and shared by all watchers."""
+        t = type_ or self.type
+        cached = self._lines.get(t)
+        if cached is None:
+            cached = orjson.dumps({"type": t, "object": self.obj}) + b"\n"
+            self._lines[t] = cached
+        return cached
+
+
+class Watcher:
+    """A watch stream's inbox: the store appends matching changes, the HTTP side drains them in batches."""
+
+    def __init__(self, resource: ResourceType, namespace: str | None, selector: Selector) -> None:
+        self.resource = resource
+        self.namespace = namespace
+        self.selector = selector
+        self.pending: deque[Change] = deque()
+        self.ready = asyncio.Event()
+
+    def push(self, change: Change) -> None:
+        self.pending.append(change)
+        self.ready.set()
+
+    def render(self, change: Change) -> bytes | None:
+        """The line this watcher sends for a change, or None; objects moving across the selector become
+        ADDED/DELETED, as the apiserver does for filtered watches."""
+        if self.namespace is not None and _ns_name(change.obj)[0] != self.namespace:
+            return None
+        if self.selector.empty:
+            return change.line()
+        now = self.selector.matches(change.obj)
+        if change.type != MODIFIED:
+            return change.line() if now else None
+        before = change.old is not None and self.selector.matches(change.old)
+        if now and before:
+            return change.line()
+        if now:
+            return change.line(ADDED)
+        if before:
+            return change.line(DELETED)
+        return None
+
+    def drain(self) -> list[Change]:
+        items = list(self.pending)
+        self.pending.clear()
+        self.ready.clear()
+        return items
+
+
+class Store:
+    def __init__(self, *, history_limit: int = 100_000, clock: Callable[[], datetime] | None = None) -> None:
+        self._rv = 0
+        self._objects: dict[str, dict[tuple[str, str], Obj]] = {}
+        self._history: deque[Change] = deque()
+        self._history_limit = history_limit
+        self._compacted_rv = 0
+        self._watchers: dict[str, set[Watcher]] = {}
+        self._listeners: list[Listener] = []
+        self._clock = clock or (lambda: datetime.now(UTC))
+
+    # -- bookkeeping -----------------------------------------------------------------------------------
+    @property
+    def resource_version(self) -> int:
+        return self._rv
+
+    @property
+    def compacted_rv(self) -> int:
+        """Watches must start at or after this version; older ones get 410 Expired."""
+        return self._compacted_rv
+
+    def now(self) -> datetime:
+        return self._clock()
+
+    def add_listener(self, listener: Listener) -> None:
+        self._listeners.append(listener)
+
+    def compact(self) -> None:
+        """Forget the whole change history, as an etcd compaction would."""
+        self._history.clear()
+        self._compacted_rv = self._rv
+
+    def _commit(self, type_: str, rt: ResourceType, obj: Obj, old: Obj | None) -> Change:
+        self._rv += 1
+        obj["metadata"]["resourceVersion"] = str(self._rv)
+        bucket = self._objects.setdefault(rt.key, {})
+        if type_ == DELETED:
+            bucket.pop(_ns_name(obj), None)
+        else:
+            bucket[_ns_name(obj)] = obj
+        change = Change(self._rv, type_, rt, obj, old)
+        if self._history_limit > 0:
+            self._history.append(change)
+            while len(self._history) > self._history_limit:
+                self._compacted_rv = self._history.popleft().rv
+        else:
+            self._compacted_rv = self._rv
+        for watcher in self._watchers.get(rt.key, ()):
+            watcher.push(change)
+        for listener in self._listeners:
+            listener(change)
+        return change
+
+    # -- reads -----------------------------------------------------------------------------------------
+    def get(self, rt: ResourceType, namespace: str, name: str) -> Obj:
+        obj = self._objects.get(rt.key, {}).get((namespace if rt.namespaced else "", name))
+        if obj is None:
+            raise not_found(rt.plural, name, rt.group)
+        return obj
+
+    def find(self, rt: ResourceType, namespace: str, name: str) -> Obj | None:
+        return self._objects.get(rt.key, {}).get((namespace if rt.namespaced else "", name))
+
+    def list(self, rt: ResourceType, namespace: str | None, selector: Selector) -> tuple[list[Obj], int]:
+        bucket = self._objects.get(rt.key, {})
+        items = [
+            bucket[k]
+            for k in sorted(bucket)
+            if (namespace is None or k[0] == namespace) and (selector.empty or selector.matches(bucket[k]))
+        ]
+        return items, self._rv
+
+    def count(self, rt: ResourceType) -> int:
+        return len(self._objects.get(rt.key, {}))
+
+    def objects(self, rt: ResourceType) -> Iterable[Obj]:
+        return list(self._objects.get(rt.key, {}).values())
+
+    # -- watches ---------------------------------------------------------------------------------------
+    def watch(
+        self, rt: ResourceType, namespace: str | None, selector: Selector, since: int | None
+    ) -> Watcher:
+        """Register a watcher. `since=None` replays the current objects as ADDED (like resourceVersion ""
+        or "0"); otherwise every change after `since`, or 410 if that part of the history is gone."""
+        watcher = Watcher(rt, namespace, selector)
+        if since is None:
+            items, _ = self.list(rt, namespace, selector)
+            for obj in items:
+                watcher.push(Change(int(obj["metadata"]["resourceVersion"]), ADDED, rt, obj, None))
+        else:
+            if since < self._compacted_rv:
+                raise ApiError(
+                    410, f"too old resource version: {since} ({self._compacted_rv})", reason="Expired"
+                )
+            for change in self._history:
+                if change.rv > since and change.resource.key == rt.key:
+                    watcher.push(change)
+        self._watchers.setdefault(rt.key, set()).add(watcher)
+        return watcher
+
+    def unwatch(self, watcher: Watcher) -> None:
+        self._watchers.get(watcher.resource.key, set()).discard(watcher)
+
+    def wake_watchers(self) -> None:
+        for watchers in self._watchers.values():
+            for watcher in watchers:
+                watcher.ready.set()
+
+    def watcher_count(self) -> int:
+        return sum(len(ws) for ws in self._watchers.values())
+
+    # -- writes ----------------------------------------------------------------------------------------
+    def create(self, rt: ResourceType, obj: Obj, *, keep_metadata: bool = False) -> Obj:
+        """Store a new object; assigns uid, creationTimestamp and resourceVersion (a scenario load may keep
+        its own uid and creationTimestamp)."""
+        obj = clone(obj)
+        obj["apiVersion"] = rt.api_version
+        obj["kind"] = rt.kind
+        meta = obj.setdefault("metadata", {})
+        if not meta.get("name"):
+            if meta.get("generateName"):
+                meta["name"] = meta["generateName"] + uuid.uuid4().hex[:5]
+            else:
+                raise ApiError(422, f"{rt.kind}.{rt.api_version} is invalid: metadata.name: Required value")
+        if rt.namespaced:
+            meta["namespace"] = meta.get("namespace") or "default"
+            self._ensure_namespace(meta["namespace"])
+        else:
+            meta.pop("namespace", None)
+        if self.find(rt, meta.get("namespace", ""), meta["name"]) is not None:
+            raise already_exists(rt.plural, meta["name"], rt.group)
+        if not (keep_metadata and meta.get("uid")):
+            meta["uid"] = str(uuid.uuid4())
+        if not (keep_metadata and meta.get("creationTimestamp")):
+            meta["creationTimestamp"] = rfc3339(self.now())
+        meta.pop("deletionTimestamp", None)
+        meta.setdefault("generation", 1)
+        rules.prepare_create(rt, obj, loaded=keep_metadata)
+        self._commit(ADDED, rt, obj, None)
+        return obj
+
+    def _ensure_namespace(self, namespace: str) -> None:
+        ns_type = by_key("namespaces")
+        if self.find(ns_type, "", namespace) is None:
+            self.create(ns_type, {"metadata": {"name": namespace}})
+
+    def replace(
+        self, rt: ResourceType, namespace: str, name: str, new: Obj, *, subresource: str = ""
+    ) -> Obj:
+        """PUT semantics: optimistic concurrency on metadata.resourceVersion, identity fields kept,
+        status and spec split by the `/status` subresource."""
+        old = self.get(rt, namespace, name)
+        new = clone(new)
+        meta = new.setdefault("metadata", {})
+        if meta.get("name", name) != name:
+            raise ApiError(
+                400, f'the name of the object ({meta.get("name")}) does not match the name on the URL ({name})'
+            )
+        expected = meta.get("resourceVersion")
+        if expected and expected != old["metadata"]["resourceVersion"]:
+            raise conflict(rt.plural, name, "the object has been modified; please apply your changes to the latest "
+                           "version and try again", rt.group)
+        return self._write(rt, old, new, subresource)
+
+    def mutate(
+        self, rt: ResourceType, namespace: str, name: str, change: Callable[[Obj], Obj], *, subresource: str = ""
+    ) -> Obj:
+        """Read-modify-write with the same rules as `replace` (used by patches, kubelets and bindings)."""
+        old = self.get(rt, namespace, name)
+        new = change(clone(old))
+        meta = new.setdefault("metadata", {})
+        if meta.get("name", name) != name:
+            raise ApiError(422, "metadata.name is immutable")
+        if meta.get("resourceVersion", old["metadata"]["resourceVersion"]) != old["metadata"]["resourceVersion"]:
+            raise conflict(rt.plural, name, "the object has been modified; please apply your changes to the latest "
+                           "version and try again", rt.group)
+        return self._write(rt, old, new, subresource)
+
+    def _write(self, rt: ResourceType, old: Obj, new: Obj, subresource: str) -> Obj:
+        new["apiVersion"] = rt.api_version
+        new["kind"] = rt.kind
+        meta = new.setdefault("metadata", {})
+        old_meta = old["metadata"]
+        meta["name"] = old_meta["name"]
+        if rt.namespaced:
+            meta["namespace"] = old_meta["namespace"]
+        for key in ("uid", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds"):
+            if key in old_meta:
+                meta[key] = old_meta[key]
+            else:
+                meta.pop(key, None)
+        meta.setdefault("generation", old_meta.get("generation", 1))
+        meta["resourceVersion"] = old_meta["resourceVersion"]
+        new = rules.prepare_update(rt, old, new, subresource)
+        if new == old:
+            return old
+        self._commit(MODIFIED, rt, new, old)
+        return new
+
+    def delete(self, rt: ResourceType, namespace: str, name: str, *, grace_seconds: float = 0.0,
+               preconditions: dict[str, Any] | None = None) -> Obj:
+        """Delete now, or (for a pod on a node, grace > 0) mark it with deletionTimestamp and let its
+        kubelet finish the deletion."""
+        old = self.get(rt, namespace, name)
+        if preconditions:
+            for field in ("uid", "resourceVersion"):
+                want = preconditions.get(field)
+                if want and want != old["metadata"].get(field):
+                    raise conflict(rt.plural, name, f"Precondition failed: {field} in precondition: {want}, "
+                                   f"{field} in object meta: {old['metadata'].get(field)}", rt.group)
+        if grace_seconds > 0 and rules.graceful(rt, old):
+            if old["metadata"].get("deletionTimestamp"):
+                return old
+            new = clone(old)
+            new["metadata"]["deletionTimestamp"] = rfc3339(self.now())
+            new["metadata"]["deletionGracePeriodSeconds"] = int(grace_seconds)
+            self._commit(MODIFIED, rt, new, old)
+            return new
+        final = clone(old)
+        self._commit(DELETED, rt, final, old)
+        return final

@@ -1,0 +1,215 @@
+"""Read a recorded log back, per node pool and in offset order: from the Parquet history or from the broker.
+
+A pool's log is the cluster-events of its partition (its own events and the cluster-scoped ``pool="*"``
+ones, with their offsets) plus its records on the decisions topic (decisions, ``ConfigRecorded``,
+``FairShareRecorded``) in topic order. Rows typed ``Malformed`` are counted and skipped.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import polars as pl
+from pydantic import TypeAdapter, ValidationError
+
+from kai_stream.core.events import (
+    ALL_POOLS,
+    CLUSTER_EVENT,
+    DECISIONS_RECORD,
+    ClusterEvent,
+    ConfigRecorded,
+    Decision,
+    DecisionsRecord,
+    FairShareRecorded,
+)
+from kai_stream.history.schema import HISTORY_SCHEMA
+from kai_stream.kafka import partition_for, read_topic
+from kai_stream.settings import KafkaSettings
+from kai_stream.topics import TopicNames
+
+__all__ = [
+    "ALL_TOPICS",
+    "BIND_RESULTS_TOPIC",
+    "CLUSTER_EVENTS_TOPIC",
+    "DEAD_LETTER_TOPIC",
+    "DECISIONS_TOPIC",
+    "History",
+    "PoolLog",
+    "build_history",
+    "decode_cluster_events",
+    "decode_decisions_records",
+    "read_broker",
+    "read_history",
+]
+
+CLUSTER_EVENTS_TOPIC = "cluster-events"
+DECISIONS_TOPIC = "decisions"
+BIND_RESULTS_TOPIC = "bind-results"
+DEAD_LETTER_TOPIC = "dead-letter"
+ALL_TOPICS: tuple[str, ...] = (CLUSTER_EVENTS_TOPIC, DECISIONS_TOPIC, BIND_RESULTS_TOPIC, DEAD_LETTER_TOPIC)
+
+_EVENTS_LIST: TypeAdapter[list[ClusterEvent]] = TypeAdapter(list[ClusterEvent])
+_RECORDS_LIST: TypeAdapter[list[DecisionsRecord]] = TypeAdapter(list[DecisionsRecord])
+
+Raw = str | bytes
+RawRecord = tuple[int, int, Raw]
+
+
+@dataclass
+class PoolLog:
+    """One pool's recorded log: observed events (with offsets) and what the scheduler published."""
+
+    pool: str
+    partition: int | None = None
+    events: list[ClusterEvent] = field(default_factory=list)
+    offsets: list[int] = field(default_factory=list)
+    decisions: list[Decision] = field(default_factory=list)
+    decision_offsets: list[int] = field(default_factory=list)
+    configs: list[ConfigRecorded] = field(default_factory=list)
+    fair_shares: list[FairShareRecorded] = field(default_factory=list)
+
+
+@dataclass
+class History:
+    pools: dict[str, PoolLog]
+    source: str
+    malformed: int = 0
+
+    @property
+    def events(self) -> int:
+        return sum(len(log.events) for log in self.pools.values())
+
+    @property
+    def decisions(self) -> int:
+        return sum(len(log.decisions) for log in self.pools.values())
+
+
+def _joined(values: Sequence[Raw]) -> bytes:
+    return b"[" + b",".join(v.encode() if isinstance(v, str) else v for v in values) + b"]"
+
+
+def decode_cluster_events(values: Sequence[Raw]) -> tuple[list[ClusterEvent | None], int]:
+    """Decode many cluster-events values at once (one parser call); None marks a malformed one."""
+    try:
+        return list(_EVENTS_LIST.validate_json(_joined(values))), 0
+    except ValidationError:
+        pass
+    out: list[ClusterEvent | None] = []
+    for value in values:
+        try:
+            out.append(CLUSTER_EVENT.validate_json(value))
+        except ValidationError:
+            out.append(None)
+    return out, sum(1 for e in out if e is None)
+
+
+def decode_decisions_records(values: Sequence[Raw]) -> tuple[list[DecisionsRecord | None], int]:
+    """Decode many decisions-topic values at once; None marks a malformed one."""
+    try:
+        return list(_RECORDS_LIST.validate_json(_joined(values))), 0
+    except ValidationError:
+        pass
+    out: list[DecisionsRecord | None] = []
+    for value in values:
+        try:
+            out.append(DECISIONS_RECORD.validate_json(value))
+        except ValidationError:
+            out.append(None)
+    return out, sum(1 for r in out if r is None)
+
+
+def build_history(events: Iterable[RawRecord], records: Iterable[RawRecord], source: str) -> History:
+    """Group raw (partition, offset, value) records of cluster-events and decisions into pool logs."""
+    ev_sorted = sorted(events, key=lambda r: (r[0], r[1]))
+    rec_sorted = sorted(records, key=lambda r: (r[0], r[1]))
+    decoded_events, bad_events = decode_cluster_events([r[2] for r in ev_sorted])
+    decoded_records, bad_records = decode_decisions_records([r[2] for r in rec_sorted])
+
+    by_partition: dict[int, list[tuple[int, ClusterEvent]]] = defaultdict(list)
+    pool_partitions: dict[str, Counter[int]] = defaultdict(Counter)
+    for (partition, offset, _), event in zip(ev_sorted, decoded_events, strict=True):
+        if event is None:
+            continue
+        by_partition[partition].append((offset, event))
+        if event.pool != ALL_POOLS:
+            pool_partitions[event.pool][partition] += 1
+
+    pools: dict[str, PoolLog] = {}
+    for (_, offset, _), record in zip(rec_sorted, decoded_records, strict=True):
+        if record is None:
+            continue
+        log = pools.setdefault(record.pool, PoolLog(record.pool))
+        if isinstance(record, ConfigRecorded):
+            log.configs.append(record)
+        elif isinstance(record, FairShareRecorded):
+            log.fair_shares.append(record)
+        else:
+            log.decisions.append(record)
+            log.decision_offsets.append(offset)
+    for pool in pool_partitions:
+        pools.setdefault(pool, PoolLog(pool))
+
+    partitions = len(by_partition) and max(by_partition) + 1
+    for pool in sorted(pools):
+        log = pools[pool]
+        counts = pool_partitions.get(pool)
+        if counts:
+            log.partition = min(counts, key=lambda p: (-counts[p], p))
+        elif partitions:
+            log.partition = partition_for(pool, partitions)
+        for offset, event in by_partition.get(log.partition, []) if log.partition is not None else []:
+            if event.pool == pool or event.pool == ALL_POOLS:
+                log.events.append(event)
+                log.offsets.append(offset)
+    return History(pools=dict(sorted(pools.items())), source=source, malformed=bad_events + bad_records)
+
+
+def _frame_records(frame: pl.DataFrame) -> list[RawRecord]:
+    return list(zip(frame["partition"].to_list(), frame["offset"].to_list(), frame["value"].to_list(), strict=True))
+
+
+def read_history(directory: str | Path) -> History:
+    """Load cluster-events and decisions from the Parquet history under ``directory``."""
+    root = Path(directory)
+    frames: dict[str, pl.DataFrame] = {}
+    malformed = 0
+    for topic in (CLUSTER_EVENTS_TOPIC, DECISIONS_TOPIC):
+        files = sorted((root / topic).glob("**/*.parquet")) if (root / topic).is_dir() else []
+        if not files:
+            frames[topic] = pl.DataFrame(schema=HISTORY_SCHEMA)
+            continue
+        frame = (
+            pl.scan_parquet([str(f) for f in files], schema=HISTORY_SCHEMA, missing_columns="insert")
+            .select("partition", "offset", "type", "value")
+            .collect()
+            .unique(subset=["partition", "offset"], keep="first", maintain_order=True)
+        )
+        malformed += frame.filter(pl.col("type") == "Malformed").height
+        frames[topic] = frame.filter(pl.col("type") != "Malformed")
+    if not any(frame.height for frame in frames.values()):
+        raise FileNotFoundError(f"no history segments for {CLUSTER_EVENTS_TOPIC!r} or {DECISIONS_TOPIC!r} under {root}")
+    history = build_history(
+        _frame_records(frames[CLUSTER_EVENTS_TOPIC]), _frame_records(frames[DECISIONS_TOPIC]), str(root)
+    )
+    history.malformed += malformed
+    return history
+
+
+async def read_broker(
+    settings: KafkaSettings, names: TopicNames | None = None, *, timeout_s: float = 60.0
+) -> History:
+    """Load cluster-events and decisions from the broker, every partition up to its high-watermark."""
+    topics = names or TopicNames()
+    events = await read_topic(settings, topics.cluster_events, timeout_s=timeout_s)
+    try:
+        records = await read_topic(settings, topics.decisions, timeout_s=timeout_s)
+    except LookupError:
+        records = []
+    return build_history(
+        [(r.partition, r.offset, r.value or b"") for r in events],
+        [(r.partition, r.offset, r.value or b"") for r in records],
+        settings.bootstrap_servers,
+    )

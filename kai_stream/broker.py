@@ -35,6 +35,7 @@ BUCKET = "tansu"
 DEFAULT_DATA_DIR = Path(".kai-stream")
 _STOP_GRACE_S = 5.0
 _TAIL_CHARS = 2000
+_READY_LINE = "ready in "
 
 
 class BrokerStartError(RuntimeError):
@@ -72,6 +73,16 @@ def free_port(host: str = "127.0.0.1") -> int:
         sock.bind((host, 0))
         port: int = sock.getsockname()[1]
         return port
+
+
+def port_free(host: str, port: int) -> bool:
+    """True when nothing listens on host:port (bind succeeds)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+        return True
 
 
 def _metadata_request(correlation_id: int) -> bytes:
@@ -239,6 +250,7 @@ class EmbeddedBroker:
         )
 
     def _start_rclone(self) -> dict[str, str]:
+        assert self._logdir is not None
         store = (self.data_dir / "s3").resolve()
         (store / BUCKET).mkdir(parents=True, exist_ok=True)
         port = free_port(self.host)
@@ -258,7 +270,8 @@ class EmbeddedBroker:
             "NOTICE",
         ]
         self._rclone = self._spawn("rclone", argv)
-        self._wait("rclone", self._rclone, lambda: _port_open(self.host, port))
+        log = Path(self._logdir.name) / "rclone.log"
+        self._wait("rclone", self._rclone, lambda: "Starting s3 server" in _tail(log) and _port_open(self.host, port))
         return {
             "AWS_ACCESS_KEY_ID": access_key,
             "AWS_SECRET_ACCESS_KEY": secret_key,
@@ -267,7 +280,15 @@ class EmbeddedBroker:
             "AWS_ALLOW_HTTP": "true",
         }
 
+    def _tansu_ready(self, log: Path, port: int) -> bool:
+        """Ready once Tansu logged that it is ready (it does not exit on a bind error) and answers."""
+        text = _tail(log)
+        if "panicked" in text or "AddrInUse" in text:
+            raise BrokerStartError(f"tansu failed to listen on {self.host}:{port}:\n{text}")
+        return _READY_LINE in text and answers_metadata(self.host, port)
+
     def _start_tansu(self, storage: str, env: dict[str, str]) -> None:
+        assert self._logdir is not None
         attempts = 1 if self.requested_port is not None else 3
         for attempt in range(attempts):
             port = self.requested_port if self.requested_port is not None else free_port(self.host)
@@ -284,9 +305,14 @@ class EmbeddedBroker:
                 "--storage-engine",
                 storage,
             ]
+            if not port_free(self.host, port):
+                if attempt + 1 == attempts:
+                    raise BrokerStartError(f"port {self.host}:{port} is already in use")
+                continue
             self._broker = self._spawn("tansu", argv, env)
+            log = Path(self._logdir.name) / "tansu.log"
             try:
-                self._wait("tansu", self._broker, functools.partial(answers_metadata, self.host, port))
+                self._wait("tansu", self._broker, functools.partial(self._tansu_ready, log, port))
             except BrokerStartError:
                 _stop_process(self._broker)
                 if attempt + 1 == attempts:

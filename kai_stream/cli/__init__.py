@@ -12,6 +12,7 @@ def _register() -> None:
     from kai_stream.cli import simulate  # noqa: F401
     from kai_stream.cli import broker, topics  # noqa: F401
     from kai_stream.cli import cluster  # noqa: F401
+    from kai_stream.cli import gpu_agent  # noqa: F401
 
 
 def main() -> None:

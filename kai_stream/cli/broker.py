@@ -1,0 +1,53 @@
+"""`kai-stream broker`: run the embedded Tansu broker in the foreground until Ctrl-C."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import threading
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from kai_stream.broker import DEFAULT_DATA_DIR, BrokerStartError, EmbeddedBroker
+from kai_stream.cli import app
+from kai_stream.settings import KafkaSettings
+from kai_stream.topics import create_topics
+
+
+@app.command()
+def broker(
+    memory: Annotated[bool, typer.Option("--memory", help="volatile in-memory storage (default: durable s3)")] = False,
+    port: Annotated[int | None, typer.Option(help="listen port on 127.0.0.1 (default: a free one)")] = None,
+    data_dir: Annotated[Path, typer.Option(help="durable data directory")] = DEFAULT_DATA_DIR,
+    topics: Annotated[bool, typer.Option(help="create the kai-stream topics once the broker is up")] = True,
+) -> None:
+    """Run the embedded Kafka-compatible broker until interrupted."""
+    console = Console(stderr=True)
+    embedded = EmbeddedBroker(memory=memory, port=port, data_dir=data_dir)
+    try:
+        bootstrap = embedded.start()
+    except BrokerStartError as exc:
+        console.print(f"[red]broker failed to start:[/red] {exc}")
+        raise typer.Exit(1) from exc
+    stop = threading.Event()
+    previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    try:
+        storage = "memory" if memory else f"durable ({data_dir.resolve()})"
+        console.print(f"broker ready: [bold]{bootstrap}[/bold] storage={storage}")
+        if topics:
+            created = asyncio.run(create_topics(KafkaSettings(bootstrap_servers=bootstrap)))
+            console.print(f"topics created: {', '.join(created) or 'none (all existed)'}")
+        console.print(f"export KAI_STREAM_KAFKA_BOOTSTRAP_SERVERS={bootstrap}   (Ctrl-C to stop)")
+        while not stop.wait(0.5):
+            if not embedded.running:
+                console.print("[red]broker exited unexpectedly:[/red]\n" + embedded.output_tail())
+                raise typer.Exit(1)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        embedded.stop()
+        console.print("broker stopped")

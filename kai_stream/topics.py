@@ -1,0 +1,181 @@
+"""Topic specs (``topics/*.yaml``), the JSON Schemas generated from the event models, and topic creation.
+
+``python -m kai_stream.topics --write`` regenerates ``topics/schemas/``; ``--check`` exits 1 when the
+committed schemas differ from what the models generate. ``create_topics`` applies the specs to a broker
+(idempotent: topics that exist are left alone).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from aiokafka.admin import NewTopic
+from aiokafka.errors import TopicAlreadyExistsError
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+
+from kai_stream.kafka import make_admin
+from kai_stream.settings import KafkaSettings
+
+TOPICS_DIR = Path(os.environ.get("KAI_STREAM_TOPICS_DIR", Path(__file__).resolve().parent.parent / "topics"))
+JSON_SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"
+
+
+class TopicSpec(BaseModel):
+    """One topic: its name, what keys it, how it is partitioned and retained, and its schema."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
+
+    name: str
+    key: str
+    partitions: int = Field(ge=1)
+    retention_ms: int = Field(ge=-1)
+    schema_file: str = Field(alias="schema")
+    model: str
+
+    def model_type(self) -> Any:
+        """The pydantic type (model or annotated union) named by ``model`` (``module:attribute``)."""
+        module_name, _, attr = self.model.partition(":")
+        if not attr:
+            raise ValueError(f"topic {self.name}: model must be 'module:attribute', got {self.model!r}")
+        return getattr(importlib.import_module(module_name), attr)
+
+    def json_schema(self) -> dict[str, Any]:
+        schema = TypeAdapter(self.model_type()).json_schema(mode="serialization")
+        return {"$schema": JSON_SCHEMA_DIALECT, "title": self.name, **schema}
+
+    def configs(self) -> dict[str, str]:
+        return {"retention.ms": str(self.retention_ms)}
+
+
+@dataclass(frozen=True)
+class TopicNames:
+    """The actual topic names a deployment uses (a prefix isolates tests or tenants on one broker)."""
+
+    cluster_events: str = "cluster-events"
+    decisions: str = "decisions"
+    bind_results: str = "bind-results"
+    dead_letter: str = "dead-letter"
+
+    @classmethod
+    def with_prefix(cls, prefix: str) -> TopicNames:
+        base = cls()
+        return cls(
+            cluster_events=prefix + base.cluster_events,
+            decisions=prefix + base.decisions,
+            bind_results=prefix + base.bind_results,
+            dead_letter=prefix + base.dead_letter,
+        )
+
+    def resolve(self, spec_name: str) -> str:
+        return {
+            "cluster-events": self.cluster_events,
+            "decisions": self.decisions,
+            "bind-results": self.bind_results,
+            "dead-letter": self.dead_letter,
+        }.get(spec_name, spec_name)
+
+
+def load_specs(directory: Path = TOPICS_DIR) -> list[TopicSpec]:
+    """Every ``*.yaml`` spec in ``directory``, sorted by topic name; errors name the file and field."""
+    specs: list[TopicSpec] = []
+    for path in sorted(directory.glob("*.yaml")):
+        data = yaml.safe_load(path.read_text())
+        try:
+            specs.append(TopicSpec.model_validate(data))
+        except ValueError as exc:
+            raise ValueError(f"{path}: {exc}") from exc
+    if not specs:
+        raise FileNotFoundError(f"no topic specs (*.yaml) in {directory}")
+    return sorted(specs, key=lambda spec: spec.name)
+
+
+def render_schema(spec: TopicSpec) -> str:
+    return json.dumps(spec.json_schema(), indent=2, sort_keys=True) + "\n"
+
+
+def generate_schemas(directory: Path = TOPICS_DIR) -> dict[Path, str]:
+    """The schema file each spec names, mapped to the text the models generate now."""
+    return {directory / spec.schema_file: render_schema(spec) for spec in load_specs(directory)}
+
+
+def drifted_schemas(directory: Path = TOPICS_DIR) -> list[Path]:
+    """Schema files that are missing or differ from what the models generate."""
+    return [
+        path
+        for path, text in generate_schemas(directory).items()
+        if not path.is_file() or path.read_text() != text
+    ]
+
+
+def write_schemas(directory: Path = TOPICS_DIR) -> list[Path]:
+    """Rewrite the schema files that drifted; return them."""
+    changed = drifted_schemas(directory)
+    generated = generate_schemas(directory)
+    for path in changed:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(generated[path])
+    return changed
+
+
+async def create_topics(
+    settings: KafkaSettings,
+    specs: list[TopicSpec] | None = None,
+    *,
+    names: TopicNames = TopicNames(),
+    replication_factor: int = 1,
+) -> list[str]:
+    """Create the topics that do not exist yet; return the names created (existing topics are fine)."""
+    specs = load_specs() if specs is None else specs
+    admin = make_admin(settings)
+    await admin.start()
+    try:
+        existing = set(await admin.list_topics())
+        missing = [
+            NewTopic(
+                name=names.resolve(spec.name),
+                num_partitions=spec.partitions,
+                replication_factor=replication_factor,
+                topic_configs=spec.configs(),
+            )
+            for spec in specs
+            if names.resolve(spec.name) not in existing
+        ]
+        created: list[str] = []
+        for topic in missing:
+            try:
+                await admin.create_topics([topic])
+            except TopicAlreadyExistsError:
+                continue
+            created.append(topic.name)
+        return created
+    finally:
+        await admin.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m kai_stream.topics", description=__doc__)
+    mode = parser.add_mutually_exclusive_group(required=True)
+    mode.add_argument("--write", action="store_true", help="regenerate the JSON Schemas from the models")
+    mode.add_argument("--check", action="store_true", help="exit 1 if the committed schemas drifted")
+    parser.add_argument("--dir", type=Path, default=TOPICS_DIR, help="the topics/ directory")
+    args = parser.parse_args(argv)
+    if args.write:
+        for path in write_schemas(args.dir):
+            print(f"wrote {path}")
+        return 0
+    drifted = drifted_schemas(args.dir)
+    for path in drifted:
+        print(f"drifted: {path} (run: python -m kai_stream.topics --write)", file=sys.stderr)
+    return 1 if drifted else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

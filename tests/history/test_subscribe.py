@@ -1,0 +1,74 @@
+"""Decision subscriptions on the real broker: client-side filters, own consumer group, start at the end."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+from kai_stream.core.events import BindRequested, Decision, EvictionRequested, PodPending, dumps, stable_id
+from kai_stream.kafka import make_producer, send_keyed
+from kai_stream.settings import KafkaSettings
+from kai_stream.subscribe import subscribe
+from kai_stream.topics import TopicNames
+
+
+def _decision(i: int, queue: str, namespace: str, kind: str) -> Decision:
+    common = dict(
+        decision_id=stable_id("default", str(i), f"u{i}", kind),
+        ts=float(i),
+        input_offset=i,
+        config_hash="c",
+        code_version="t",
+        action="allocate",
+        namespace=namespace,
+        name=f"p{i}",
+        uid=f"u{i}",
+        job=f"{namespace}/p{i}",
+        queue=queue,
+    )
+    if kind == "bind":
+        return BindRequested(node="n1", **common)  # type: ignore[arg-type]
+    if kind == "evict":
+        return EvictionRequested(**{**common, "action": "reclaim"})  # type: ignore[arg-type]
+    return PodPending(code="NoNodeFits", **common)  # type: ignore[arg-type]
+
+
+async def _publish(settings: KafkaSettings, topic: str, decisions: list[Decision]) -> None:
+    producer = make_producer(settings)
+    await producer.start()
+    try:
+        for d in decisions:
+            await (await send_keyed(producer, topic, d.pool, dumps(d)))
+    finally:
+        await producer.stop()
+
+
+async def _take(it: AsyncIterator[Decision], n: int) -> list[Decision]:
+    out: list[Decision] = []
+    async for d in it:
+        out.append(d)
+        if len(out) == n:
+            break
+    return out
+
+
+async def test_subscribe_filters_and_starts_at_the_end(kafka_settings: KafkaSettings, topics: TopicNames) -> None:
+    kinds = ["bind", "evict", "pending"]
+    first = [_decision(i, f"q{i % 2}", f"ns{i % 3}", kinds[i % 3]) for i in range(12)]
+    await _publish(kafka_settings, topics.decisions, first)
+
+    wanted = [d for d in first if d.queue == "q0" and isinstance(d, BindRequested)]
+    assert wanted
+    sub = subscribe(kafka_settings, queue="q0", kind="bind", from_beginning=True, names=topics, poll_ms=50)
+    got = await asyncio.wait_for(_take(sub, len(wanted)), 20)
+    await sub.aclose()  # type: ignore[attr-defined]
+    assert [d.decision_id for d in got] == [d.decision_id for d in wanted]
+
+    live = subscribe(kafka_settings, namespace="ns1", names=topics, poll_ms=50)
+    pending = asyncio.ensure_future(_take(live, 2))
+    await asyncio.sleep(1.5)  # the subscriber has joined and sits at the end; old ns1 decisions are not re-sent
+    later = [_decision(i, "q9", "ns1", kinds[i % 3]) for i in range(100, 102)]
+    await _publish(kafka_settings, topics.decisions, later)
+    got_live = await asyncio.wait_for(pending, 20)
+    await live.aclose()  # type: ignore[attr-defined]
+    assert [d.decision_id for d in got_live] == [d.decision_id for d in later]

@@ -1,0 +1,121 @@
+"""What the connector has published, per object: the basis for dedupe, removals and resume.
+
+The catalog maps an object key (kind, namespace, name) to the id of the last event published for it,
+its pool and uid. It is rebuilt on start from the cluster-events log itself, so a restarted connector
+re-lists, skips objects whose content-derived event id it already published, and emits removals for
+objects that disappeared while it was away (or during a watch gap that ended in 410).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from kai_stream.core.events import (
+    ALL_POOLS,
+    DEFAULT_POOL,
+    AnyEvent,
+    NodeObserved,
+    NodeRemoved,
+    ObservedBase,
+    ObservedEvent,
+    PodGroupObserved,
+    PodGroupRemoved,
+    PodObserved,
+    PodRemoved,
+    PriorityClassObserved,
+    QueueObserved,
+    QueueRemoved,
+    TopologyObserved,
+    stable_id,
+)
+
+ObjectKey = tuple[str, str, str]
+
+
+@dataclass(frozen=True)
+class Published:
+    event_id: str
+    pool: str
+    uid: str
+
+
+def event_key(event: AnyEvent) -> ObjectKey | None:
+    """The object an observed/removed event is about (None for Ticks, outcomes and decisions)."""
+    match event:
+        case NodeObserved(node=node):
+            return ("Node", "", node.name)
+        case NodeRemoved(name=name):
+            return ("Node", "", name)
+        case PodObserved(pod=pod):
+            return ("Pod", pod.namespace, pod.name)
+        case PodRemoved(namespace=namespace, name=name):
+            return ("Pod", namespace, name)
+        case QueueObserved(queue=queue):
+            return ("Queue", "", queue.name)
+        case QueueRemoved(name=name):
+            return ("Queue", "", name)
+        case PodGroupObserved(pod_group=group):
+            return ("PodGroup", group.namespace, group.name)
+        case PodGroupRemoved(namespace=namespace, name=name):
+            return ("PodGroup", namespace, name)
+        case PriorityClassObserved(priority_class=pc):
+            return ("PriorityClass", "", pc.name)
+        case TopologyObserved(topology=topology):
+            return ("Topology", "", topology.name)
+    return None
+
+
+def _uid(event: AnyEvent) -> str:
+    match event:
+        case NodeObserved(node=node):
+            return node.uid
+        case PodObserved(pod=pod):
+            return pod.uid
+        case QueueObserved(queue=queue):
+            return queue.uid
+        case PodGroupObserved(pod_group=group):
+            return group.uid
+    return ""
+
+
+def removal_event(key: ObjectKey, known: Published, *, ts: float, version: str) -> ObservedEvent | None:
+    """The event saying ``key`` is gone (None for kinds the schema has no removal for)."""
+    kind, namespace, name = key
+    event_id = stable_id("removed", kind, namespace, name, known.uid, version or known.event_id)
+    if kind == "Node":
+        return NodeRemoved(event_id=event_id, ts=ts, pool=known.pool, name=name)
+    if kind == "Pod":
+        return PodRemoved(event_id=event_id, ts=ts, pool=known.pool, namespace=namespace, name=name, uid=known.uid)
+    if kind == "Queue":
+        return QueueRemoved(event_id=event_id, ts=ts, pool=ALL_POOLS, name=name)
+    if kind == "PodGroup":
+        return PodGroupRemoved(event_id=event_id, ts=ts, pool=known.pool, namespace=namespace, name=name)
+    return None
+
+
+@dataclass
+class Catalog:
+    objects: dict[ObjectKey, Published] = field(default_factory=dict)
+    pools: set[str] = field(default_factory=set)
+
+    def record(self, event: AnyEvent) -> None:
+        """Note an event that is now in the log (published by us, or read back on start)."""
+        key = event_key(event)
+        if key is None or not isinstance(event, ObservedBase):
+            return
+        if isinstance(event, NodeRemoved | PodRemoved | QueueRemoved | PodGroupRemoved):
+            self.objects.pop(key, None)
+            return
+        self.objects[key] = Published(event.event_id, event.pool, _uid(event))
+        if event.pool != ALL_POOLS:
+            self.pools.add(event.pool)
+
+    def is_new(self, key: ObjectKey, event_id: str) -> bool:
+        known = self.objects.get(key)
+        return known is None or known.event_id != event_id
+
+    def keys_of(self, kind: str) -> list[ObjectKey]:
+        return sorted(key for key in self.objects if key[0] == kind)
+
+    def tick_pools(self) -> list[str]:
+        return sorted(self.pools) or [DEFAULT_POOL]

@@ -1,0 +1,256 @@
+"""`KubernetesConnector`: list + watch the cluster, publish observed events to cluster-events by pool.
+
+* One task per kind: list, then watch from the list's resourceVersion (bookmarks advance it); a 410
+  (or a broken watch) re-lists, and objects missing from the new list get removal events.
+* Conversion is ``manifests.object_to_events`` (the same one scenarios use); an object it rejects goes to
+  the dead-letter topic with the reason.
+* Routing: a pool's events go to ``partition_for(pool)`` keyed by pool; cluster-wide objects (pool ``*``:
+  Queue, PriorityClass, Topology) go to every partition, so each pool's partition is a complete log.
+* Resume: on start the catalog is rebuilt from the log, so a re-list after a restart publishes only what
+  changed (event ids derive from uid + resourceVersion) and the removals of what vanished meanwhile.
+* A Tick per known pool every ``tick_interval_s`` advances event time and triggers scheduling cycles.
+
+Producer sends are pipelined (order per partition is the producer's); a delivery failure stops the
+connector with the error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+import orjson
+from aiokafka import AIOKafkaProducer
+from kubernetes_asyncio import client
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from connectors.kubernetes.catalog import Catalog, ObjectKey, event_key, removal_event
+from connectors.kubernetes.kinds import KINDS, WatchedKind
+from connectors.kubernetes.watcher import Expired, Obj, list_objects, resource_version, watch_objects
+from kai_stream.core.events import ALL_POOLS, DeadLetter, ObservedEvent, Tick, dumps, loads_cluster_event, stable_id
+from kai_stream.core.manifests import ManifestError, object_to_events
+from kai_stream.kafka import make_producer, partition_for, read_topic
+from kai_stream.settings import KafkaSettings
+from kai_stream.topics import TopicNames
+
+log = logging.getLogger(__name__)
+
+
+def _object_key(obj: Obj) -> ObjectKey:
+    meta = obj.get("metadata") or {}
+    namespaced = obj.get("kind") in ("Pod", "PodGroup")
+    return (str(obj.get("kind", "")), str(meta.get("namespace") or "default") if namespaced else "", str(meta["name"]))
+
+
+class KubernetesConnector:
+    """Watches one cluster and keeps cluster-events in step with it (see module docstring)."""
+
+    def __init__(
+        self,
+        api: client.ApiClient,
+        kafka: KafkaSettings,
+        topics: TopicNames | None = None,
+        *,
+        scheduler_name: str = "kai-scheduler",
+        tick_interval_s: float | None = 1.0,
+        watch_timeout_s: int = 300,
+        clock: Callable[[], float] = time.time,
+        kinds: tuple[WatchedKind, ...] = KINDS,
+    ) -> None:
+        self.api = api
+        self.kafka = kafka
+        self.topics = topics or TopicNames()
+        self.scheduler_name = scheduler_name
+        self.tick_interval_s = tick_interval_s
+        self.watch_timeout_s = watch_timeout_s
+        self.clock = clock
+        self.kinds = kinds
+        self.catalog = Catalog()
+        self.published = 0
+        self.synced = asyncio.Event()
+        self._producer: AIOKafkaProducer | None = None
+        self._partitions = 0
+        self._deliveries: asyncio.Queue[asyncio.Future[Any] | None] = asyncio.Queue()
+        self._listed: set[str] = set()
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def run(self) -> None:
+        """Run until cancelled; raises if the broker rejects a record or the API fails for good."""
+        self._producer = make_producer(self.kafka, linger_ms=2)
+        await self._producer.start()
+        try:
+            partitions = await self._producer.partitions_for(self.topics.cluster_events)
+            self._partitions = len(partitions)
+            await self._load_catalog()
+            tasks = [asyncio.create_task(self._deliveries_checked(), name="connector-deliveries")]
+            tasks += [asyncio.create_task(self._run_kind(kind), name=f"connector-{kind.kind}") for kind in self.kinds]
+            if self.tick_interval_s:
+                tasks.append(asyncio.create_task(self._ticks(self.tick_interval_s), name="connector-ticks"))
+            try:
+                done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+                for task in done:
+                    task.result()
+            finally:
+                for task in tasks:
+                    task.cancel()
+                await asyncio.gather(*tasks, return_exceptions=True)
+        finally:
+            with contextlib.suppress(Exception):
+                await self._producer.flush()
+            await self._producer.stop()
+            self._producer = None
+
+    async def _load_catalog(self) -> None:
+        for record in await read_topic(self.kafka, self.topics.cluster_events):
+            if record.value is None:
+                continue
+            try:
+                self.catalog.record(loads_cluster_event(record.value))
+            except ValueError:
+                continue
+
+    # ------------------------------------------------------------------ publishing
+
+    async def _send(self, event: ObservedEvent) -> None:
+        assert self._producer is not None
+        value = dumps(event)
+        if event.pool == ALL_POOLS:
+            targets = [(p, ALL_POOLS) for p in range(self._partitions)]
+        else:
+            targets = [(partition_for(event.pool, self._partitions), event.pool)]
+        for partition, key in targets:
+            future = await self._producer.send(
+                self.topics.cluster_events, value, key=key.encode(), partition=partition
+            )
+            self._deliveries.put_nowait(future)
+        self.catalog.record(event)
+        self.published += 1
+
+    async def _deliveries_checked(self) -> None:
+        while True:
+            future = await self._deliveries.get()
+            if future is None:
+                return
+            await future
+
+    async def flush(self) -> None:
+        """Wait until every record sent so far is on the broker."""
+        if self._producer is not None:
+            await self._producer.flush()
+
+    async def _dead_letter(self, obj: Obj, reason: str) -> None:
+        assert self._producer is not None
+        letter = DeadLetter.from_raw(
+            topic=f"kubernetes/{obj.get('kind', '?')}",
+            partition=0,
+            offset=0,
+            key=None,
+            value=orjson.dumps(obj, default=str),
+            reason=reason,
+            ts=self.clock(),
+        )
+        future = await self._producer.send(self.topics.dead_letter, dumps(letter), key=b"connector")
+        self._deliveries.put_nowait(future)
+
+    # ------------------------------------------------------------------ per object
+
+    async def _upsert(self, obj: Obj) -> ObjectKey | None:
+        try:
+            key = _object_key(obj)
+            events = object_to_events(obj, ts=self.clock(), scheduler_name=self.scheduler_name)
+        except (ManifestError, KeyError) as exc:
+            log.warning("connector: rejected object: %s", exc)
+            await self._dead_letter(obj, str(exc))
+            return None
+        if not events:
+            await self._remove(key, resource_version(obj))
+            return key
+        for event in events:
+            ev_key = event_key(event) or key
+            known = self.catalog.objects.get(ev_key)
+            if known is not None and known.pool != event.pool and known.pool != ALL_POOLS:
+                await self._remove(ev_key, resource_version(obj))
+            if self.catalog.is_new(ev_key, event.event_id):
+                await self._send(event)
+        return key
+
+    async def _remove(self, key: ObjectKey, version: str) -> None:
+        known = self.catalog.objects.get(key)
+        if known is None:
+            return
+        event = removal_event(key, known, ts=self.clock(), version=version)
+        if event is None:
+            self.catalog.objects.pop(key, None)
+            return
+        await self._send(event)
+
+    # ------------------------------------------------------------------ list + watch
+
+    async def _relist(self, kind: WatchedKind) -> str:
+        items, version = await list_objects(kind, kind.list_call(self.api))
+        seen: set[ObjectKey] = set()
+        for obj in items:
+            key = await self._upsert(obj)
+            if key is not None:
+                seen.add(key)
+        for key in self.catalog.keys_of(kind.kind):
+            if key not in seen:
+                await self._remove(key, version)
+        self._listed.add(kind.kind)
+        if len(self._listed) == len(self.kinds):
+            self.synced.set()
+        return version
+
+    async def _run_kind(self, kind: WatchedKind) -> None:
+        call = kind.list_call(self.api)
+        version: str | None = None
+        backoff = 0.1
+        while True:
+            try:
+                if version is None:
+                    version = await self._relist(kind)
+                async for change, obj in watch_objects(kind, call, version, timeout_s=self.watch_timeout_s):
+                    version = resource_version(obj) or version
+                    if change == "BOOKMARK":
+                        continue
+                    if change == "DELETED":
+                        await self._remove(_object_key(obj), version)
+                    else:
+                        await self._upsert(obj)
+                backoff = 0.1
+            except Expired as exc:
+                log.info("connector: %s; re-listing", exc)
+                version = None
+            except ApiException as exc:
+                if exc.status == 404:
+                    log.warning("connector: %s not served by this cluster; not watched", kind.kind)
+                    self._listed.add(kind.kind)
+                    if len(self._listed) == len(self.kinds):
+                        self.synced.set()
+                    return
+                log.warning("connector: %s watch failed (%s); retrying", kind.kind, exc.status)
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, 5.0)
+            except (TimeoutError, OSError, ValueError) as exc:
+                log.warning("connector: %s watch broke (%r); retrying", kind.kind, exc)
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, 5.0)
+
+    # ------------------------------------------------------------------ ticks
+
+    async def tick(self) -> None:
+        """Publish one Tick per known pool now."""
+        now = self.clock()
+        for pool in self.catalog.tick_pools():
+            await self._send(Tick(event_id=stable_id("tick", pool, repr(now)), ts=now, pool=pool))
+
+    async def _ticks(self, interval_s: float) -> None:
+        await self.synced.wait()
+        while True:
+            await asyncio.sleep(interval_s)
+            await self.tick()

@@ -165,6 +165,18 @@ PodPhase = Literal["Pending", "Running", "Succeeded", "Failed"]
 
 
 class PodSpec(Model):
+    """A pod as the scheduler sees it.
+
+    * ``managed`` is False for a pod of another scheduler: it is recorded only when bound to a node, because
+      it still consumes that node's resources (its ``queue`` is then ""). Unbound foreign pods are not events.
+    * ``queue`` is the ``kai.scheduler/queue`` label; "" means "take it from the pod group".
+    * ``requests.gpu_milli`` is the whole GPU request (``nvidia.com/gpu`` × 1000) or, for a fraction,
+      ``gpu_fraction_milli``. A ``gpu-memory`` pod has ``gpu_memory_mib`` set and ``requests.gpu_milli`` 0: its
+      fraction depends on the node (memory per GPU).
+    * ``duration_s`` (annotation ``kai.scheduler/duration-seconds``): how long it runs once bound (simulated
+      kubelet and trace simulation only).
+    """
+
     namespace: str
     name: str
     uid: str
@@ -188,6 +200,7 @@ class PodSpec(Model):
     duration_s: float | None = None
     created: float = 0.0
     started: float | None = None
+    managed: bool = True
 
     @property
     def key(self) -> str:

@@ -1,0 +1,106 @@
+"""The scheduler configuration: one frozen pydantic model, its loader and its hash.
+
+The core never reads the environment; ``load_config`` reads one YAML/JSON file and fails fast with a
+message naming the bad field. ``config_hash`` (sha256 of the canonical JSON) is stamped on every decision.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Literal
+
+import orjson
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from kai_stream.core.events import ActionName
+
+__all__ = ["DEFAULT_ACTIONS", "DEFAULT_PLUGINS", "PlacementConfig", "SchedulerConfig", "config_hash", "load_config"]
+
+DEFAULT_ACTIONS: tuple[ActionName, ...] = ("allocate", "consolidation", "reclaim", "preempt", "stalegangeviction")
+DEFAULT_PLUGINS: tuple[str, ...] = ("predicates", "gpusharing", "nodeorder", "proportion", "gang", "priority")
+
+Strategy = Literal["binpack", "spread"]
+
+
+class PlacementConfig(BaseModel):
+    """Node/GPU ordering strategy per resource type (KAI's binpack | spread)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    gpu: Strategy = "binpack"
+    cpu: Strategy = "binpack"
+
+
+class SchedulerConfig(BaseModel):
+    """Everything that changes decisions besides the events. Hashed into every decision."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    scheduler_name: str = "kai-scheduler"
+    actions: tuple[ActionName, ...] = DEFAULT_ACTIONS
+    plugins: tuple[str, ...] = DEFAULT_PLUGINS
+    placement: PlacementConfig = PlacementConfig()
+    stale_gang_grace_s: float = Field(default=60.0, ge=0)
+    usage_decay_k: float = Field(
+        default=0.0,
+        ge=0,
+        description="k in w + k(w - u) for over-quota weights; u (decayed usage) is 0 until usage is tracked",
+    )
+    max_consolidation_preemptees: int = Field(default=16, ge=0)
+    default_queue: str = "default-queue"
+
+    @field_validator("actions")
+    @classmethod
+    def _unique_actions(cls, value: tuple[ActionName, ...]) -> tuple[ActionName, ...]:
+        if len(set(value)) != len(value):
+            raise ValueError("actions must not repeat")
+        return value
+
+    @field_validator("plugins")
+    @classmethod
+    def _known_plugins(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        unknown = sorted(set(value) - set(DEFAULT_PLUGINS))
+        if unknown:
+            raise ValueError(f"unknown plugins {unknown}; known: {list(DEFAULT_PLUGINS)}")
+        return value
+
+
+def _describe(exc: ValidationError) -> str:
+    parts = []
+    for error in exc.errors():
+        where = ".".join(str(p) for p in error["loc"]) or "<root>"
+        parts.append(f"{where}: {error['msg']}")
+    return "; ".join(parts)
+
+
+def parse_config(data: object, source: str = "config") -> SchedulerConfig:
+    """Validate a mapping into a ``SchedulerConfig``; ``ValueError`` names the bad field(s)."""
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ValueError(f"{source}: expected a mapping at the top level, got {type(data).__name__}")
+    try:
+        return SchedulerConfig.model_validate(data)
+    except ValidationError as exc:
+        raise ValueError(f"{source}: {_describe(exc)}") from None
+
+
+def load_config(path: str | Path) -> SchedulerConfig:
+    """Read a YAML (or JSON) config file and validate it, failing fast with the bad field named."""
+    file = Path(path)
+    try:
+        text = file.read_text()
+    except OSError as exc:
+        raise ValueError(f"{file}: cannot read config: {exc.strerror}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ValueError(f"{file}: not valid YAML: {exc}") from None
+    return parse_config(data, str(file))
+
+
+def config_hash(config: SchedulerConfig) -> str:
+    """SHA-256 of the canonical JSON of ``config`` (sorted keys)."""
+    return hashlib.sha256(orjson.dumps(config.model_dump(mode="json"), option=orjson.OPT_SORT_KEYS)).hexdigest()

@@ -1,0 +1,1 @@
+"""Logic shared by the victim-searching actions (reclaim, preempt, consolidation)."""

@@ -1,0 +1,113 @@
+"""allocate: place pending jobs in queue/job order on free capacity; gangs are all-or-nothing.
+
+Per job: refuse it if the queue would go over a limit (or a non-preemptible job over its deserved quota);
+place each pending task on the best node; if fewer than minMember pods end up active, roll everything back.
+A job with any task on releasing capacity is pipelined as a whole (decided, not bound). Every pending task
+that was not placed gets a pending reason with per-predicate node counts.
+"""
+
+from __future__ import annotations
+
+from kai_stream.core.events import PendingCode
+from kai_stream.core.scheduler.framework.info import PENDING, RELEASING, JobInfo, TaskInfo
+from kai_stream.core.scheduler.framework.ordering import JobsByQueue
+from kai_stream.core.scheduler.framework.session import PendingInfo, Session
+
+NAME = "allocate"
+
+
+def _no_fit(predicates: dict[str, int], task: TaskInfo) -> PendingInfo:
+    code: PendingCode = "Unhealthy" if predicates.get("UnhealthyGPU") else "NoNodeFits"
+    parts = ", ".join(f"{k}: {v}" for k, v in sorted(predicates.items()))
+    return PendingInfo(code, f"no node fits {task.key} ({parts or 'no nodes in pool'})", predicates, {})
+
+
+class _Allocator:
+    def __init__(self, session: Session) -> None:
+        self.ssn = session
+        self._diagnoses: dict[tuple[int, ...], tuple[int, dict[str, int]]] = {}
+        self._job_failures: dict[tuple[object, ...], tuple[int, PendingInfo]] = {}
+
+    def diagnose(self, task: TaskInfo) -> dict[str, int]:
+        key = task.shape
+        cached = self._diagnoses.get(key)
+        if cached is not None and cached[0] == self.ssn.state_id:
+            return cached[1]
+        counts = self.ssn.index.diagnose(task)
+        self._diagnoses[key] = (self.ssn.state_id, counts)
+        return counts
+
+    def mark(self, tasks: list[TaskInfo], info: PendingInfo) -> None:
+        for task in tasks:
+            if task.status == PENDING:
+                self.ssn.set_pending(task, info)
+
+    def allocate_job(self, job: JobInfo) -> None:
+        ssn = self.ssn
+        pending = job.pending_tasks()
+        if not pending:
+            return
+        alive = sum(1 for t in job.tasks if t.status != RELEASING)
+        if alive < job.min_member:
+            info = PendingInfo(
+                "GangIncomplete",
+                f"job {job.key} has {alive} pods, needs minMember {job.min_member}",
+                {},
+                {"pods": str(alive), "minMember": str(job.min_member)},
+            )
+            self.mark(pending, info)
+            return
+        request = ssn.job_request(job)
+        refused = ssn.hooks.check_job(job, request)
+        if refused is not None:
+            self.mark(pending, PendingInfo(refused[0], refused[1], {}, {}))
+            return
+        active = job.active_count()
+        shape = (tuple(t.shape for t in pending), job.min_member, active, job.queue_name)
+        cached = self._job_failures.get(shape)
+        if cached is not None and cached[0] == ssn.state_id:
+            self.mark(pending, cached[1])
+            return
+        start_id = ssn.state_id
+        stmt = ssn.statement(NAME)
+        unplaced: list[TaskInfo] = []
+        failure: PendingInfo | None = None
+        remaining = len(pending)
+        placed = 0
+        for task in pending:
+            remaining -= 1
+            placement = ssn.index.find(task)
+            if placement is None:
+                if failure is None:
+                    failure = _no_fit(self.diagnose(task), task)
+                unplaced.append(task)
+                if active + placed + remaining < job.min_member:
+                    break
+                continue
+            stmt.allocate(task, placement)
+            placed += 1
+        if placed == 0 or not ssn.hooks.ready(job, active + placed):
+            stmt.discard()
+            info = failure or PendingInfo("GangIncomplete", f"job {job.key} cannot reach minMember", {}, {})
+            self._job_failures[shape] = (start_id, info)
+            self.mark(pending, info)
+            return
+        if any(op.kind == "pipeline" for op in stmt.ops):
+            stmt.convert_to_pipeline([op.task for op in stmt.ops])
+        stmt.commit()
+        if failure is not None:
+            self.mark(unplaced, failure)
+
+
+def run(session: Session) -> None:
+    allocator = _Allocator(session)
+    for job in session.jobs:
+        if job.queue is None:
+            allocator.mark(
+                job.pending_tasks(),
+                PendingInfo("UnknownQueue", f"queue {job.queue_name!r} does not exist", {}, {}),
+            )
+    order = JobsByQueue(session, [j for j in session.jobs if j.queue is not None and j.pending_tasks()])
+    while (nxt := order.pop()) is not None:
+        allocator.allocate_job(nxt)
+        order.requeue(nxt)

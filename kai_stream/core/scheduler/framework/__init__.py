@@ -1,0 +1,1 @@
+"""Scheduler framework: session snapshot, hooks, node index, ordering and the statement (undo log)."""

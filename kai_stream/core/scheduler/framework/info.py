@@ -1,0 +1,158 @@
+"""The session's working objects: plain slotted dataclasses with int resources (no pydantic in hot loops).
+
+Resource vectors are 3-lists indexed by ``GPU``, ``CPU``, ``MEM`` (GPU milli-devices, millicores, bytes).
+Per-GPU bookkeeping on a node, in milli-devices:
+
+* ``gpu_used``  — held now by bound, assumed or newly allocated tasks (releasing ones included);
+* ``gpu_rel``   — the part of ``gpu_used`` held by releasing tasks (being evicted / terminating);
+* ``gpu_pipe``  — reserved by pipelined tasks on releasing capacity.
+
+``free_now = 1000 - used - max(0, pipe - rel)`` and ``free_future = 1000 - used + rel - pipe``; CPU and
+memory follow the same rule. A task is bound only onto ``free_now`` and pipelined onto ``free_future``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from kai_stream.core.events import NodeAffinityTerm, Taint, Toleration
+
+GPU, CPU, MEM = 0, 1, 2
+RESOURCES = ("gpu", "cpu", "memory")
+UNIT = 1000
+
+PENDING = "Pending"
+ALLOCATED = "Allocated"
+PIPELINED = "Pipelined"
+RUNNING = "Running"
+RELEASING = "Releasing"
+
+
+@dataclass(slots=True, eq=False)
+class NodeInfo:
+    name: str
+    idx: int
+    labels: dict[str, str]
+    taints: tuple[Taint, ...]
+    ready: bool
+    unschedulable: bool
+    class_id: int
+    gpu_memory_mib: int
+    healthy: list[bool]
+    gpu_used: list[int]
+    gpu_rel: list[int]
+    gpu_pipe: list[int]
+    cpu_alloc: int
+    mem_alloc: int
+    cpu_used: int = 0
+    cpu_rel: int = 0
+    cpu_pipe: int = 0
+    mem_used: int = 0
+    mem_rel: int = 0
+    mem_pipe: int = 0
+    free_whole: int = 0
+
+    @property
+    def gpu_count(self) -> int:
+        return len(self.healthy)
+
+    def gpu_free_now(self, g: int) -> int:
+        return UNIT - self.gpu_used[g] - max(0, self.gpu_pipe[g] - self.gpu_rel[g])
+
+    def gpu_free_future(self, g: int) -> int:
+        return UNIT - self.gpu_used[g] + self.gpu_rel[g] - self.gpu_pipe[g]
+
+    def cpu_free_now(self) -> int:
+        return self.cpu_alloc - self.cpu_used - max(0, self.cpu_pipe - self.cpu_rel)
+
+    def mem_free_now(self) -> int:
+        return self.mem_alloc - self.mem_used - max(0, self.mem_pipe - self.mem_rel)
+
+    def cpu_free_future(self) -> int:
+        return self.cpu_alloc - self.cpu_used + self.cpu_rel - self.cpu_pipe
+
+    def mem_free_future(self) -> int:
+        return self.mem_alloc - self.mem_used + self.mem_rel - self.mem_pipe
+
+    def count_free_whole(self) -> int:
+        return sum(1 for g in range(len(self.healthy)) if self.healthy[g] and self.gpu_free_now(g) == UNIT)
+
+
+@dataclass(slots=True, eq=False)
+class TaskInfo:
+    uid: str
+    namespace: str
+    name: str
+    job: JobInfo
+    gpu_whole: int
+    gpu_frac: int
+    gpu_mem_mib: int
+    cpu: int
+    mem: int
+    sig: int
+    node_selector: dict[str, str]
+    affinity: tuple[NodeAffinityTerm, ...]
+    tolerations: tuple[Toleration, ...]
+    created: float
+    status: str = PENDING
+    node: NodeInfo | None = None
+    gpus: tuple[int, ...] = ()
+    gpu_portion: int = 0
+    prev_pipelined: tuple[str, tuple[int, ...]] | None = None
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    @property
+    def shape(self) -> tuple[int, int, int, int, int, int]:
+        return (self.gpu_whole, self.gpu_frac, self.gpu_mem_mib, self.cpu, self.mem, self.sig)
+
+
+@dataclass(slots=True, eq=False)
+class JobInfo:
+    key: str
+    namespace: str
+    name: str
+    uid: str
+    queue_name: str
+    queue: QueueInfo | None
+    priority: int
+    preemptible: bool
+    min_member: int
+    created: float
+    tasks: list[TaskInfo] = field(default_factory=list)
+
+    def active_count(self) -> int:
+        return sum(1 for t in self.tasks if t.status in (RUNNING, ALLOCATED, PIPELINED))
+
+    def pending_tasks(self) -> list[TaskInfo]:
+        return [t for t in self.tasks if t.status == PENDING]
+
+
+@dataclass(slots=True, eq=False)
+class QueueInfo:
+    name: str
+    uid: str
+    parent_name: str | None
+    priority: int
+    created: float
+    quota: list[int]
+    limit: list[int]
+    weight: list[int]
+    parent: QueueInfo | None = None
+    children: list[QueueInfo] = field(default_factory=list)
+    allocated: list[int] = field(default_factory=lambda: [0, 0, 0])
+    allocated_np: list[int] = field(default_factory=lambda: [0, 0, 0])
+    request: list[int] = field(default_factory=lambda: [0, 0, 0])
+    fair_share: list[int] = field(default_factory=lambda: [0, 0, 0])
+    jobs: list[JobInfo] = field(default_factory=list)
+
+    def ancestry(self) -> list[QueueInfo]:
+        """This queue and its ancestors, leaf first."""
+        chain: list[QueueInfo] = []
+        node: QueueInfo | None = self
+        while node is not None:
+            chain.append(node)
+            node = node.parent
+        return chain

@@ -1,0 +1,286 @@
+"""Where a task can go: an index of free capacity so that placing a pod is not a scan of every node.
+
+* ``buckets[k]`` — schedulable nodes with exactly ``k`` whole free healthy GPUs, in name order. A whole-GPU
+  task needing ``g`` walks buckets ``g, g+1, …`` (bin-pack: fewest free GPUs left) or from the top down
+  (spread).
+* ``partial`` — every partly used healthy GPU as ``(-used, node, gpu)``, sorted: a fraction ``f`` finds the
+  most used GPU that still fits with one bisect (bin-pack) or the least used one (spread).
+* ``releasing`` — nodes with capacity being released, searched only when a task fits nowhere now
+  (pipelining).
+* static predicates (labels, taints, affinity, readiness) are evaluated once per (pod signature, node
+  class) and cached.
+
+Placement order (close to lexicographic, as KAI): nominated node (a previous pipelined placement) first,
+then feasibility, then GPU sharing (most/least used device), then bin-pack or spread on free GPUs; ties by
+node name. CPU-only tasks prefer nodes without GPUs, then bin-pack/spread on free CPU.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left, insort
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from kai_stream.core.scheduler.framework.info import UNIT, NodeInfo, TaskInfo
+
+if TYPE_CHECKING:
+    from kai_stream.core.scheduler.framework.session import Session
+
+__all__ = ["NodeIndex", "Placement"]
+
+
+@dataclass(slots=True)
+class Placement:
+    node: NodeInfo
+    gpus: tuple[int, ...]
+    portion: int
+    pipelined: bool = False
+    waiting_for: tuple[str, ...] = ()
+
+
+def _eligible(node: NodeInfo) -> bool:
+    return node.ready and not node.unschedulable
+
+
+def _memory_portion(task: TaskInfo, node: NodeInfo) -> int:
+    if node.gpu_memory_mib <= 0:
+        return UNIT + 1
+    return -(-task.gpu_mem_mib * UNIT // node.gpu_memory_mib)
+
+
+class NodeIndex:
+    def __init__(self, session: Session) -> None:
+        self.ssn = session
+        self.buckets: list[list[int]] = []
+        self.partial: list[tuple[int, int, int]] = []
+        self.releasing: set[int] = set()
+        self._static: dict[tuple[int, int], str | None] = {}
+
+    # ------------------------------------------------------------------ maintenance
+
+    def build(self) -> None:
+        nodes = self.ssn.nodes
+        top = max((n.gpu_count for n in nodes), default=0)
+        self.buckets = [[] for _ in range(top + 1)]
+        partial: list[tuple[int, int, int]] = []
+        for node in nodes:
+            if _eligible(node):
+                self.buckets[node.free_whole].append(node.idx)
+                partial.extend(self._partial_entries(node))
+            if self._is_releasing(node):
+                self.releasing.add(node.idx)
+        partial.sort()
+        self.partial = partial
+
+    @staticmethod
+    def _is_releasing(node: NodeInfo) -> bool:
+        return node.cpu_rel > 0 or node.mem_rel > 0 or any(node.gpu_rel)
+
+    @staticmethod
+    def _partial_entries(node: NodeInfo) -> list[tuple[int, int, int]]:
+        out = []
+        for g in range(len(node.healthy)):
+            if not node.healthy[g]:
+                continue
+            used = UNIT - node.gpu_free_now(g)
+            if 0 < used < UNIT:
+                out.append((-used, node.idx, g))
+        return out
+
+    def remove(self, node: NodeInfo) -> None:
+        """Take ``node`` out of the index before its usage changes."""
+        if _eligible(node):
+            bucket = self.buckets[node.free_whole]
+            del bucket[bisect_left(bucket, node.idx)]
+            for entry in self._partial_entries(node):
+                del self.partial[bisect_left(self.partial, entry)]
+        self.releasing.discard(node.idx)
+
+    def add(self, node: NodeInfo) -> None:
+        """Put ``node`` back after its usage changed."""
+        node.free_whole = node.count_free_whole()
+        if _eligible(node):
+            insort(self.buckets[node.free_whole], node.idx)
+            for entry in self._partial_entries(node):
+                insort(self.partial, entry)
+        if self._is_releasing(node):
+            self.releasing.add(node.idx)
+
+    # ------------------------------------------------------------------ predicates
+
+    def static(self, task: TaskInfo, node: NodeInfo) -> str | None:
+        key = (task.sig, node.class_id)
+        try:
+            return self._static[key]
+        except KeyError:
+            result = self.ssn.hooks.predicate(task, node)
+            self._static[key] = result
+            return result
+
+    # ------------------------------------------------------------------ search
+
+    def find(self, task: TaskInfo) -> Placement | None:
+        """Best placement on free capacity, else on releasing capacity (pipelined), else None."""
+        if task.prev_pipelined is not None:
+            nominated = self.ssn.node_by_name.get(task.prev_pipelined[0])
+            if nominated is not None:
+                found = self._fit_on(task, nominated, future=False) or self._fit_on(task, nominated, future=True)
+                if found is not None:
+                    return found
+        found = self._find_now(task)
+        if found is None and self.releasing:
+            found = self._find_pipelined(task)
+        return found
+
+    def _find_now(self, task: TaskInfo) -> Placement | None:
+        hooks = self.ssn.hooks
+        if task.gpu_whole:
+            node = self._whole(task, task.gpu_whole, hooks.gpu_strategy == "spread")
+            return None if node is None else Placement(node, self._free_gpus(node, task.gpu_whole), UNIT)
+        if task.gpu_frac:
+            return self._fraction(task, task.gpu_frac, hooks.gpu_strategy == "spread")
+        if task.gpu_mem_mib:
+            return self._scan(task, future=False)
+        return self._scan(task, future=False)
+
+    def _fits_host(self, task: TaskInfo, node: NodeInfo) -> bool:
+        return (
+            node.cpu_alloc - node.cpu_used - max(0, node.cpu_pipe - node.cpu_rel) >= task.cpu
+            and node.mem_alloc - node.mem_used - max(0, node.mem_pipe - node.mem_rel) >= task.mem
+            and self.static(task, node) is None
+        )
+
+    def _whole(self, task: TaskInfo, need: int, spread: bool) -> NodeInfo | None:
+        buckets = self.buckets
+        if need >= len(buckets):
+            return None
+        nodes = self.ssn.nodes
+        ks = range(len(buckets) - 1, need - 1, -1) if spread else range(need, len(buckets))
+        for k in ks:
+            for idx in buckets[k]:
+                node = nodes[idx]
+                if self._fits_host(task, node):
+                    return node
+        return None
+
+    @staticmethod
+    def _free_gpus(node: NodeInfo, need: int) -> tuple[int, ...]:
+        free = [g for g in range(len(node.healthy)) if node.healthy[g] and node.gpu_free_now(g) == UNIT]
+        return tuple(free[:need])
+
+    def _fraction(self, task: TaskInfo, portion: int, spread: bool) -> Placement | None:
+        nodes = self.ssn.nodes
+        partial = self.partial
+        start = bisect_left(partial, (portion - UNIT, -1, -1))
+        if not spread:
+            for i in range(start, len(partial)):
+                _, idx, g = partial[i]
+                node = nodes[idx]
+                if self._fits_host(task, node):
+                    return Placement(node, (g,), portion)
+            host = self._whole(task, 1, spread=False)
+            return None if host is None else Placement(host, self._free_gpus(host, 1), portion)
+        host = self._whole(task, 1, spread=True)
+        if host is not None:
+            return Placement(host, self._free_gpus(host, 1), portion)
+        for i in range(len(partial) - 1, start - 1, -1):
+            _, idx, g = partial[i]
+            node = nodes[idx]
+            if self._fits_host(task, node):
+                return Placement(node, (g,), portion)
+        return None
+
+    def _fit_on(self, task: TaskInfo, node: NodeInfo, *, future: bool) -> Placement | None:
+        """The placement of ``task`` on one node, or None; GPUs chosen by the GPU strategy."""
+        if not _eligible(node) or self.static(task, node) is not None:
+            return None
+        if future:
+            if node.cpu_free_future() < task.cpu or node.mem_free_future() < task.mem:
+                return None
+        elif node.cpu_free_now() < task.cpu or node.mem_free_now() < task.mem:
+            return None
+        free_of = node.gpu_free_future if future else node.gpu_free_now
+        healthy = node.healthy
+        if task.gpu_whole:
+            free = [g for g in range(len(healthy)) if healthy[g] and free_of(g) == UNIT]
+            if len(free) < task.gpu_whole:
+                return None
+            return Placement(node, tuple(free[: task.gpu_whole]), UNIT, pipelined=future)
+        portion = task.gpu_frac or (_memory_portion(task, node) if task.gpu_mem_mib else 0)
+        if portion == 0:
+            return Placement(node, (), 0, pipelined=future)
+        fitting = [(free_of(g), g) for g in range(len(healthy)) if healthy[g] and free_of(g) >= portion]
+        if not fitting:
+            return None
+        spread = self.ssn.hooks.gpu_strategy == "spread"
+        _, g = max(fitting, key=lambda x: (x[0], -x[1])) if spread else min(fitting)
+        return Placement(node, (g,), portion, pipelined=future)
+
+    def _scan(self, task: TaskInfo, *, future: bool) -> Placement | None:
+        """Full scan (CPU-only and gpu-memory tasks): score every feasible node."""
+        gpu_task = bool(task.gpu_mem_mib)
+        spread = (self.ssn.hooks.gpu_strategy if gpu_task else self.ssn.hooks.cpu_strategy) == "spread"
+        best: tuple[tuple[int, int, int], Placement] | None = None
+        for node in self.ssn.nodes:
+            found = self._fit_on(task, node, future=future)
+            if found is None:
+                continue
+            if gpu_task:
+                left = sum(node.gpu_free_now(g) for g in range(len(node.healthy)) if node.healthy[g])
+            else:
+                left = (node.cpu_free_future() if future else node.cpu_free_now()) - task.cpu
+            score = (0 if gpu_task or not node.healthy else 1, -left if spread else left, node.idx)
+            if best is None or score < best[0]:
+                best = (score, found)
+        return None if best is None else best[1]
+
+    def _find_pipelined(self, task: TaskInfo) -> Placement | None:
+        nodes = self.ssn.nodes
+        for idx in sorted(self.releasing):
+            node = nodes[idx]
+            found = self._fit_on(task, node, future=True)
+            if found is not None:
+                waiting = sorted(t.key for t in self.ssn.releasing_tasks.get(node.name, ()))
+                found.waiting_for = tuple(waiting)
+                return found
+        return None
+
+    # ------------------------------------------------------------------ diagnosis
+
+    def diagnose(self, task: TaskInfo) -> dict[str, int]:
+        """Per failed predicate, on how many nodes of the pool it was the first to fail."""
+        counts: dict[str, int] = {}
+        for node in self.ssn.nodes:
+            reason = self._first_failure(task, node)
+            if reason is not None:
+                counts[reason] = counts.get(reason, 0) + 1
+        return counts
+
+    def _first_failure(self, task: TaskInfo, node: NodeInfo) -> str | None:
+        if not node.ready:
+            return "NodeNotReady"
+        if node.unschedulable:
+            return "NodeUnschedulable"
+        failed = self.static(task, node)
+        if failed is not None:
+            return failed
+        if task.gpu_whole or task.gpu_frac or task.gpu_mem_mib:
+            if task.gpu_mem_mib and node.gpu_memory_mib <= 0 and node.healthy:
+                return "InsufficientGPUMemory"
+            portion = task.gpu_frac or (_memory_portion(task, node) if task.gpu_mem_mib else UNIT)
+            need = task.gpu_whole or 1
+            whole = bool(task.gpu_whole)
+
+            def enough(g: int) -> bool:
+                free = node.gpu_free_now(g)
+                return free == UNIT if whole else free >= portion
+
+            if sum(1 for g in range(len(node.healthy)) if node.healthy[g] and enough(g)) < need:
+                if sum(1 for g in range(len(node.healthy)) if enough(g)) >= need:
+                    return "UnhealthyGPU"
+                return "InsufficientGPU"
+        if node.cpu_free_now() < task.cpu:
+            return "InsufficientCPU"
+        if node.mem_free_now() < task.mem:
+            return "InsufficientMemory"
+        return None

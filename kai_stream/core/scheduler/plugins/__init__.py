@@ -1,0 +1,1 @@
+"""Scheduler plugins: each registers hooks on a session when it opens (registry in framework.plugins)."""

@@ -1,0 +1,303 @@
+"""The history summary: per-queue and cluster figures, plus time series for the report plots.
+
+One pass of lazy scans (``pl.collect_all`` so the Parquet files are read once per projection), then small
+eager frames. Definitions of every figure are in ``kai_stream.analytics.frames``. Averages over time are
+time-weighted over [first pod submit, last event].
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from kai_stream.analytics import frames as F
+
+__all__ = ["Summary", "jain_index", "summarize"]
+
+_SHARE_DTYPE = pl.Struct(
+    {
+        "ts": pl.Float64,
+        "queues": pl.List(
+            pl.Struct(
+                {
+                    "queue": pl.Utf8,
+                    "fair_share": pl.Struct({"gpu_milli": pl.Int64}),
+                    "deserved": pl.Struct({"gpu_milli": pl.Int64}),
+                    "allocated": pl.Struct({"gpu_milli": pl.Int64}),
+                }
+            )
+        ),
+    }
+)
+
+
+@dataclass
+class Summary:
+    """Everything ``analyze`` prints; ``series`` holds the sampled time series for plots (not in JSON)."""
+
+    cluster: dict[str, Any]
+    queues: list[dict[str, Any]]
+    pending_reasons: list[dict[str, Any]]
+    evictions: list[dict[str, Any]]
+    notes: list[str] = field(default_factory=list)
+    series: dict[str, pl.DataFrame] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "cluster": self.cluster,
+            "queues": self.queues,
+            "pending_reasons": self.pending_reasons,
+            "evictions": self.evictions,
+            "notes": self.notes,
+        }
+
+
+def jain_index(values: list[float]) -> float | None:
+    """Jain's fairness index (Σx)² / (n Σx²): 1 when all equal, 1/n when one takes everything."""
+    xs = [x for x in values if math.isfinite(x)]
+    square = sum(x * x for x in xs)
+    if not xs or square == 0:
+        return None
+    return sum(xs) ** 2 / (len(xs) * square)
+
+
+def _quantiles(values: pl.Series) -> dict[str, float | None]:
+    if values.len() == 0:
+        return {"avg": None, "p50": None, "p90": None, "p99": None}
+    return {
+        "avg": float(values.mean()),  # type: ignore[arg-type]
+        "p50": float(values.quantile(0.5, "linear")),  # type: ignore[arg-type]
+        "p90": float(values.quantile(0.9, "linear")),  # type: ignore[arg-type]
+        "p99": float(values.quantile(0.99, "linear")),  # type: ignore[arg-type]
+    }
+
+
+def _group_step_average(steps: pl.DataFrame, by: str, value: str, start: float, end: float) -> dict[str, float]:
+    """Time-weighted mean per group of a step function given as (ts, by, value) rows, over [start, end]."""
+    if steps.height == 0 or end <= start:
+        return {}
+    frame = (
+        steps.select("ts", by, value)
+        .sort("ts", maintain_order=True)
+        .with_columns(pl.col("ts").clip(start, end))
+        .with_columns(width=pl.col("ts").shift(-1).over(by).fill_null(end) - pl.col("ts"))
+        .group_by(by)
+        .agg(avg=(pl.col(value).cast(pl.Float64) * pl.col("width")).sum() / (end - start))
+    )
+    return {str(k): float(v) for k, v in frame.iter_rows()}
+
+
+def _fair_shares(rows: pl.DataFrame) -> pl.DataFrame:
+    if rows.height == 0:
+        return pl.DataFrame(schema={"ts": pl.Float64, "queue": pl.Utf8, "fair": pl.Int64, "deserved": pl.Int64})
+    decoded = rows.select(pl.col("value").str.json_decode(_SHARE_DTYPE).alias("r")).unnest("r")
+    return (
+        decoded.explode("queues")
+        .unnest("queues")
+        .select(
+            "ts",
+            "queue",
+            fair=pl.col("fair_share").struct.field("gpu_milli"),
+            deserved=pl.col("deserved").struct.field("gpu_milli"),
+        )
+    )
+
+
+def _queue_quotas(rows: pl.DataFrame) -> dict[str, int]:
+    if rows.height == 0:
+        return {}
+    frame = rows.select(
+        queue=pl.col("value").str.json_path_match("$.queue.name"),
+        quota=pl.col("value").str.json_path_match("$.queue.resources.gpu.quota").cast(pl.Int64),
+        parent=pl.col("value").str.json_path_match("$.queue.parent"),
+    )
+    parents = set(frame["parent"].drop_nulls().to_list())
+    return {q: int(v) for q, v, _ in frame.iter_rows() if q not in parents}
+
+
+def _series(
+    steps: pl.DataFrame, stranded: pl.DataFrame, shares: pl.DataFrame, start: float, end: float, bins: int
+) -> dict[str, pl.DataFrame]:
+    times = pl.Series("t", [start + (end - start) * i / max(bins - 1, 1) for i in range(bins)], pl.Float64)
+    cluster = F.step_sample(steps.select("ts", v=pl.col("alloc")), times)
+    frag = F.step_sample(stranded.select("ts", v=pl.col("stranded")), times)
+    queue_alloc = F.step_sample(steps.select("ts", "queue", v=pl.col("queue_alloc")), times, by="queue")
+    out = {
+        "cluster": cluster.rename({"v": "allocated"}).with_columns(stranded=frag["v"]),
+        "queue_allocated": queue_alloc.rename({"v": "allocated"}),
+    }
+    if shares.height:
+        fair = F.step_sample(shares.select("ts", "queue", v=pl.col("fair").cast(pl.Float64)), times, by="queue")
+        deserved = F.step_sample(shares.select("ts", "queue", v=pl.col("deserved").cast(pl.Float64)), times, by="queue")
+        out["queue_fair_share"] = fair.rename({"v": "fair_share"}).join(
+            deserved.rename({"v": "deserved"}), on=["t", "queue"], how="left"
+        )
+    return out
+
+
+def summarize(directory: str | Path, *, bins: int = 400) -> Summary:
+    """Read the history under ``directory`` and compute the summary (see module docs for definitions)."""
+    lf = F.scan(directory)
+    pod_info = F.pods(lf)
+    life = F.lifecycle(lf)
+    steps_lf = F.allocation_steps(life, pod_info)
+    bound_lf = life.filter(pl.col("type").is_in(F.START_TYPES)).group_by("uid").agg(bind=pl.col("ts").min())
+    finished_lf = (
+        life.filter((pl.col("change") == -1) & pl.col("finish")).group_by("uid").agg(finish=pl.col("ts").max())
+    )
+    (
+        totals,
+        pods_df,
+        steps,
+        bound,
+        finished,
+        jobs_map,
+        caps,
+        pending,
+        evictions,
+        shares_raw,
+        queue_rows,
+    ) = pl.collect_all(
+        [
+            lf.select(events=pl.len(), last=pl.col("ts").max()),
+            pod_info,
+            steps_lf,
+            bound_lf,
+            finished_lf,
+            F.jobs_of_pods(lf),
+            F.node_capacity(lf),
+            lf.filter(pl.col("type") == "PodPending")
+            .group_by("code")
+            .agg(decisions=pl.len(), pods=pl.col("uid").n_unique()),
+            lf.filter(pl.col("type") == "EvictionRequested").select(
+                "ts", "uid", "queue", "action", preemptor=pl.col("value").str.extract(r'"preemptor":"([^"]*)"', 1)
+            ),
+            lf.filter(pl.col("type") == "FairShareRecorded").select("ts", "value"),
+            lf.filter(pl.col("type") == "QueueObserved").select("value"),
+        ]
+    )
+    notes: list[str] = []
+    capacity = int(caps["cap"].sum() or 0)
+    start = float(pods_df["submit"].min() or 0.0)  # type: ignore[arg-type]
+    end = float(totals["last"][0] or 0.0)
+    span = max(end - start, 0.0)
+
+    steps = steps.sort("ts", "rank", maintain_order=True).with_columns(
+        alloc=pl.col("delta").cum_sum(), queue_alloc=pl.col("delta").cum_sum().over("queue")
+    )
+    cap_map = caps.select("node", cap=pl.col("cap"))
+    per_node = (
+        steps.select("ts", "rank", "node", "delta")
+        .join(cap_map, on="node", how="left", maintain_order="left")
+        .with_columns(used=pl.col("delta").cum_sum().over("node"))
+        .with_columns(
+            f=pl.when((pl.col("used") > 0) & (pl.col("used") < pl.col("cap")))
+            .then(pl.col("cap") - pl.col("used"))
+            .otherwise(0)
+        )
+        .with_columns(fdelta=pl.col("f") - pl.col("f").shift(1, fill_value=0).over("node"))
+    )
+    stranded = per_node.select("ts", stranded=pl.col("fdelta").cum_sum())
+    avg_alloc = F.step_average(steps["ts"], steps["alloc"], start, end) if steps.height else 0.0
+    avg_stranded = F.step_average(stranded["ts"], stranded["stranded"], start, end) if stranded.height else 0.0
+    avg_free = capacity - avg_alloc
+
+    pods_full = (
+        pods_df.join(bound, on="uid", how="left")
+        .join(finished, on="uid", how="left")
+        .join(jobs_map, on="uid", how="left")
+        .with_columns(job=pl.coalesce("job", "uid"), delay=pl.col("bind") - pl.col("submit"))
+    )
+    jobs = pods_full.group_by("job").agg(
+        queue=pl.col("queue").first(),
+        submit=pl.col("submit").min(),
+        finish=pl.col("finish").max(),
+        done=pl.col("finish").is_not_null().all(),
+        pods=pl.len(),
+    )
+    done = jobs.filter(pl.col("done") & pl.col("submit").is_not_null()).with_columns(
+        jct=pl.col("finish") - pl.col("submit")
+    )
+    delays = pods_full.filter(pl.col("delay").is_not_null())
+
+    shares = _fair_shares(shares_raw)
+    quotas = _queue_quotas(queue_rows)
+    alloc_avg = _group_step_average(steps, "queue", "queue_alloc", start, end)
+    fair_avg = _group_step_average(shares, "queue", "fair", start, end) if shares.height else {}
+    deserved_avg = _group_step_average(shares, "queue", "deserved", start, end) if shares.height else {}
+    if not shares.height:
+        notes.append("no FairShareRecorded in this history: fair share unknown, deserved from Queue quotas")
+
+    job_queue = dict(jobs.select("job", "queue").iter_rows())
+    uid_queue = dict(pods_full.select("uid", "queue").iter_rows())
+    evictions = evictions.with_columns(
+        preemptor_queue=pl.col("preemptor").replace_strict(
+            {**uid_queue, **job_queue}, default=None, return_dtype=pl.Utf8
+        )
+    )
+    suffered = evictions.group_by("queue", "action").len()
+    caused = evictions.filter(pl.col("preemptor_queue").is_not_null()).group_by("preemptor_queue", "action").len()
+
+    queue_names = sorted(
+        set(pods_full["queue"].drop_nulls().to_list()) | set(quotas) | set(shares["queue"].unique().to_list())
+    )
+    queues: list[dict[str, Any]] = []
+    for q in queue_names:
+        qdelay = delays.filter(pl.col("queue") == q)["delay"]
+        qjct = done.filter(pl.col("queue") == q)["jct"]
+        deserved = deserved_avg.get(q)
+        if deserved is None and q in quotas:
+            deserved = float(quotas[q]) if quotas[q] >= 0 else None
+        queues.append(
+            {
+                "queue": q,
+                "pods": int(pods_full.filter(pl.col("queue") == q).height),
+                "jobs_completed": int(qjct.len()),
+                "avg_allocated_gpus": alloc_avg.get(q, 0.0) / 1000,
+                "avg_fair_share_gpus": fair_avg[q] / 1000 if q in fair_avg else None,
+                "avg_deserved_gpus": deserved / 1000 if deserved is not None else None,
+                "queueing_delay_s": _quantiles(qdelay),
+                "jct_s": _quantiles(qjct),
+                "evictions_suffered": {
+                    a: int(n) for _, a, n in suffered.filter(pl.col("queue") == q).sort("action").iter_rows()
+                },
+                "evictions_caused": {
+                    a: int(n) for _, a, n in caused.filter(pl.col("preemptor_queue") == q).sort("action").iter_rows()
+                },
+            }
+        )
+    ratios = [d["avg_allocated_gpus"] / d["avg_fair_share_gpus"] for d in queues if (d["avg_fair_share_gpus"] or 0) > 0]
+    cluster = {
+        "events": int(totals["events"][0]),
+        "start_s": start,
+        "end_s": end,
+        "span_h": span / 3600,
+        "capacity_gpus": capacity / 1000,
+        "nodes": caps.height,
+        "pods": pods_full.height,
+        "pods_never_bound": int(pods_full["bind"].is_null().sum()),
+        "jobs": jobs.height,
+        "jobs_completed": done.height,
+        "avg_allocated_gpus": avg_alloc / 1000,
+        "utilization": avg_alloc / capacity if capacity else None,
+        "avg_stranded_gpus": avg_stranded / 1000,
+        "stranded_share_of_free": avg_stranded / avg_free if avg_free > 0 else None,
+        "queueing_delay_s": _quantiles(delays["delay"]),
+        "jct_s": _quantiles(done["jct"]),
+        "evictions": int(evictions.height),
+        "evictions_by_action": {a: int(n) for a, n in evictions.group_by("action").len().sort("action").iter_rows()},
+        "jain_fairness": jain_index(ratios),
+    }
+    pending_reasons = [
+        {"code": c, "decisions": int(d), "pods": int(p)}
+        for c, d, p in pending.sort("decisions", "code", descending=[True, False]).iter_rows()
+    ]
+    eviction_rows = [
+        {"queue": q, "action": a, "count": int(n)} for q, a, n in suffered.sort("queue", "action").iter_rows()
+    ]
+    series = _series(steps, stranded, shares, start, end, bins) if span > 0 and steps.height else {}
+    return Summary(cluster, queues, pending_reasons, eviction_rows, notes, series)

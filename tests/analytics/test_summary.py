@@ -1,0 +1,98 @@
+"""Analytics figures on a hand-built history against values computed by hand (see analytics_synthetic.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from analytics_synthetic import write_history
+
+from kai_stream.analytics import jain_index, summarize
+
+
+@pytest.fixture(scope="module")
+def summary(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    directory = tmp_path_factory.mktemp("history")
+    write_history(directory)
+    return summarize(directory, bins=50)
+
+
+def test_utilization_and_allocation_are_time_weighted(summary) -> None:  # type: ignore[no-untyped-def]
+    c = summary.cluster
+    assert c["capacity_gpus"] == 8.0
+    assert c["nodes"] == 2
+    assert (c["start_s"], c["end_s"]) == (0.0, 200.0)
+    # 2*20 + 6*20 + 6*60 + 4*40 + 4*50 = 880 GPU-seconds over 200 s
+    assert c["avg_allocated_gpus"] == pytest.approx(4.4)
+    assert c["utilization"] == pytest.approx(0.55)
+    queues = {q["queue"]: q for q in summary.queues}
+    assert queues["a"]["avg_allocated_gpus"] == pytest.approx(3.0)
+    assert queues["b"]["avg_allocated_gpus"] == pytest.approx(1.4)
+
+
+def test_fragmentation_counts_free_gpus_on_partly_used_nodes(summary) -> None:  # type: ignore[no-untyped-def]
+    # only n1 is ever partly used: 2 GPUs free there for 100 s of 200
+    assert summary.cluster["avg_stranded_gpus"] == pytest.approx(1.0)
+    assert summary.cluster["stranded_share_of_free"] == pytest.approx(1.0 / 3.6)
+
+
+def test_queueing_delay_and_jct(summary) -> None:  # type: ignore[no-untyped-def]
+    delay = summary.cluster["queueing_delay_s"]
+    # delays 10 (p1), 30 (p2: first bind), 10 (p3)
+    assert delay["p50"] == pytest.approx(10.0)
+    assert delay["avg"] == pytest.approx(50 / 3)
+    assert delay["p90"] == pytest.approx(26.0)
+    assert delay["p99"] == pytest.approx(29.6)
+    # JCT: j1 110, j2 200 (restarted after the reclaim), j3 110
+    assert summary.cluster["jobs_completed"] == 3
+    assert summary.cluster["jct_s"]["avg"] == pytest.approx(140.0)
+    queues = {q["queue"]: q for q in summary.queues}
+    assert queues["a"]["jct_s"]["avg"] == pytest.approx(110.0)
+    assert queues["b"]["queueing_delay_s"]["p50"] == pytest.approx(30.0)
+
+
+def test_evictions_suffered_and_caused(summary) -> None:  # type: ignore[no-untyped-def]
+    assert summary.cluster["evictions"] == 1
+    assert summary.cluster["evictions_by_action"] == {"reclaim": 1}
+    queues = {q["queue"]: q for q in summary.queues}
+    assert queues["b"]["evictions_suffered"] == {"reclaim": 1}
+    assert queues["a"]["evictions_caused"] == {"reclaim": 1}
+    assert queues["a"]["evictions_suffered"] == {}
+
+
+def test_pending_reasons_by_count(summary) -> None:  # type: ignore[no-untyped-def]
+    assert summary.pending_reasons == [
+        {"code": "NoNodeFits", "decisions": 2, "pods": 2},
+        {"code": "QueueOverLimit", "decisions": 1, "pods": 1},
+    ]
+
+
+def test_fair_share_over_time_and_jain_index(summary) -> None:  # type: ignore[no-untyped-def]
+    queues = {q["queue"]: q for q in summary.queues}
+    # a: 4 for 40 s then 6 for 160 s; b: 4 then 2
+    assert queues["a"]["avg_fair_share_gpus"] == pytest.approx(5.6)
+    assert queues["b"]["avg_fair_share_gpus"] == pytest.approx(2.4)
+    assert queues["a"]["avg_deserved_gpus"] == pytest.approx(4.0)
+    x = [3.0 / 5.6, 1.4 / 2.4]
+    assert summary.cluster["jain_fairness"] == pytest.approx(sum(x) ** 2 / (2 * sum(v * v for v in x)))
+
+
+def test_series_sample_the_step_functions(summary) -> None:  # type: ignore[no-untyped-def]
+    cluster = summary.series["cluster"]
+    assert cluster.height == 50
+    at = dict(zip(cluster["t"].to_list(), cluster["allocated"].to_list(), strict=True))
+    assert at[0.0] == 0.0
+    assert at[200.0] == 0.0
+    mid = [v for t, v in at.items() if 60 <= t < 110]
+    assert mid and all(v == 6000 for v in mid)
+
+
+def test_jain_index_extremes() -> None:
+    assert jain_index([1.0, 1.0, 1.0]) == pytest.approx(1.0)
+    assert jain_index([1.0, 0.0, 0.0, 0.0]) == pytest.approx(0.25)
+    assert jain_index([]) is None
+
+
+def test_missing_history_is_a_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError, match="no history segments"):
+        summarize(tmp_path)

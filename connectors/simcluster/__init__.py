@@ -22,11 +22,14 @@ How clients must call it (the same holds against a real apiserver; the contract 
 
 * Binding: the server answers 201 with a `Status` body, which kubernetes-asyncio cannot turn into a
   V1Binding (it raises ValueError on the missing `target`). Call
-  ``create_namespaced_pod_binding(name, ns, body, _preload_content=False)`` and read the status code.
-  409 Conflict means the pod is already bound (treat as done when it is bound to the intended node).
+  ``create_namespaced_pod_binding(name, ns, body, _preload_content=False)``; with that flag the client
+  raises nothing for error codes, so check ``response.status`` (201 bound; 404 no pod; 409 Conflict: already
+  bound, or being deleted; treat 409 as done when the pod is bound to the intended node) and read the
+  `Status` body with ``await response.read()``.
 * Custom-object patches: CustomObjectsApi picks ``application/json-patch+json`` for a dict body, which
   needs a list of operations; pass ``_content_type="application/merge-patch+json"`` for a merge patch.
-  Strategic merge patch on a custom resource is 415, as on a real cluster; any unknown patch type is 415.
+  Strategic merge patch on a custom resource is 415, as on a real cluster; server-side apply
+  (``application/apply-patch+yaml``) and any other patch type are 415 here.
 * Watches: a too-old resourceVersion yields an ERROR event with a 410 Expired `Status`; the client raises
   ApiException(status=410) (after one silent retry from the same version when no timeout_seconds was
   given). The caller must then re-list and watch again from the list's metadata.resourceVersion.

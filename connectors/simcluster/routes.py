@@ -65,8 +65,8 @@ NOT_FOUND_PATH = "the server could not find the requested resource"
 def parse_target(group: str, version: str, segments: list[str]) -> Target:
     """`[namespaces/NS/]PLURAL[/NAME[/SUB]]` -> Target; namespaces' own subresources are recognised."""
     namespace: str | None = None
-    if segments[:1] == ["namespaces"] and len(segments) >= 3 and not group and segments[2] not in ("status",
-                                                                                                  "finalize"):
+    namespace_subresource = not group and len(segments) == 3 and segments[2] in ("status", "finalize")
+    if segments[:1] == ["namespaces"] and len(segments) >= 3 and not namespace_subresource:
         namespace, segments = segments[1], segments[2:]
     if not segments or len(segments) > 3:
         raise ApiError(404, NOT_FOUND_PATH)
@@ -95,22 +95,30 @@ class ApiRoutes:
 
     def install(self, app: web.Application) -> None:
         app.middlewares.append(self._errors)
-        for version_path in ("/version", "/version/"):
-            app.router.add_get(version_path, lambda r: self._ok(VERSION_INFO))
-        for probe in ("/healthz", "/livez", "/readyz"):
-            app.router.add_get(probe, lambda r: self._text("ok"))
-        app.router.add_get("/api", self._api_versions)
-        app.router.add_get("/apis", lambda r: self._ok(resources.api_group_list()))
+        for path, handler in (
+            ("/version", self._version),
+            ("/healthz", self._healthy),
+            ("/livez", self._healthy),
+            ("/readyz", self._healthy),
+            ("/api", self._api_versions),
+            ("/apis", self._api_groups),
+        ):
+            app.router.add_get(path, handler)
+            app.router.add_get(path + "/", handler)
         app.router.add_route("*", "/api/{tail:.+}", self._core)
         app.router.add_route("*", "/apis/{tail:.+}", self._grouped)
 
     @staticmethod
-    async def _ok(body: Any) -> web.Response:
-        return json_response(body)
+    async def _version(request: web.Request) -> web.Response:
+        return json_response(VERSION_INFO)
 
     @staticmethod
-    async def _text(body: str) -> web.Response:
-        return web.Response(text=body)
+    async def _healthy(request: web.Request) -> web.Response:
+        return web.Response(text="ok")
+
+    @staticmethod
+    async def _api_groups(request: web.Request) -> web.Response:
+        return json_response(resources.api_group_list())
 
     @web.middleware
     async def _errors(self, request: web.Request, handler: Handler) -> web.StreamResponse:

@@ -71,8 +71,19 @@ def _default_node(node: Obj) -> None:
     if not any(c.get("type") == "Ready" for c in conditions):
         conditions.append({"type": "Ready", "status": "True", "reason": "KubeletReady",
                            "message": "simulated kubelet is posting ready status"})
-    status.setdefault("nodeInfo", {"kubeletVersion": "v1.31.0-kai-stream-sim", "architecture": "amd64",
-                                   "operatingSystem": "linux"})
+    name = node.get("metadata", {}).get("name", "")
+    status.setdefault("nodeInfo", {
+        "architecture": "amd64",
+        "bootID": f"sim-{name}",
+        "containerRuntimeVersion": "sim://1.0",
+        "kernelVersion": "6.8.0-sim",
+        "kubeProxyVersion": "v1.31.0-kai-stream-sim",
+        "kubeletVersion": "v1.31.0-kai-stream-sim",
+        "machineID": f"sim-{name}",
+        "operatingSystem": "linux",
+        "osImage": "kai-stream simulated node",
+        "systemUUID": f"sim-{name}",
+    })
 
 
 def prepare_update(rt: ResourceType, old: Obj, new: Obj, subresource: str) -> Obj:

@@ -115,6 +115,8 @@ class Store:
         self._watchers: dict[str, set[Watcher]] = {}
         self._listeners: list[Listener] = []
         self._clock = clock or (lambda: datetime.now(UTC))
+        for namespace in ("default", "kube-system", "kube-public"):
+            self._ensure_namespace(namespace)
 
     # -- bookkeeping -----------------------------------------------------------------------------------
     @property

@@ -1,0 +1,85 @@
+"""Pure rules under the HTTP layer: RFC 7386 merge patch, RFC 6902 JSON patch, strategic merge by key,
+label/field selector grammar."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from connectors.simcluster.errors import ApiError
+from connectors.simcluster.patch import apply, json_patch, merge_patch, strategic_merge_patch
+from connectors.simcluster.selectors import parse
+
+POD_FIELDS = ("metadata.name", "metadata.namespace", "spec.nodeName", "status.phase")
+
+
+def test_merge_patch_rfc7386_examples() -> None:
+    target = {"a": "b", "c": {"d": "e", "f": "g"}}
+    assert merge_patch(target, {"a": "z", "c": {"f": None}}) == {"a": "z", "c": {"d": "e"}}
+    assert merge_patch({"a": ["b"]}, {"a": ["c", "d"]}) == {"a": ["c", "d"]}
+    assert merge_patch({"e": None}, {"a": 1}) == {"e": None, "a": 1}
+    assert target == {"a": "b", "c": {"d": "e", "f": "g"}}, "inputs are not mutated"
+
+
+def test_json_patch_operations() -> None:
+    doc = {"spec": {"list": [1, 2]}, "m": {"k": "v"}}
+    out = json_patch(doc, [
+        {"op": "add", "path": "/spec/list/-", "value": 3},
+        {"op": "add", "path": "/spec/list/0", "value": 0},
+        {"op": "remove", "path": "/m/k"},
+        {"op": "copy", "from": "/spec/list", "path": "/copy"},
+        {"op": "move", "from": "/copy", "path": "/moved"},
+        {"op": "test", "path": "/moved/3", "value": 3},
+    ])
+    assert out == {"spec": {"list": [0, 1, 2, 3]}, "m": {}, "moved": [0, 1, 2, 3]}
+    with pytest.raises(ApiError) as missing:
+        json_patch(doc, [{"op": "replace", "path": "/nope", "value": 1}])
+    assert missing.value.code == 422
+    with pytest.raises(ApiError) as not_a_list:
+        json_patch(doc, {"spec": {}})
+    assert not_a_list.value.code == 400
+
+
+def test_strategic_merge_by_merge_key_and_delete_directive() -> None:
+    pod: dict[str, Any] = {"spec": {"containers": [{"name": "a", "image": "1"}, {"name": "b", "image": "1"}]}}
+    patch = {"spec": {"containers": [{"name": "b", "image": "2"}, {"name": "a", "$patch": "delete"},
+                                     {"name": "c", "image": "3"}]}}
+    assert strategic_merge_patch(pod, patch) == {
+        "spec": {"containers": [{"name": "b", "image": "2"}, {"name": "c", "image": "3"}]}}
+
+
+def test_apply_refuses_unknown_media_and_strategic_on_custom_resources() -> None:
+    with pytest.raises(ApiError) as unknown:
+        apply("application/xml", {}, {}, builtin=True)
+    assert unknown.value.code == 415
+    with pytest.raises(ApiError) as strategic:
+        apply("application/strategic-merge-patch+json", {}, {}, builtin=False)
+    assert strategic.value.code == 415
+    assert apply("application/merge-patch+json; charset=utf-8", {"a": 1}, {"b": 2}, builtin=False) == {"a": 1, "b": 2}
+
+
+@pytest.mark.parametrize(
+    ("labels", "selector", "expected"),
+    [
+        ({"a": "1"}, "a=1", True),
+        ({"a": "1"}, "a==1,b", False),
+        ({}, "a!=1", True),
+        ({"a": "2"}, "a in (1, 2)", True),
+        ({"a": "3"}, "a in (1,2),!b", False),
+        ({}, "a notin (1)", True),
+        ({"b": "x"}, "!b", False),
+    ],
+)
+def test_label_selector(labels: dict[str, str], selector: str, expected: bool) -> None:
+    assert parse(selector, None, POD_FIELDS).matches({"metadata": {"labels": labels}}) is expected
+
+
+def test_field_selector_and_errors() -> None:
+    obj = {"metadata": {"name": "p", "namespace": "ns"}, "spec": {}, "status": {"phase": "Running"}}
+    assert parse(None, "spec.nodeName=,status.phase=Running", POD_FIELDS).matches(obj)
+    assert not parse(None, "metadata.name!=p", POD_FIELDS).matches(obj)
+    for bad_field, bad_label in (("spec.priority=1", None), (None, "a b=c")):
+        with pytest.raises(ApiError) as err:
+            parse(bad_label, bad_field, POD_FIELDS)
+        assert err.value.code == 400

@@ -1,0 +1,21 @@
+"""Replay, diff and what-if over a recorded kai-stream log (Parquet history or broker).
+
+``replay_history`` rebuilds every decision with the pure core and compares bytes; ``run_whatif`` re-runs the
+observed part of a history under another config; ``assert_replays_identically`` is the helper tests call.
+"""
+
+from replay.diff import Divergence, field_diff, render_divergence
+from replay.engine import EngineRun, run_engine
+from replay.runner import PoolReplay, ReplayReport, replay_history, replay_pool
+
+__all__ = [
+    "Divergence",
+    "EngineRun",
+    "PoolReplay",
+    "ReplayReport",
+    "field_diff",
+    "render_divergence",
+    "replay_history",
+    "replay_pool",
+    "run_engine",
+]

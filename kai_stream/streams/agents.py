@@ -1,0 +1,55 @@
+"""The scheduler agent: cluster-events batches -> ``SchedulerRuntime.process`` (decode, core, send).
+
+Partitions revoked in a rebalance drop their state; the next record from an assigned partition rebuilds it
+from the log (``runtime.py``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+from faust.types import TP, EventT
+from mode.types.signals import BaseSignalT
+
+from kai_stream.streams import tables, topics
+from kai_stream.streams.app import PARTITIONS, app, kafka, names, settings
+from kai_stream.streams.codecs import CODEC
+from kai_stream.streams.runtime import InRecord, SchedulerRuntime, load_scheduler_config
+
+
+async def _send(topic: str, partition: int, key: bytes, record: Any) -> Any:
+    channel = topics.decisions if topic == names.decisions else topics.dead_letter
+    return await channel.send(key=key, value=record, partition=partition, value_serializer=CODEC, force=True)
+
+
+runtime = SchedulerRuntime(
+    kafka, names, load_scheduler_config(settings.config_path), _send, partitions=PARTITIONS["decisions"]
+)
+
+
+def _remember_fair_share(pool: str, shares: dict[str, dict[str, float]]) -> None:
+    for queue, share in shares.items():
+        tables.fair_share[f"{pool}/{queue}"] = share
+
+
+if settings.fair_share_table:
+    runtime.on_fair_share.append(_remember_fair_share)
+
+
+def _record(event: EventT[Any]) -> InRecord:
+    message = event.message
+    return InRecord(message.partition, message.offset, message.key, message.value, int(message.timestamp * 1000))
+
+
+@app.agent(topics.cluster_events)
+async def schedule(stream: Any) -> AsyncIterator[None]:
+    async for batch in stream.take_events(settings.batch_max, within=settings.batch_within_s):
+        await runtime.process([_record(event) for event in batch])
+        yield None
+
+
+@app.on_partitions_revoked.connect
+async def _revoked(sender: Any, /, *args: Any, signal: BaseSignalT[Any], **kwargs: Any) -> None:
+    revoked: set[TP] = args[0] if args else kwargs.get("revoked", set())
+    runtime.forget([tp.partition for tp in revoked if tp.topic == names.cluster_events])

@@ -1,0 +1,163 @@
+"""The processor's logic for one cluster-events partition, without I/O: fold, cycle, chain, rebuild.
+
+Contract with replay (kai_stream/history, replay/):
+
+* each pool has its own state, folding the partition's events whose pool is that pool or ``*`` (a pool
+  first seen mid-log starts from the ``*`` events before it), in offset order;
+* after a batch, every pool the batch touched runs ``run_cycle`` with ``input_offset`` = the offset of the
+  last event that pool folded; the decisions are chained (``events.chain``) after the pool's head hash and
+  folded into its state in emitted order;
+* a ``ConfigRecorded`` precedes a pool's first decision under a config hash.
+
+Restart and rebalance: ``rebuild`` folds the partition from offset 0 together with the decisions already
+in the decisions topic (each recorded decision is folded right after the event at its ``input_offset``), so
+state, head hash and "config recorded" match what was published; events at or below the rebuilt offset
+are then ignored as re-deliveries, and no decision is published twice.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections import defaultdict, deque
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import TypeGuard
+
+from kai_stream.core.config import SchedulerConfig
+from kai_stream.core.events import (
+    ALL_POOLS,
+    BindRequested,
+    ClusterEvent,
+    ConfigRecorded,
+    Decision,
+    DecisionsRecord,
+    EvictionRequested,
+    Model,
+    PodPending,
+    PodPipelined,
+    chain,
+    decision_hash,
+)
+from kai_stream.core.scheduler.cycle import fair_shares, run_cycle
+from kai_stream.core.state import ClusterState, apply
+
+
+def is_decision(record: DecisionsRecord) -> TypeGuard[Decision]:
+    return isinstance(record, BindRequested | EvictionRequested | PodPipelined | PodPending)
+
+
+@dataclass
+class PoolState:
+    """One pool's fold plus where its decision chain stands."""
+
+    state: ClusterState
+    head: str = ""
+    last_input_offset: int = -1
+
+
+@dataclass(frozen=True)
+class Outgoing:
+    """A record for the decisions topic, keyed by pool."""
+
+    pool: str
+    record: Model
+
+
+@dataclass
+class PartitionEngine:
+    """Everything one processor knows about one partition of cluster-events."""
+
+    partition: int
+    config: SchedulerConfig
+    config_hash: str
+    config_json: str
+    code_version: str
+    offset: int = -1
+    template: ClusterState = field(default_factory=ClusterState)
+    pools: dict[str, PoolState] = field(default_factory=dict)
+    config_recorded: set[str] = field(default_factory=set)
+
+    def _pool(self, name: str) -> PoolState:
+        pool = self.pools.get(name)
+        if pool is None:
+            pool = PoolState(state=copy.deepcopy(self.template))
+            self.pools[name] = pool
+        return pool
+
+    def fold(self, offset: int, event: ClusterEvent) -> list[str]:
+        """Fold one event; return the pools it touched ([] for a re-delivery)."""
+        if offset <= self.offset:
+            return []
+        self.offset = offset
+        if event.pool == ALL_POOLS:
+            apply(self.template, event, offset)
+            for pool in self.pools.values():
+                apply(pool.state, event, offset)
+            return sorted(self.pools)
+        apply(self._pool(event.pool).state, event, offset)
+        return [event.pool]
+
+    def cycle(self, pools: Iterable[str]) -> list[Outgoing]:
+        """Run a cycle for each pool (sorted), fold its decisions, return what to publish."""
+        out: list[Outgoing] = []
+        for name in sorted(set(pools)):
+            pool = self.pools.get(name)
+            if pool is None or pool.state.offset <= pool.last_input_offset:
+                continue
+            decisions = run_cycle(
+                pool.state, self.config, pool=name, input_offset=pool.state.offset, code_version=self.code_version
+            )
+            if not decisions:
+                continue
+            if name not in self.config_recorded:
+                recorded = ConfigRecorded(
+                    ts=pool.state.now,
+                    pool=name,
+                    config_hash=self.config_hash,
+                    code_version=self.code_version,
+                    config=self.config_json,
+                )
+                out.append(Outgoing(name, recorded))
+                self.config_recorded.add(name)
+            linked, pool.head = chain(decisions, pool.head)
+            pool.last_input_offset = pool.state.offset
+            for decision in linked:
+                apply(pool.state, decision)
+                out.append(Outgoing(name, decision))
+        return out
+
+    def fair_shares(self, pool: str) -> dict[str, dict[str, float]]:
+        state = self.pools[pool].state
+        return fair_shares(state, self.config, pool)
+
+    # ------------------------------------------------------------------ rebuild
+
+    def _fold_recorded(self, pool_name: str, decision: Decision) -> None:
+        pool = self._pool(pool_name)
+        apply(pool.state, decision)
+        pool.head = decision_hash(decision)
+        pool.last_input_offset = decision.input_offset
+
+    def rebuild(
+        self, events: Iterable[tuple[int, ClusterEvent]], recorded: Sequence[DecisionsRecord]
+    ) -> None:
+        """Fold ``events`` (offset order) interleaved with the ``recorded`` decisions of this partition."""
+        pending: dict[str, deque[Decision]] = defaultdict(deque)
+        for record in recorded:
+            if isinstance(record, ConfigRecorded):
+                if record.config_hash == self.config_hash:
+                    self.config_recorded.add(record.pool)
+            elif is_decision(record):
+                pending[record.pool].append(record)
+        for offset, event in events:
+            for name in self.fold(offset, event):
+                queue = pending.get(name)
+                while queue and queue[0].input_offset <= offset:
+                    self._fold_recorded(name, queue.popleft())
+        for name in sorted(pending):
+            for decision in pending[name]:
+                self._fold_recorded(name, decision)
+
+    def needed_until(self, recorded: Sequence[DecisionsRecord]) -> int:
+        """The last event offset a rebuild must fold so every recorded decision has its input."""
+        return max((r.input_offset for r in recorded if is_decision(r)), default=-1)

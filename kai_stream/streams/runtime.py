@@ -1,0 +1,198 @@
+"""The processor's I/O around ``PartitionEngine``: rebuild on assignment, fold a batch, cycle, publish.
+
+``SchedulerRuntime.process`` is what the faust agent calls with each batch of cluster-events records;
+it returns after every decision of the batch is on the broker, so faust acknowledges (and later commits)
+the batch's offsets only once its decisions are published.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import defaultdict
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from aiokafka import TopicPartition
+
+import kai_stream
+from kai_stream.core.config import SchedulerConfig, config_hash, load_config
+from kai_stream.core.events import (
+    ClusterEvent,
+    DeadLetter,
+    DecisionsRecord,
+    MalformedEvent,
+    Model,
+    Tick,
+    loads_cluster_event,
+    loads_decisions_record,
+)
+from kai_stream.kafka import make_consumer, partition_for, read_to_end
+from kai_stream.observability import CYCLE_DURATION, DEAD_LETTERS, DECISIONS, EVENTS_CONSUMED, EVENTS_PUBLISHED
+from kai_stream.settings import KafkaSettings
+from kai_stream.streams.engine import Outgoing, PartitionEngine
+from kai_stream.topics import TopicNames
+
+log = logging.getLogger(__name__)
+
+Send = Callable[[str, int, bytes, Model], Awaitable[Awaitable[Any]]]
+COMPONENT = "processor"
+
+
+@dataclass(frozen=True)
+class InRecord:
+    """One consumed cluster-events record (what the agent hands over from a faust event)."""
+
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    timestamp_ms: int
+
+
+def load_scheduler_config(path: str | None) -> SchedulerConfig:
+    return load_config(path) if path else SchedulerConfig()
+
+
+class SchedulerRuntime:
+    """Per-partition engines of one processor instance, and how they meet the topics."""
+
+    def __init__(
+        self,
+        kafka: KafkaSettings,
+        names: TopicNames,
+        config: SchedulerConfig,
+        send: Send,
+        *,
+        partitions: int,
+        code_version: str = kai_stream.__version__,
+    ) -> None:
+        self.kafka = kafka
+        self.names = names
+        self.config = config
+        self.config_hash = config_hash(config)
+        self.config_json = config.model_dump_json()
+        self.code_version = code_version
+        self.send = send
+        self.partitions = partitions
+        self.engines: dict[int, PartitionEngine] = {}
+        self.on_decisions: list[Callable[[list[Outgoing]], None]] = []
+        self.on_fair_share: list[Callable[[str, dict[str, dict[str, float]]], None]] = []
+
+    def forget(self, partitions: Sequence[int]) -> None:
+        """Drop the state of revoked partitions; a later assignment rebuilds it."""
+        for partition in partitions:
+            self.engines.pop(partition, None)
+
+    def _new_engine(self, partition: int) -> PartitionEngine:
+        return PartitionEngine(
+            partition=partition,
+            config=self.config,
+            config_hash=self.config_hash,
+            config_json=self.config_json,
+            code_version=self.code_version,
+        )
+
+    async def _read_partition(self, topic: str, partition: int) -> list[Any]:
+        consumer = make_consumer(self.kafka, group_id=None, fetch_max_wait_ms=20)
+        await consumer.start()
+        try:
+            tp = TopicPartition(topic, partition)
+            consumer.assign([tp])
+            await consumer.seek_to_beginning(tp)
+            return await read_to_end(consumer, timeout_s=60.0)
+        finally:
+            await consumer.stop()
+
+    async def rebuild(self, partition: int, before: int) -> PartitionEngine:
+        """State of ``partition`` from its log and its published decisions (see engine.rebuild)."""
+        started = time.monotonic()
+        engine = self._new_engine(partition)
+        recorded: list[DecisionsRecord] = []
+        for record in await self._read_partition(self.names.decisions, partition):
+            try:
+                recorded.append(loads_decisions_record(record.value or b""))
+            except MalformedEvent:
+                continue
+        until = max(before - 1, engine.needed_until(recorded))
+        events: list[tuple[int, ClusterEvent]] = []
+        if until >= 0:
+            for record in await self._read_partition(self.names.cluster_events, partition):
+                if record.offset > until:
+                    break
+                try:
+                    events.append((record.offset, loads_cluster_event(record.value or b"")))
+                except MalformedEvent:
+                    continue
+        engine.rebuild(events, recorded)
+        engine.offset = max(engine.offset, until)
+        log.info(
+            "processor: rebuilt partition %d to offset %d (%d events, %d decisions) in %.2fs",
+            partition, engine.offset, len(events), len(recorded), time.monotonic() - started,
+        )
+        self.engines[partition] = engine
+        return engine
+
+    async def _dead_letter(self, record: InRecord, reason: str) -> Awaitable[Any]:
+        letter = DeadLetter.from_raw(
+            topic=self.names.cluster_events,
+            partition=record.partition,
+            offset=record.offset,
+            key=record.key,
+            value=record.value,
+            reason=reason,
+            ts=record.timestamp_ms / 1000,
+        )
+        DEAD_LETTERS.labels(component=COMPONENT, topic=self.names.cluster_events).inc()
+        return await self.send(self.names.dead_letter, 0, record.key or b"", letter)
+
+    async def process(self, batch: Sequence[InRecord]) -> list[Outgoing]:
+        """Fold a batch, run the touched pools' cycles, publish; return what was published."""
+        deliveries: list[Awaitable[Any]] = []
+        touched: dict[int, set[str]] = defaultdict(set)
+        ticked: dict[int, set[str]] = defaultdict(set)
+        for record in batch:
+            engine = self.engines.get(record.partition)
+            if engine is None:
+                engine = await self.rebuild(record.partition, record.offset)
+            if record.offset <= engine.offset:
+                continue
+            try:
+                event = loads_cluster_event(record.value or b"")
+            except MalformedEvent as exc:
+                engine.offset = record.offset
+                deliveries.append(await self._dead_letter(record, f"malformed cluster event: {exc}"))
+                continue
+            EVENTS_CONSUMED.labels(component=COMPONENT, topic=self.names.cluster_events, type=event.type).inc()
+            pools = engine.fold(record.offset, event)
+            touched[record.partition].update(pools)
+            if isinstance(event, Tick):
+                ticked[record.partition].update(pools)
+        published: list[Outgoing] = []
+        for partition in sorted(touched):
+            engine = self.engines[partition]
+            started = time.perf_counter()
+            out = engine.cycle(touched[partition])
+            elapsed = time.perf_counter() - started
+            for pool in touched[partition]:
+                CYCLE_DURATION.labels(pool=pool).observe(elapsed / max(len(touched[partition]), 1))
+            for item in out:
+                target = partition_for(item.pool, self.partitions)
+                deliveries.append(await self.send(self.names.decisions, target, item.pool.encode(), item.record))
+                kind = str(getattr(item.record, "type", ""))
+                EVENTS_PUBLISHED.labels(component=COMPONENT, topic=self.names.decisions, type=kind).inc()
+                if hasattr(item.record, "action"):
+                    DECISIONS.labels(pool=item.pool, kind=kind, action=str(item.record.action)).inc()
+            published.extend(out)
+            for pool in sorted(ticked.get(partition, ())):
+                shares = engine.fair_shares(pool)
+                for remember in self.on_fair_share:
+                    remember(pool, shares)
+        if deliveries:
+            await asyncio.gather(*deliveries)
+        if published:
+            for notify in self.on_decisions:
+                notify(published)
+        return published

@@ -1,0 +1,27 @@
+"""Processor settings (``KAI_STREAM_PROCESSOR_<FIELD>``), next to ``KafkaSettings`` for the connection."""
+
+from __future__ import annotations
+
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class ProcessorSettings(BaseSettings):
+    """How the scheduler processor is named, batched and tuned.
+
+    ``app_id`` is the faust app id and Kafka consumer group; ``topic_prefix`` isolates a deployment (or a
+    test) on a shared broker; ``config_path`` is a scheduler config YAML (defaults when unset).
+    ``fetch_max_wait_ms``: Tansu answers a fetch only when its wait expires, so a short wait is the
+    latency floor of every hop (faust hard-codes 1500 ms; the app overrides it).
+    """
+
+    model_config = SettingsConfigDict(env_prefix="KAI_STREAM_PROCESSOR_", frozen=True, extra="forbid")
+
+    app_id: str = "kai-stream-scheduler"
+    topic_prefix: str = ""
+    config_path: str | None = None
+    batch_max: int = 5000
+    batch_within_s: float = 0.005
+    fetch_max_wait_ms: int = 5
+    commit_interval_s: float = 0.5
+    data_dir: str = ".kai-stream/faust"
+    fair_share_table: bool = True

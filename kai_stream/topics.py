@@ -83,6 +83,9 @@ class TopicNames:
         }.get(spec_name, spec_name)
 
 
+DEFAULT_TOPICS = TopicNames()
+
+
 def load_specs(directory: Path = TOPICS_DIR) -> list[TopicSpec]:
     """Every ``*.yaml`` spec in ``directory``, sorted by topic name; errors name the file and field."""
     specs: list[TopicSpec] = []
@@ -129,7 +132,7 @@ async def create_topics(
     settings: KafkaSettings,
     specs: list[TopicSpec] | None = None,
     *,
-    names: TopicNames = TopicNames(),
+    names: TopicNames = DEFAULT_TOPICS,
     replication_factor: int = 1,
 ) -> list[str]:
     """Create the topics that do not exist yet; return the names created (existing topics are fine)."""

@@ -1,0 +1,397 @@
+"""The binder's Kubernetes half: apply one action through kubernetes-asyncio, idempotently, with retries.
+
+* Bind: read the pod first; if it is already on the decided node that is success (``already=True``), on
+  another node or replaced (uid differs) it is ``BindFailed``. Otherwise POST ``pods/binding`` with the uid
+  as precondition and the GPU indices as a binding annotation (the apiserver copies binding annotations
+  onto the pod in the same write, so nobody ever sees the pod bound without its GPUs). The response is a
+  ``Status`` the client cannot deserialize, hence ``_preload_content=False``. 409 is re-checked against the
+  pod: on the decided node it is ``already``, else ``BindFailed``. A bound pod's PodGroup loses our
+  ``UnschedulableOnNodePool`` condition.
+* Evict: POST ``pods/eviction``; 404 (or a different uid) means the pod is already gone (``already=True``).
+* Mark unschedulable (autoscaler signal): pod status condition ``PodScheduled=False`` reason
+  ``Unschedulable`` with the pending reason as message (strategic merge on ``/status``, merged by condition
+  type), and the PodGroup's ``status.schedulingConditions`` entry ``UnschedulableOnNodePool`` for the pool.
+  Skipped when the pod is bound, gone, or already carries the same message.
+* 5xx, 429 and connection errors are retried with exponential backoff; other errors are final.
+
+Outcome ids and times derive from the decision (``stable_id`` of the decision id, the decision's ``ts``):
+the outcome of a decision is the same bytes however often it is applied.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, TypeVar
+
+import aiohttp
+import orjson
+from kubernetes_asyncio import client
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from kai_stream.binder.plan import Action, Bind, Evict, MarkUnschedulable
+from kai_stream.core.events import (
+    BindFailed,
+    BindRequested,
+    EvictionFailed,
+    EvictionRequested,
+    Outcome,
+    PodBound,
+    PodEvicted,
+    PodPending,
+    stable_id,
+)
+from kai_stream.core.manifests import ANNOTATION_GPU_INDICES, ANNOTATION_POD_GROUP
+from kai_stream.observability import BINDER_RETRIES
+
+log = logging.getLogger(__name__)
+
+PODGROUP_GROUP = "scheduling.run.ai"
+PODGROUP_VERSION = "v2alpha2"
+PODGROUP_PLURAL = "podgroups"
+UNSCHEDULABLE_ON_NODE_POOL = "UnschedulableOnNodePool"
+REASON_UNSCHEDULABLE = "Unschedulable"
+MERGE_PATCH = "application/merge-patch+json"
+RETRYABLE_STATUS = frozenset({429, 500, 502, 503, 504})
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    attempts: int = 8
+    base_delay_s: float = 0.05
+    max_delay_s: float = 2.0
+
+    def delay(self, attempt: int) -> float:
+        return float(min(self.max_delay_s, self.base_delay_s * 2**attempt))
+
+
+DEFAULT_RETRY = RetryPolicy()
+
+
+class HttpStatusError(Exception):
+    """A raw (non-deserialized) API response that was not 2xx."""
+
+    def __init__(self, status: int, body: str) -> None:
+        super().__init__(f"HTTP {status}: {body[:500]}")
+        self.status = status
+        self.body = body
+
+
+def _status(exc: BaseException) -> int | None:
+    if isinstance(exc, ApiException):
+        return int(exc.status) if exc.status else None
+    if isinstance(exc, HttpStatusError):
+        return exc.status
+    return None
+
+
+def _retry_reason(exc: BaseException) -> str | None:
+    status = _status(exc)
+    if status is not None:
+        return str(status) if status in RETRYABLE_STATUS else None
+    if isinstance(exc, aiohttp.ClientError | ConnectionError | TimeoutError):
+        return type(exc).__name__
+    return None
+
+
+def _error_text(exc: BaseException) -> str:
+    status = _status(exc)
+    if isinstance(exc, ApiException):
+        body = exc.body.decode(errors="replace") if isinstance(exc.body, bytes) else str(exc.body or exc.reason)
+        return f"HTTP {status}: {_status_message(body)}"
+    if isinstance(exc, HttpStatusError):
+        return f"HTTP {status}: {_status_message(exc.body)}"
+    return f"{type(exc).__name__}: {exc}"
+
+
+def _status_message(body: str) -> str:
+    try:
+        parsed = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return body[:500]
+    if isinstance(parsed, dict) and isinstance(parsed.get("message"), str):
+        return str(parsed["message"])
+    return body[:500]
+
+
+def rfc3339(ts: float) -> str:
+    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class KubeApplier:
+    """Applies binder actions to one Kubernetes API (real or simulated)."""
+
+    def __init__(self, api: client.ApiClient, retry: RetryPolicy = DEFAULT_RETRY) -> None:
+        self.core = client.CoreV1Api(api)
+        self.custom = client.CustomObjectsApi(api)
+        self.retry = retry
+        self._marked_groups: dict[tuple[str, str], bool] = {}
+
+    async def apply(self, action: Action) -> Outcome | None:
+        """Apply one action; return the outcome to publish (None for autoscaler marks)."""
+        if isinstance(action, Bind):
+            return await self.bind(action.decision)
+        if isinstance(action, Evict):
+            return await self.evict(action.decision)
+        assert isinstance(action, MarkUnschedulable)
+        await self.mark_unschedulable(action.decision)
+        return None
+
+    # ------------------------------------------------------------------ retries
+
+    async def _call(self, operation: str, fn: Callable[[], Awaitable[T]]) -> T:
+        for attempt in range(self.retry.attempts):
+            try:
+                return await fn()
+            except Exception as exc:
+                reason = _retry_reason(exc)
+                if reason is None or attempt + 1 == self.retry.attempts:
+                    raise
+                BINDER_RETRIES.labels(operation=operation, reason=reason).inc()
+                log.info("retrying %s after %s (attempt %d)", operation, reason, attempt + 1)
+                await asyncio.sleep(self.retry.delay(attempt))
+        raise AssertionError("unreachable")
+
+    async def _raw(self, operation: str, fn: Callable[[], Awaitable[Any]]) -> int:
+        """Call an API method with ``_preload_content=False``; return its 2xx status, raise otherwise."""
+
+        async def once() -> int:
+            response = await fn()
+            try:
+                body = await response.read()
+            finally:
+                response.release()
+            status = int(response.status)
+            if not 200 <= status <= 299:
+                raise HttpStatusError(status, body.decode(errors="replace"))
+            return status
+
+        return await self._call(operation, once)
+
+    async def _read_pod(self, namespace: str, name: str) -> client.V1Pod | None:
+        try:
+            pod: client.V1Pod = await self._call("get", lambda: self.core.read_namespaced_pod(name, namespace))
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+        return pod
+
+    # ------------------------------------------------------------------ bind
+
+    async def bind(self, decision: BindRequested) -> Outcome:
+        try:
+            return await self._bind(decision)
+        except Exception as exc:  # a final API error becomes a BindFailed the scheduler folds
+            return _bind_failed(decision, _error_text(exc))
+
+    async def _bind(self, decision: BindRequested) -> Outcome:
+        pod = await self._read_pod(decision.namespace, decision.name)
+        checked = _check_bindable(decision, pod)
+        if checked is not None:
+            return checked
+        assert pod is not None
+        indices = ",".join(map(str, decision.gpu_indices))
+        annotations = {ANNOTATION_GPU_INDICES: indices} if indices else None
+        body = client.V1Binding(
+            metadata=client.V1ObjectMeta(
+                name=decision.name, namespace=decision.namespace, uid=decision.uid, annotations=annotations
+            ),
+            target=client.V1ObjectReference(api_version="v1", kind="Node", name=decision.node),
+        )
+        try:
+            await self._raw(
+                "bind",
+                lambda: self.core.create_namespaced_pod_binding(
+                    decision.name, decision.namespace, body, _preload_content=False
+                ),
+            )
+        except HttpStatusError as exc:
+            if exc.status != 409:
+                raise
+            again = await self._read_pod(decision.namespace, decision.name)
+            return _check_bindable(decision, again) or _bind_failed(decision, _error_text(exc))
+        await self._clear_group_mark(decision, pod)
+        return _bound(decision, already=False)
+
+    async def _clear_group_mark(self, decision: BindRequested, pod: client.V1Pod) -> None:
+        group = (pod.metadata.annotations or {}).get(ANNOTATION_POD_GROUP)
+        if not group or self._marked_groups.get((decision.namespace, group)) is False:
+            return
+        try:
+            await self._set_group_condition(decision.namespace, group, decision.pool, None, decision.ts)
+        except Exception as exc:
+            log.warning("could not clear the PodGroup %s/%s condition: %s", decision.namespace, group, exc)
+
+    # ------------------------------------------------------------------ evict
+
+    async def evict(self, decision: EvictionRequested) -> Outcome:
+        try:
+            return await self._evict(decision)
+        except Exception as exc:
+            return EvictionFailed(**_outcome_fields(decision, "EvictionFailed"), error=_error_text(exc))
+
+    async def _evict(self, decision: EvictionRequested) -> Outcome:
+        pod = await self._read_pod(decision.namespace, decision.name)
+        if pod is None or pod.metadata.uid != decision.uid:
+            return PodEvicted(**_outcome_fields(decision, "PodEvicted"), already=True)
+        body = client.V1Eviction(
+            metadata=client.V1ObjectMeta(name=decision.name, namespace=decision.namespace),
+            delete_options=client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=decision.uid)),
+        )
+        try:
+            await self._raw(
+                "evict",
+                lambda: self.core.create_namespaced_pod_eviction(
+                    decision.name, decision.namespace, body, _preload_content=False
+                ),
+            )
+        except HttpStatusError as exc:
+            if exc.status != 404:
+                raise
+            return PodEvicted(**_outcome_fields(decision, "PodEvicted"), already=True)
+        return PodEvicted(**_outcome_fields(decision, "PodEvicted"), already=False)
+
+    # ------------------------------------------------------------------ autoscaler signal
+
+    async def mark_unschedulable(self, decision: PodPending) -> None:
+        """Set PodScheduled=False/Unschedulable on the pod and the PodGroup; errors are logged, not raised."""
+        try:
+            await self._mark_unschedulable(decision)
+        except Exception as exc:
+            log.warning("could not mark %s/%s unschedulable: %s", decision.namespace, decision.name, exc)
+
+    async def _mark_unschedulable(self, decision: PodPending) -> None:
+        pod = await self._read_pod(decision.namespace, decision.name)
+        if pod is None or pod.metadata.uid != decision.uid or (pod.spec and pod.spec.node_name):
+            return
+        message = pending_message(decision)
+        current = [c for c in (pod.status.conditions or []) if c.type == "PodScheduled"] if pod.status else []
+        if not (current and current[0].status == "False" and current[0].message == message):
+            condition = {
+                "type": "PodScheduled",
+                "status": "False",
+                "reason": REASON_UNSCHEDULABLE,
+                "message": message,
+                "lastProbeTime": None,
+                "lastTransitionTime": rfc3339(decision.ts),
+            }
+            await self._call(
+                "patch",
+                lambda: self.core.patch_namespaced_pod_status(
+                    decision.name, decision.namespace, {"status": {"conditions": [condition]}}
+                ),
+            )
+        group = (pod.metadata.annotations or {}).get(ANNOTATION_POD_GROUP)
+        if group:
+            await self._set_group_condition(decision.namespace, group, decision.pool, message, decision.ts)
+
+    async def _set_group_condition(
+        self, namespace: str, group: str, pool: str, message: str | None, ts: float
+    ) -> None:
+        """Put (message) or remove (None) the UnschedulableOnNodePool condition of ``pool`` on a PodGroup."""
+        try:
+            current: dict[str, Any] = await self._call(
+                "get",
+                lambda: self.custom.get_namespaced_custom_object(
+                    PODGROUP_GROUP, PODGROUP_VERSION, namespace, PODGROUP_PLURAL, group
+                ),
+            )
+        except ApiException as exc:
+            if exc.status == 404:
+                self._marked_groups[(namespace, group)] = False
+                return
+            raise
+        conditions: list[dict[str, Any]] = list((current.get("status") or {}).get("schedulingConditions") or [])
+        ours = [
+            c for c in conditions if c.get("type") == UNSCHEDULABLE_ON_NODE_POOL and c.get("nodePool", "") == pool
+        ]
+        others = [c for c in conditions if c not in ours]
+        if message is None:
+            if not ours:
+                self._marked_groups[(namespace, group)] = False
+                return
+            updated = others
+        else:
+            if ours and ours[-1].get("message") == message and ours[-1].get("status") == "True":
+                self._marked_groups[(namespace, group)] = True
+                return
+            transition = max((int(c.get("transitionID", "0") or 0) for c in conditions), default=-1) + 1
+            updated = [
+                *others,
+                {
+                    "type": UNSCHEDULABLE_ON_NODE_POOL,
+                    "nodePool": pool,
+                    "reason": REASON_UNSCHEDULABLE,
+                    "message": message,
+                    "status": "True",
+                    "transitionID": str(transition),
+                    "lastTransitionTime": rfc3339(ts),
+                },
+            ]
+        await self._call(
+            "patch",
+            lambda: self.custom.patch_namespaced_custom_object_status(
+                PODGROUP_GROUP,
+                PODGROUP_VERSION,
+                namespace,
+                PODGROUP_PLURAL,
+                group,
+                {"status": {"schedulingConditions": updated}},
+                _content_type=MERGE_PATCH,  # type: ignore[call-arg]
+            ),
+        )
+        self._marked_groups[(namespace, group)] = message is not None
+
+
+def pending_message(decision: PodPending) -> str:
+    """The human message for a pending pod: the scheduler's reason, else its code and failed predicates."""
+    if decision.reason:
+        return decision.reason
+    if decision.predicates:
+        counts = ", ".join(f"{name}: {n} nodes" for name, n in sorted(decision.predicates.items()))
+        return f"{decision.code} ({counts})"
+    return decision.code
+
+
+def _outcome_fields(decision: BindRequested | EvictionRequested, kind: str) -> dict[str, Any]:
+    return {
+        "event_id": stable_id("outcome", decision.decision_id, kind),
+        "ts": decision.ts,
+        "pool": decision.pool,
+        "decision_id": decision.decision_id,
+        "namespace": decision.namespace,
+        "name": decision.name,
+        "uid": decision.uid,
+    }
+
+
+def _bound(decision: BindRequested, *, already: bool) -> PodBound:
+    return PodBound(
+        **_outcome_fields(decision, "PodBound"), node=decision.node, gpu_indices=decision.gpu_indices, already=already
+    )
+
+
+def _bind_failed(decision: BindRequested, error: str) -> BindFailed:
+    return BindFailed(**_outcome_fields(decision, "BindFailed"), node=decision.node, error=error)
+
+
+def _check_bindable(decision: BindRequested, pod: client.V1Pod | None) -> Outcome | None:
+    """The outcome when the pod's current state already decides it (gone, replaced, bound); else None."""
+    if pod is None:
+        return _bind_failed(decision, f"pod {decision.namespace}/{decision.name} not found")
+    if pod.metadata.uid != decision.uid:
+        return _bind_failed(decision, f"pod was replaced (uid {pod.metadata.uid}, decided for {decision.uid})")
+    node = pod.spec.node_name if pod.spec else None
+    if node == decision.node:
+        return _bound(decision, already=True)
+    if node:
+        return _bind_failed(decision, f"pod is already bound to node {node}")
+    if pod.metadata.deletion_timestamp is not None:
+        return _bind_failed(decision, "pod is being deleted")
+    return None

@@ -1,0 +1,178 @@
+"""KubeApplier against the simulated cluster over HTTP (kubernetes-asyncio): binds, evictions, the
+autoscaler signal, idempotency, 409 races and retries."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import aiohttp
+import pytest
+from aiohttp import web
+from kubernetes_asyncio import client
+
+from connectors.simcluster import SimCluster, api_client
+from kai_stream.binder.kube import KubeApplier, RetryPolicy
+from kai_stream.core.events import BindFailed, EvictionFailed, PodBound, PodEvicted
+from kai_stream.observability import BINDER_RETRIES
+
+from .builders import bind, evict, node, pending, pod, pod_group
+
+FAST = RetryPolicy(attempts=4, base_delay_s=0.01, max_delay_s=0.05)
+
+
+@pytest.fixture
+async def applier(api: client.ApiClient) -> KubeApplier:
+    return KubeApplier(api, FAST)
+
+
+def _posts(sim: SimCluster, name: str) -> list[int]:
+    return [b.code for b in sim.bindings if b.name == name]
+
+
+def _condition(obj: dict[str, Any], kind: str) -> dict[str, Any] | None:
+    for c in obj.get("status", {}).get("conditions", []):
+        if c["type"] == kind:
+            return dict(c)
+    return None
+
+
+async def test_bind_sets_node_and_gpu_indices_then_is_idempotent(sim: SimCluster, applier: KubeApplier) -> None:
+    await sim.create(node("n1"))
+    p = await sim.create(pod("p1"))
+    decision = bind(p, "n1", gpus=(2, 5))
+    outcome = await applier.bind(decision)
+    assert isinstance(outcome, PodBound) and not outcome.already
+    assert outcome.gpu_indices == (2, 5) and outcome.decision_id == decision.decision_id
+    stored = sim.get("pods/team-a/p1")
+    assert stored["spec"]["nodeName"] == "n1"
+    assert stored["metadata"]["annotations"]["kai.scheduler/gpu-indices"] == "2,5"
+    again = await applier.bind(decision)
+    assert isinstance(again, PodBound) and again.already
+    assert again.event_id == outcome.event_id
+    assert _posts(sim, "p1") == [201]
+
+
+async def test_bind_refuses_pods_bound_elsewhere_missing_or_replaced(sim: SimCluster, applier: KubeApplier) -> None:
+    await sim.create(node("n1"))
+    await sim.create(node("n2"))
+    p = await sim.create(pod("p1"))
+    assert isinstance(await applier.bind(bind(p, "n1")), PodBound)
+    elsewhere = await applier.bind(bind(p, "n2", offset=9))
+    assert isinstance(elsewhere, BindFailed) and "already bound to node n1" in elsewhere.error
+    ghost = {"metadata": {"name": "ghost", "namespace": "team-a", "uid": "u-ghost"}}
+    missing = await applier.bind(bind(ghost, "n1"))
+    assert isinstance(missing, BindFailed) and "not found" in missing.error
+    q = await sim.create(pod("p2"))
+    replaced = await applier.bind(bind({**q, "metadata": {**q["metadata"], "uid": "old-uid"}}, "n1"))
+    assert isinstance(replaced, BindFailed) and "replaced" in replaced.error
+    assert _posts(sim, "p1") == [201] and _posts(sim, "p2") == []
+
+
+async def test_409_race_on_the_decided_node_counts_as_done(
+    sim: SimCluster, api: client.ApiClient, applier: KubeApplier, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await sim.create(node("n1"))
+    p = await sim.create(pod("p1"))
+    original = applier._read_pod
+    reads = 0
+
+    async def read_then_someone_binds(namespace: str, name: str) -> client.V1Pod | None:
+        nonlocal reads
+        reads += 1
+        current = await original(namespace, name)
+        if reads == 1:
+            body = client.V1Binding(metadata=client.V1ObjectMeta(name=name),
+                                    target=client.V1ObjectReference(api_version="v1", kind="Node", name="n1"))
+            await client.CoreV1Api(api).create_namespaced_pod_binding(name, namespace, body, _preload_content=False)
+        return current
+
+    monkeypatch.setattr(applier, "_read_pod", read_then_someone_binds)
+    outcome = await applier.bind(bind(p, "n1"))
+    assert isinstance(outcome, PodBound) and outcome.already
+    assert _posts(sim, "p1") == [201, 409]
+
+
+async def test_evict_and_evict_again(sim: SimCluster, applier: KubeApplier) -> None:
+    await sim.create(node("n1"))
+    p = await sim.create(pod("p1"))
+    assert isinstance(await applier.bind(bind(p, "n1")), PodBound)
+    first = await applier.evict(evict(p))
+    assert isinstance(first, PodEvicted) and not first.already
+    await sim.wait_until(lambda: sim.find("pods/team-a/p1") is None, timeout=5)
+    second = await applier.evict(evict(p))
+    assert isinstance(second, PodEvicted) and second.already
+    assert [e.code for e in sim.evictions] == [201]
+
+
+async def test_unschedulable_signal_on_pod_and_podgroup_cleared_by_bind(sim: SimCluster, applier: KubeApplier) -> None:
+    await sim.create(node("n1"))
+    await sim.create(pod_group("g1"))
+    p = await sim.create(pod("p1", group="g1"))
+    await applier.mark_unschedulable(pending(p, "0/1 nodes have 8 free GPUs"))
+    stored = sim.get("pods/team-a/p1")
+    cond = _condition(stored, "PodScheduled")
+    assert cond is not None
+    assert (cond["status"], cond["reason"], cond["message"]) == ("False", "Unschedulable", "0/1 nodes have 8 free GPUs")
+    group = sim.get("podgroups/team-a/g1")
+    [sched] = group["status"]["schedulingConditions"]
+    assert sched["type"] == "UnschedulableOnNodePool" and sched["status"] == "True"
+    assert sched["message"] == "0/1 nodes have 8 free GPUs" and sched["nodePool"] == "default"
+    version = (stored["metadata"]["resourceVersion"], group["metadata"]["resourceVersion"])
+    await applier.mark_unschedulable(pending(p, "0/1 nodes have 8 free GPUs", offset=5))
+    stored, group = sim.get("pods/team-a/p1"), sim.get("podgroups/team-a/g1")
+    assert (stored["metadata"]["resourceVersion"], group["metadata"]["resourceVersion"]) == version
+    assert isinstance(await applier.bind(bind(p, "n1", offset=6)), PodBound)
+    bound = sim.get("pods/team-a/p1")
+    assert _condition(bound, "PodScheduled")["status"] == "True"  # type: ignore[index]
+    assert sim.get("podgroups/team-a/g1")["status"].get("schedulingConditions", []) == []
+    await applier.mark_unschedulable(pending(p, "late pending", offset=7))
+    assert _condition(sim.get("pods/team-a/p1"), "PodScheduled")["status"] == "True"  # type: ignore[index]
+
+
+@pytest.fixture
+async def flaky(sim: SimCluster) -> AsyncIterator[dict[str, Any]]:
+    """A real HTTP proxy in front of the simulated cluster that answers 503 to the first N matching calls."""
+    control: dict[str, Any] = {"path": "/binding", "failures": 0, "status": 503}
+    session = aiohttp.ClientSession()
+
+    async def forward(request: web.Request) -> web.Response:
+        if control["path"] in request.path and control["failures"] > 0:
+            control["failures"] -= 1
+            return web.json_response({"kind": "Status", "code": control["status"]}, status=control["status"])
+        body = await request.read()
+        headers = {k: v for k, v in request.headers.items() if k.lower() not in ("host", "content-length")}
+        async with session.request(request.method, f"{sim.url}{request.path_qs}", data=body, headers=headers) as r:
+            return web.Response(body=await r.read(), status=r.status, content_type=r.content_type)
+
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", forward)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    host, port = runner.addresses[0][:2]
+    control["url"] = f"http://{host}:{port}"
+    try:
+        yield control
+    finally:
+        await runner.cleanup()
+        await session.close()
+
+
+async def test_5xx_is_retried_with_backoff_then_gives_up(sim: SimCluster, flaky: dict[str, Any]) -> None:
+    await sim.create(node("n1"))
+    p1, p2 = await sim.create(pod("p1")), await sim.create(pod("p2"))
+    before = BINDER_RETRIES.labels(operation="bind", reason="503")._value.get()
+    async with api_client(flaky["url"]) as api:
+        applier = KubeApplier(api, FAST)
+        flaky["failures"] = 2
+        assert isinstance(await applier.bind(bind(p1, "n1")), PodBound)
+        assert BINDER_RETRIES.labels(operation="bind", reason="503")._value.get() == before + 2
+        flaky["failures"] = 100
+        failed = await applier.bind(bind(p2, "n1"))
+        assert isinstance(failed, BindFailed) and "503" in failed.error
+        flaky.update(path="/eviction", failures=100, status=500)
+        gave_up = await applier.evict(evict(p1))
+        assert isinstance(gave_up, EvictionFailed) and "500" in gave_up.error
+    assert _posts(sim, "p1") == [201] and _posts(sim, "p2") == []

@@ -122,6 +122,7 @@ class JobInfo:
     min_member: int
     created: float
     tasks: list[TaskInfo] = field(default_factory=list)
+    request_cache: list[int] | None = None
 
     def active_count(self) -> int:
         return sum(1 for t in self.tasks if t.status in (RUNNING, ALLOCATED, PIPELINED))
@@ -146,6 +147,7 @@ class QueueInfo:
     allocated_np: list[int] = field(default_factory=lambda: [0, 0, 0])
     request: list[int] = field(default_factory=lambda: [0, 0, 0])
     fair_share: list[int] = field(default_factory=lambda: [0, 0, 0])
+    share_cap: list[int] = field(default_factory=lambda: [0, 0, 0])
     jobs: list[JobInfo] = field(default_factory=list)
 
     def ancestry(self) -> list[QueueInfo]:

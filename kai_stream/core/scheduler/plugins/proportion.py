@@ -15,23 +15,28 @@ from kai_stream.core.scheduler.framework.session import Session
 
 UNLIMITED = -1
 INF = float("inf")
+_ZERO = [0, 0, 0]
 
 
-def _allocatable_share(q: QueueInfo, r: int) -> int:
+def allocatable_share(q: QueueInfo, r: int) -> int:
+    """min(limit, max(deserved, fair share)); the denominator of the dominant-resource share."""
     deserved = q.fair_share[r] if q.quota[r] == UNLIMITED else q.quota[r]
     cap = max(deserved, q.fair_share[r])
     return cap if q.limit[r] == UNLIMITED else min(q.limit[r], cap)
 
 
 def dominant_share(q: QueueInfo, extra: list[int]) -> float:
+    """max over resources of (allocated + extra) / allocatable share (inf when that share is 0)."""
     worst = 0.0
-    for r in range(3):
-        used = q.allocated[r] + extra[r]
-        if used <= 0:
-            continue
-        cap = _allocatable_share(q, r)
-        share = used / cap if cap > 0 else INF
-        worst = max(worst, share)
+    alloc = q.allocated
+    caps = q.share_cap
+    for r in (0, 1, 2):
+        used = alloc[r] + extra[r]
+        if used > 0:
+            cap = caps[r]
+            share = used / cap if cap > 0 else INF
+            if share > worst:
+                worst = share
     return worst
 
 
@@ -40,34 +45,38 @@ class ProportionPlugin:
 
     def __init__(self) -> None:
         self.session: Session | None = None
-        self._requests: dict[str, list[int]] = {}
 
     def on_session_open(self, session: Session) -> None:
         self.session = session
         set_fair_shares(session.roots, session.total)
+        for q in session.queues.values():
+            q.share_cap = [allocatable_share(q, r) for r in range(3)]
         session.hooks.queue_keys.append(self.queue_key)
         session.hooks.job_checks.append(self.check_job)
 
     def _request(self, job: JobInfo) -> list[int]:
-        cached = self._requests.get(job.key)
+        cached = job.request_cache
         if cached is None:
             assert self.session is not None
             cached = self.session.job_request(job)
-            self._requests[job.key] = cached
+            job.request_cache = cached
         return cached
 
     def queue_key(self, q: QueueInfo, job: JobInfo) -> SortKey:
         request = self._request(job)
-        over_fair_share = any(q.allocated[r] > q.fair_share[r] for r in range(3))
-        over_deserved = any(
-            q.quota[r] != UNLIMITED and request[r] > 0 and q.allocated[r] + request[r] > q.quota[r] for r in range(3)
-        )
+        alloc, fair, quota = q.allocated, q.fair_share, q.quota
+        over_fair_share = alloc[0] > fair[0] or alloc[1] > fair[1] or alloc[2] > fair[2]
+        over_deserved = False
+        for r in (0, 1, 2):
+            if quota[r] != UNLIMITED and request[r] > 0 and alloc[r] + request[r] > quota[r]:
+                over_deserved = True
+                break
         return (
             over_fair_share,
             over_deserved,
             -q.priority,
             dominant_share(q, request),
-            dominant_share(q, [0, 0, 0]),
+            dominant_share(q, _ZERO),
         )
 
     def check_job(self, job: JobInfo, request: list[int]) -> tuple[PendingCode, str] | None:

@@ -1,0 +1,163 @@
+"""Allocate throughput: 5,000 nodes x 8 GPUs, 100 queues in a two-level tree, 50,000 pending pods.
+
+The pods are a fixed pseudo-random mix (seeded): whole-GPU pods (1, 2 or 4 GPUs), gangs of 2-8 one-GPU pods,
+and fractional pods (0.25 / 0.5 GPU). Prints the scheduler's placements per second and cycle time, and a
+same-run baseline: a naive first-fit loop (every pod scans the nodes in order, no queues, no gangs) over the
+same pods. Usage: ``python benchmarks/bench_allocate.py [--nodes N] [--pods N]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import time
+
+from kai_stream.core.config import SchedulerConfig
+from kai_stream.core.events import (
+    BindRequested,
+    NodeObserved,
+    NodeSpec,
+    PodGroupObserved,
+    PodGroupSpec,
+    PodObserved,
+    PodPending,
+    PodPipelined,
+    PodSpec,
+    QueueObserved,
+    QueueResource,
+    QueueResources,
+    QueueSpec,
+    Resources,
+)
+from kai_stream.core.scheduler.cycle import run_cycle
+from kai_stream.core.state import ClusterState, apply
+
+GIB = 2**30
+
+
+def build(nodes: int, pods: int, seed: int = 7) -> tuple[ClusterState, list[PodSpec]]:
+    rng = random.Random(seed)
+    state = ClusterState()
+    events: list[object] = []
+    for i in range(nodes):
+        spec = NodeSpec(
+            name=f"node-{i:05d}",
+            allocatable=Resources(gpu_milli=8000, cpu_milli=128_000, memory=1024 * GIB),
+            gpu_memory_mib=81920,
+        )
+        events.append(NodeObserved(event_id=f"n{i}", ts=0.0, node=spec))
+    total_gpu = nodes * 8
+    for p in range(10):
+        res = QueueResources(gpu=QueueResource(quota=total_gpu * 1000 // 10, over_quota_weight=1))
+        events.append(QueueObserved(event_id=f"qp{p}", ts=0.0, queue=QueueSpec(name=f"dept-{p}", resources=res)))
+        for c in range(10):
+            leaf = QueueResources(
+                gpu=QueueResource(quota=total_gpu * 1000 // 200, over_quota_weight=1 + (c % 3)),
+                cpu=QueueResource(quota=-1),
+                memory=QueueResource(quota=-1),
+            )
+            spec = QueueSpec(name=f"team-{p}-{c}", parent=f"dept-{p}", resources=leaf, created=float(c))
+            events.append(QueueObserved(event_id=f"q{p}-{c}", ts=0.0, queue=spec))
+    made = 0
+    job = 0
+    all_pods: list[PodSpec] = []
+    while made < pods:
+        queue = f"team-{rng.randrange(10)}-{rng.randrange(10)}"
+        kind = rng.random()
+        created = float(job)
+        if kind < 0.3:
+            size = min(rng.randrange(2, 9), pods - made)
+            group = f"gang-{job}"
+            events.append(
+                PodGroupObserved(
+                    event_id=f"g{job}",
+                    ts=0.0,
+                    pod_group=PodGroupSpec(namespace="ns", name=group, queue=queue, min_member=size, created=created),
+                )
+            )
+            specs = [(f"{group}-{k}", 1000, None, group) for k in range(size)]
+        elif kind < 0.6:
+            frac = rng.choice((250, 500))
+            specs = [(f"frac-{job}", frac, frac, None)]
+        else:
+            specs = [(f"pod-{job}", rng.choice((1000, 1000, 2000, 4000)), None, None)]
+        for name, gpu, fraction, group in specs:
+            pod = PodSpec(
+                namespace="ns",
+                name=name,
+                uid=f"uid-{name}",
+                queue=queue,
+                pod_group=group,
+                requests=Resources(gpu_milli=gpu, cpu_milli=4000, memory=16 * GIB),
+                gpu_fraction_milli=fraction,
+                created=created,
+            )
+            events.append(PodObserved(event_id=f"p-{name}", ts=1.0, pod=pod))
+            all_pods.append(pod)
+            made += 1
+        job += 1
+    for offset, event in enumerate(events):
+        apply(state, event, offset)  # type: ignore[arg-type]
+    return state, all_pods
+
+
+def naive_first_fit(nodes: int, pods: list[PodSpec]) -> int:
+    """Baseline: each pod scans nodes in order and takes the first with enough free GPU capacity."""
+    free = [[1000] * 8 for _ in range(nodes)]
+    cpu = [128_000] * nodes
+    placed = 0
+    for pod in pods:
+        need = pod.requests.gpu_milli
+        for n in range(nodes):
+            gpus = free[n]
+            if cpu[n] < pod.requests.cpu_milli:
+                continue
+            if pod.gpu_fraction_milli:
+                g = next((g for g in range(8) if gpus[g] >= need), -1)
+                if g < 0:
+                    continue
+                gpus[g] -= need
+            else:
+                whole = [g for g in range(8) if gpus[g] == 1000]
+                if len(whole) < need // 1000:
+                    continue
+                for g in whole[: need // 1000]:
+                    gpus[g] = 0
+            cpu[n] -= pod.requests.cpu_milli
+            placed += 1
+            break
+    return placed
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--nodes", type=int, default=5000)
+    parser.add_argument("--pods", type=int, default=50_000)
+    parser.add_argument("--baseline-pods", type=int, default=5000, help="pods given to the naive loop")
+    args = parser.parse_args()
+
+    t0 = time.perf_counter()
+    state, pods = build(args.nodes, args.pods)
+    t1 = time.perf_counter()
+    decisions = run_cycle(state, SchedulerConfig(), pool="default", input_offset=state.offset)
+    t2 = time.perf_counter()
+    bound = sum(1 for d in decisions if isinstance(d, BindRequested))
+    pipelined = sum(1 for d in decisions if isinstance(d, PodPipelined))
+    pending = sum(1 for d in decisions if isinstance(d, PodPending))
+    cycle = t2 - t1
+    rate = bound / cycle
+    print(f"cluster: {args.nodes} nodes x 8 GPUs, 100 queues (10 x 10), {len(pods)} pending pods (built in {t1 - t0:.1f} s)")
+    print(f"cycle time: {cycle:.2f} s  bound: {bound}  pipelined: {pipelined}  pending decisions: {pending}")
+    print(f"placements/s: {rate:,.0f}")
+
+    sample = pods[: args.baseline_pods]
+    t3 = time.perf_counter()
+    naive_placed = naive_first_fit(args.nodes, sample)
+    t4 = time.perf_counter()
+    naive_rate = naive_placed / (t4 - t3)
+    print(f"baseline naive first-fit ({len(sample)} pods): {naive_placed} placed in {t4 - t3:.2f} s = {naive_rate:,.0f}/s")
+    print(f"ratio scheduler / naive first-fit: {rate / naive_rate:.2f}x")
+
+
+if __name__ == "__main__":
+    main()

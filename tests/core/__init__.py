@@ -1,0 +1,1 @@
+"""Tests of the pure scheduler core (manifests, fair share, allocate, simulate)."""

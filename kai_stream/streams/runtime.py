@@ -107,7 +107,9 @@ class SchedulerRuntime:
             await consumer.stop()
 
     async def rebuild(self, partition: int, before: int) -> PartitionEngine:
-        """State of ``partition`` from its log and its published decisions (see engine.rebuild)."""
+        """State of ``partition`` from its whole log (to the fetch high-watermark) and its published decisions
+        (see engine.rebuild). Reading to the end rather than to ``before`` means a (re)started processor
+        decides once on the current state instead of once per historical batch."""
         started = time.monotonic()
         engine = self._new_engine(partition)
         recorded: list[DecisionsRecord] = []
@@ -116,18 +118,16 @@ class SchedulerRuntime:
                 recorded.append(loads_decisions_record(record.value or b""))
             except MalformedEvent:
                 continue
-        until = max(before - 1, engine.needed_until(recorded))
         events: list[tuple[int, ClusterEvent]] = []
-        if until >= 0:
-            for record in await self._read_partition(self.names.cluster_events, partition):
-                if record.offset > until:
-                    break
-                try:
-                    events.append((record.offset, loads_cluster_event(record.value or b"")))
-                except MalformedEvent:
-                    continue
+        last = -1
+        for record in await self._read_partition(self.names.cluster_events, partition):
+            last = record.offset
+            try:
+                events.append((record.offset, loads_cluster_event(record.value or b"")))
+            except MalformedEvent:
+                continue
         engine.rebuild(events, recorded)
-        engine.offset = max(engine.offset, until)
+        engine.offset = max(engine.offset, last, before - 1, engine.needed_until(recorded))
         log.info(
             "processor: rebuilt partition %d to offset %d (%d events, %d decisions) in %.2fs",
             partition, engine.offset, len(events), len(recorded), time.monotonic() - started,
@@ -157,6 +157,7 @@ class SchedulerRuntime:
             engine = self.engines.get(record.partition)
             if engine is None:
                 engine = await self.rebuild(record.partition, record.offset)
+                touched[record.partition].update(engine.pools)
             if record.offset <= engine.offset:
                 continue
             try:

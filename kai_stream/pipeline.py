@@ -1,0 +1,410 @@
+"""The whole streaming pipeline on one machine: broker + simulated cluster + connector + processor + binder.
+
+``Pipeline`` starts, in order: the embedded Tansu broker (memory or durable; or an external Kafka given
+``bootstrap_servers``), the topics, the simulated Kubernetes API (aiohttp, loaded with a scenario), the
+Kubernetes connector (a task on this loop), the scheduler processor (a faust worker in a subprocess:
+``python -m kai_stream.streams``) and the binder (a task on this loop). Every joint is real: Kafka over
+TCP, the Kubernetes API over HTTP through kubernetes-asyncio.
+
+``LogTail`` follows cluster-events and decisions (no consumer group) so callers can show decisions live,
+wait for quiescence, and fold the result the way ``simulate`` reports it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from aiokafka import TopicPartition
+from kubernetes_asyncio import client
+
+from connectors.kubernetes import KubernetesConnector
+from connectors.simcluster import scenario as sim_scenario
+from connectors.simcluster.client import kube_client_config
+from connectors.simcluster.server import SimCluster
+from kai_stream.binder.runner import run_binder
+from kai_stream.broker import EmbeddedBroker
+from kai_stream.core.config import SchedulerConfig
+from kai_stream.core.events import (
+    ClusterEvent,
+    ConfigRecorded,
+    Decision,
+    DecisionsRecord,
+    EvictionRequested,
+    MalformedEvent,
+    loads_cluster_event,
+    loads_decisions_record,
+    stable_id,
+)
+from kai_stream.core.state import ClusterState, apply
+from kai_stream.kafka import make_consumer
+from kai_stream.settings import KafkaSettings
+from kai_stream.simulate import SimulationResult
+from kai_stream.streams.engine import is_decision
+from kai_stream.topics import TopicNames, create_topics
+
+log = logging.getLogger(__name__)
+
+EPOCH = "1970-01-01T00:00:00Z"
+
+
+@dataclass
+class PipelineOptions:
+    """What to run. ``scenario``: YAML loaded into the simulated cluster before the connector starts.
+
+    ``scenario_time`` + ``pin_scenario_identity`` + no ticks is how ``simulate --live`` runs a scenario
+    "at one instant" as the in-process simulate does: observed events carry event time 0 and the pods the
+    uid/creation time ``load_scenario`` gives them; every component still runs for real.
+    """
+
+    scenario: Path | None = None
+    durable: bool = False
+    data_dir: Path = Path(".kai-stream")
+    bootstrap_servers: str | None = None
+    topic_prefix: str = ""
+    config_path: Path | None = None
+    tick_interval_s: float | None = 1.0
+    scenario_time: bool = False
+    time_scale: float = 1.0
+    pin_scenario_identity: bool = False
+    processor_app_id: str | None = None
+    binder_group_id: str | None = None
+    processor_env: dict[str, str] = field(default_factory=dict)
+
+
+def pin_identity(objs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Give objects without them the uid and creation time ``load_scenario`` assumes (uid from kind,
+    namespace and name; creation at time 0), so a live run sees the same pods as an in-process one."""
+    pinned = []
+    for obj in objs:
+        meta = dict(obj.get("metadata") or {})
+        kind = str(obj.get("kind", ""))
+        namespace = str(meta.get("namespace") or "default")
+        meta.setdefault("uid", stable_id(kind, namespace, str(meta.get("name", ""))))
+        meta.setdefault("creationTimestamp", EPOCH)
+        pinned.append({**obj, "metadata": meta})
+    return pinned
+
+
+class LogTail:
+    """Follows cluster-events and decisions from the beginning; keeps every record, decoded."""
+
+    def __init__(self, kafka: KafkaSettings, names: TopicNames) -> None:
+        self.kafka = kafka
+        self.names = names
+        self.events: dict[int, list[tuple[int, ClusterEvent]]] = defaultdict(list)
+        self.decisions: dict[int, list[DecisionsRecord]] = defaultdict(list)
+        self.last_arrival = time.monotonic()
+        self.positions: dict[TopicPartition, int] = {}
+        self.listeners: list[Callable[[DecisionsRecord], None]] = []
+        self._task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        consumer = make_consumer(self.kafka, group_id=None, fetch_max_wait_ms=10)
+        await consumer.start()
+        await consumer.topics()
+        tps = [
+            TopicPartition(topic, p)
+            for topic in (self.names.cluster_events, self.names.decisions)
+            for p in sorted(consumer.partitions_for_topic(topic) or ())
+        ]
+        consumer.assign(tps)
+        await consumer.seek_to_beginning(*tps)
+        self._task = asyncio.create_task(self._follow(consumer), name="log-tail")
+
+    async def _follow(self, consumer: Any) -> None:
+        try:
+            while True:
+                batches = await consumer.getmany(timeout_ms=100, max_records=5000)
+                for tp, records in sorted(batches.items()):
+                    for record in records:
+                        self._take(tp, record)
+                    self.positions[tp] = records[-1].offset + 1
+                    self.last_arrival = time.monotonic()
+        finally:
+            await consumer.stop()
+
+    def _take(self, tp: TopicPartition, record: Any) -> None:
+        try:
+            if tp.topic == self.names.cluster_events:
+                self.events[tp.partition].append((record.offset, loads_cluster_event(record.value or b"")))
+            else:
+                decoded = loads_decisions_record(record.value or b"")
+                self.decisions[tp.partition].append(decoded)
+                for listener in self.listeners:
+                    listener(decoded)
+        except MalformedEvent:
+            return
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+
+    def all_decisions(self) -> list[Decision]:
+        return [d for p in sorted(self.decisions) for d in self.decisions[p] if is_decision(d)]
+
+    def fold(self) -> ClusterState:
+        """One state over every partition: events in offset order, each partition's decisions folded right
+        after the event at their input offset (as the processor did)."""
+        state = ClusterState()
+        for partition in sorted(set(self.events) | set(self.decisions)):
+            pending = [d for d in self.decisions.get(partition, []) if is_decision(d)]
+            index = 0
+            for offset, event in self.events.get(partition, []):
+                apply(state, event)
+                while index < len(pending) and pending[index].input_offset <= offset:
+                    apply(state, pending[index])
+                    index += 1
+            for decision in pending[index:]:
+                apply(state, decision)
+        return state
+
+    def result(self, config: SchedulerConfig) -> SimulationResult:
+        """The live run reported as ``simulate`` reports an in-process one."""
+        decisions = self.all_decisions()
+        result = SimulationResult(state=self.fold(), config=config, decisions=decisions)
+        for decision in decisions:
+            if isinstance(decision, EvictionRequested):
+                result.evicted[decision.uid] = (f"{decision.namespace}/{decision.name}", decision.queue)
+        return result
+
+    def configs(self) -> list[ConfigRecorded]:
+        return [d for p in sorted(self.decisions) for d in self.decisions[p] if isinstance(d, ConfigRecorded)]
+
+
+class Pipeline:
+    """Broker, simulated cluster, connector, processor and binder, started and stopped together."""
+
+    def __init__(self, options: PipelineOptions) -> None:
+        self.options = options
+        self.names = TopicNames.with_prefix(options.topic_prefix)
+        prefix = options.topic_prefix
+        self.processor_app_id = options.processor_app_id or f"{prefix}kai-stream-scheduler"
+        self.binder_group_id = options.binder_group_id or f"{prefix}kai-stream-binder"
+        self.broker: EmbeddedBroker | None = None
+        self.kafka: KafkaSettings | None = None
+        self.cluster = SimCluster(time_scale=options.time_scale)
+        self.connector: KubernetesConnector | None = None
+        self.tail: LogTail | None = None
+        self._api: client.ApiClient | None = None
+        self._tasks: dict[str, asyncio.Task[None]] = {}
+        self._binder_stop: asyncio.Event | None = None
+        self._processor: subprocess.Popen[bytes] | None = None
+        self._workdir = tempfile.TemporaryDirectory(prefix="kai-stream-pipeline-")
+        self._processor_log: Any = None
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def start(self) -> None:
+        opts = self.options
+        if opts.bootstrap_servers is None:
+            self.broker = EmbeddedBroker(memory=not opts.durable, data_dir=opts.data_dir)
+            await asyncio.to_thread(self.broker.start)
+            servers = self.broker.bootstrap_servers
+        else:
+            servers = opts.bootstrap_servers
+        self.kafka = KafkaSettings(bootstrap_servers=servers, session_timeout_ms=2000, heartbeat_interval_ms=300)
+        await create_topics(self.kafka, names=self.names)
+        self.tail = LogTail(self.kafka, self.names)
+        await self.tail.start()
+        url = await self.cluster.start()
+        if opts.scenario is not None:
+            objs = sim_scenario.read_documents(opts.scenario)
+            self.cluster.load_objects(pin_identity(objs) if opts.pin_scenario_identity else objs)
+        self._api = client.ApiClient(configuration=kube_client_config(url))
+        self.start_connector()
+        assert self.connector is not None
+        await asyncio.wait_for(self.connector.synced.wait(), 60)
+        await self.connector.flush()
+        self.start_processor()
+        self.start_binder()
+
+    async def stop(self) -> None:
+        await self.stop_binder()
+        await self._cancel("connector")
+        self.stop_processor()
+        if self.tail is not None:
+            await self.tail.stop()
+        if self._api is not None:
+            await self._api.close()
+        await self.cluster.stop()
+        if self.broker is not None:
+            await asyncio.to_thread(self.broker.stop)
+        if self._processor_log is not None:
+            self._processor_log.close()
+        self._workdir.cleanup()
+
+    async def __aenter__(self) -> Pipeline:
+        try:
+            await self.start()
+        except BaseException:
+            await self.stop()
+            raise
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    async def _cancel(self, name: str) -> None:
+        task = self._tasks.pop(name, None)
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    def failed(self) -> str | None:
+        """Why a component died, if one did."""
+        for name, task in self._tasks.items():
+            if task.done() and not task.cancelled() and task.exception() is not None:
+                return f"{name}: {task.exception()!r}"
+        if self._processor is not None and self._processor.poll() is not None:
+            return f"processor exited with {self._processor.returncode}:\n{self.processor_output()}"
+        return None
+
+    # ------------------------------------------------------------------ components
+
+    def start_connector(self) -> None:
+        assert self.kafka is not None and self._api is not None
+        self.connector = KubernetesConnector(
+            self._api,
+            self.kafka,
+            self.names,
+            tick_interval_s=self.options.tick_interval_s,
+            clock=(lambda: 0.0) if self.options.scenario_time else time.time,
+        )
+        self._tasks["connector"] = asyncio.create_task(self.connector.run(), name="connector")
+
+    def processor_env(self) -> dict[str, str]:
+        assert self.kafka is not None
+        env = {
+            **os.environ,
+            "KAI_STREAM_KAFKA_BOOTSTRAP_SERVERS": self.kafka.bootstrap_servers,
+            "KAI_STREAM_KAFKA_SESSION_TIMEOUT_MS": str(self.kafka.session_timeout_ms),
+            "KAI_STREAM_KAFKA_HEARTBEAT_INTERVAL_MS": str(self.kafka.heartbeat_interval_ms),
+            "KAI_STREAM_PROCESSOR_APP_ID": self.processor_app_id,
+            "KAI_STREAM_PROCESSOR_TOPIC_PREFIX": self.options.topic_prefix,
+            "KAI_STREAM_PROCESSOR_DATA_DIR": str(Path(self._workdir.name) / "faust"),
+            **self.options.processor_env,
+        }
+        if self.options.config_path is not None:
+            env["KAI_STREAM_PROCESSOR_CONFIG_PATH"] = str(self.options.config_path)
+        return env
+
+    def start_processor(self) -> None:
+        if self._processor_log is None:
+            self._processor_log = open(Path(self._workdir.name) / "processor.log", "ab")  # noqa: SIM115
+        self._processor = subprocess.Popen(
+            [sys.executable, "-m", "kai_stream.streams"],
+            env=self.processor_env(),
+            stdin=subprocess.DEVNULL,
+            stdout=self._processor_log,
+            stderr=subprocess.STDOUT,
+        )
+
+    def stop_processor(self, *, kill: bool = False) -> None:
+        """Stop the processor (SIGTERM, or SIGKILL with ``kill``: a crash, nothing flushed or committed)."""
+        proc, self._processor = self._processor, None
+        if proc is None or proc.poll() is not None:
+            return
+        if kill:
+            proc.kill()
+        else:
+            proc.terminate()
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+    def processor_output(self) -> str:
+        path = Path(self._workdir.name) / "processor.log"
+        return path.read_text(errors="replace")[-4000:] if path.exists() else ""
+
+    def start_binder(self) -> None:
+        assert self.kafka is not None and self.cluster.url is not None
+        self._binder_stop = asyncio.Event()
+        self._tasks["binder"] = asyncio.create_task(
+            run_binder(
+                self.kafka,
+                kube_client_config(self.cluster.url),
+                stop_event=self._binder_stop,
+                topics=self.names,
+                group_id=self.binder_group_id,
+            ),
+            name="binder",
+        )
+
+    async def stop_binder(self, *, kill: bool = False) -> None:
+        """Stop the binder: gracefully (finish, commit) or, with ``kill``, by cancelling it mid-work."""
+        if kill:
+            await self._cancel("binder")
+            return
+        if self._binder_stop is not None:
+            self._binder_stop.set()
+        task = self._tasks.pop("binder", None)
+        if task is not None:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    # ------------------------------------------------------------------ waiting
+
+    async def committed(self, group: str, topic: str) -> int:
+        """Sum of a consumer group's committed offsets on ``topic`` (read without joining the group)."""
+        assert self.kafka is not None
+        consumer = make_consumer(self.kafka, group_id=group)
+        await consumer.start()
+        try:
+            partitions = sorted(consumer.partitions_for_topic(topic) or ())
+            if not partitions:
+                await consumer.topics()
+                partitions = sorted(consumer.partitions_for_topic(topic) or ())
+            total = 0
+            for partition in partitions:
+                offset = await consumer.committed(TopicPartition(topic, partition))
+                total += offset or 0
+            return total
+        finally:
+            await consumer.stop()
+
+    def tail_position(self, topic: str) -> int:
+        assert self.tail is not None
+        return sum(off for tp, off in self.tail.positions.items() if tp.topic == topic)
+
+    async def wait_quiescent(self, *, quiet_s: float = 1.5, timeout_s: float = 120.0) -> None:
+        """Until nothing new arrived for ``quiet_s`` and processor and binder committed everything there is."""
+        assert self.tail is not None and self.connector is not None
+        deadline = time.monotonic() + timeout_s
+        await asyncio.wait_for(self.connector.synced.wait(), timeout_s)
+        while True:
+            reason = self.failed()
+            if reason is not None:
+                raise RuntimeError(f"pipeline component failed: {reason}")
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"pipeline not quiescent within {timeout_s}s")
+            await asyncio.sleep(0.25)
+            if time.monotonic() - self.tail.last_arrival < quiet_s:
+                continue
+            events_end = self.tail_position(self.names.cluster_events)
+            decisions_end = self.tail_position(self.names.decisions)
+            if events_end == 0:
+                continue
+            if await self.committed(self.processor_app_id, self.names.cluster_events) < events_end:
+                continue
+            if await self.committed(self.binder_group_id, self.names.decisions) < decisions_end:
+                continue
+            if time.monotonic() - self.tail.last_arrival >= quiet_s:
+                return

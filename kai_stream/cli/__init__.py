@@ -10,9 +10,10 @@ app = typer.Typer(no_args_is_help=True, add_completion=False, help="kai-stream: 
 def _register() -> None:
     """Import command modules explicitly, in a fixed order (no import-time discovery)."""
     from kai_stream.cli import simulate  # noqa: F401
-    from kai_stream.cli import broker, topics  # noqa: F401
+    from kai_stream.cli import binder, broker, topics  # noqa: F401
     from kai_stream.cli import cluster  # noqa: F401
     from kai_stream.cli import gpu_agent  # noqa: F401
+    from kai_stream.cli import audit, explain, history, replay, tail  # noqa: F401
 
 
 def main() -> None:

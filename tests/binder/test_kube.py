@@ -3,12 +3,9 @@ autoscaler signal, idempotency, 409 races and retries."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from typing import Any
 
-import aiohttp
 import pytest
-from aiohttp import web
 from kubernetes_asyncio import client
 
 from connectors.simcluster import SimCluster, api_client
@@ -128,36 +125,6 @@ async def test_unschedulable_signal_on_pod_and_podgroup_cleared_by_bind(sim: Sim
     assert sim.get("podgroups/team-a/g1")["status"].get("schedulingConditions", []) == []
     await applier.mark_unschedulable(pending(p, "late pending", offset=7))
     assert _condition(sim.get("pods/team-a/p1"), "PodScheduled")["status"] == "True"  # type: ignore[index]
-
-
-@pytest.fixture
-async def flaky(sim: SimCluster) -> AsyncIterator[dict[str, Any]]:
-    """A real HTTP proxy in front of the simulated cluster that answers 503 to the first N matching calls."""
-    control: dict[str, Any] = {"path": "/binding", "failures": 0, "status": 503}
-    session = aiohttp.ClientSession()
-
-    async def forward(request: web.Request) -> web.Response:
-        if control["path"] in request.path and control["failures"] > 0:
-            control["failures"] -= 1
-            return web.json_response({"kind": "Status", "code": control["status"]}, status=control["status"])
-        body = await request.read()
-        headers = {k: v for k, v in request.headers.items() if k.lower() not in ("host", "content-length")}
-        async with session.request(request.method, f"{sim.url}{request.path_qs}", data=body, headers=headers) as r:
-            return web.Response(body=await r.read(), status=r.status, content_type=r.content_type)
-
-    app = web.Application()
-    app.router.add_route("*", "/{tail:.*}", forward)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    host, port = runner.addresses[0][:2]
-    control["url"] = f"http://{host}:{port}"
-    try:
-        yield control
-    finally:
-        await runner.cleanup()
-        await session.close()
 
 
 async def test_5xx_is_retried_with_backoff_then_gives_up(sim: SimCluster, flaky: dict[str, Any]) -> None:

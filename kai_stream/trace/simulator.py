@@ -1,0 +1,465 @@
+"""Virtual-time, discrete-event replay of a job trace through the pure scheduler core, written as history.
+
+Rules of the simulated world (the same reactions as ``kai_stream.simulate``'s emulated cluster, plus time):
+
+1. Time is the trace's: job ``j`` arrives at ``submit - t0`` (``t0`` = first submission) as a PodGroup and
+   its pods (``PodObserved`` pending). A job of more than 8 GPUs is a gang of 8-GPU pods (``minMember`` =
+   pod count). Pods use the default priority class (``train``: preemptible).
+2. Events with the same timestamp form one batch: completions first, then arrivals; then a cycle
+   (``run_cycle``) runs on the state after the batch. A cycle runs only when something arrived or finished.
+3. Decisions are folded, then answered at the same time: ``BindRequested`` -> ``PodBound`` (the pod runs
+   for its duration, then ``PodObserved`` Succeeded and ``PodRemoved``; the PodGroup is removed with its last
+   pod); ``EvictionRequested`` -> ``PodEvicted`` and the pod is observed pending again (restarted from
+   scratch). After evictions or pipelining the cycle is repeated at the same time (at most
+   ``max_cycles_per_batch``).
+4. History: observed events and outcomes go to ``cluster-events`` (the log the scheduler folds, so replay
+   works), outcomes also to ``bind-results``; decisions (hash-chained), ``ConfigRecorded`` and
+   ``FairShareRecorded`` (whenever a queue's fair share changed) to ``decisions``. Layout
+   ``DIR/<topic>/0/<first offset>-<last offset>.parquet``.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import orjson
+
+import kai_stream
+from kai_stream.core.config import SchedulerConfig, config_hash
+from kai_stream.core.events import (
+    DEFAULT_POOL,
+    BindRequested,
+    ConfigRecorded,
+    Decision,
+    EvictionRequested,
+    FairShareRecorded,
+    Model,
+    NodeObserved,
+    ObservedEvent,
+    PodBound,
+    PodEvicted,
+    PodGroupObserved,
+    PodGroupRemoved,
+    PodGroupSpec,
+    PodObserved,
+    PodPipelined,
+    PodRemoved,
+    PodSpec,
+    QueueShare,
+    QueueSpec,
+    Resources,
+    chain,
+    stable_id,
+)
+from kai_stream.core.scheduler.actions import ACTIONS
+from kai_stream.core.scheduler.framework.info import CPU, GPU, MEM
+from kai_stream.core.scheduler.framework.session import open_session
+from kai_stream.core.state import ClusterState, apply
+from kai_stream.history.schema import event_row, write_segment
+from kai_stream.trace.loaders import GPUS_PER_POD, Trace
+
+__all__ = ["SimulationStats", "simulate_trace"]
+
+CLUSTER_EVENTS = "cluster-events"
+DECISIONS = "decisions"
+BIND_RESULTS = "bind-results"
+NAMESPACE = "trace"
+SEGMENT_ROWS = 250_000
+
+
+@dataclass
+class SimulationStats:
+    """What a trace run did and how long it took (wall seconds, by phase)."""
+
+    jobs: int = 0
+    pods: int = 0
+    cycles: int = 0
+    batches: int = 0
+    decisions: int = 0
+    binds: int = 0
+    evictions: int = 0
+    events: int = 0
+    simulated_s: float = 0.0
+    t0: float = 0.0
+    wall_s: float = 0.0
+    cycle_wall_s: float = 0.0
+    skipped_cycles: int = 0
+    write_wall_s: float = 0.0
+    unfinished_pods: int = 0
+    notes: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items()}
+
+
+@dataclass
+class _Pod:
+    spec: PodSpec
+    job: int
+    duration: float
+    generation: int = 0
+    running: bool = False
+    node: str | None = None
+
+
+class _Log:
+    """Rows per topic with their offsets; written as Parquet segments at the end."""
+
+    def __init__(self) -> None:
+        self.rows: dict[str, list[dict[str, Any]]] = {CLUSTER_EVENTS: [], DECISIONS: [], BIND_RESULTS: []}
+
+    def add(self, topic: str, event: Model) -> int:
+        rows = self.rows[topic]
+        offset = len(rows)
+        rows.append(event_row(topic, 0, offset, event))
+        return offset
+
+    def write(self, directory: Path) -> None:
+        for topic, rows in self.rows.items():
+            for first in range(0, len(rows), SEGMENT_ROWS):
+                chunk = rows[first : first + SEGMENT_ROWS]
+                last = first + len(chunk) - 1
+                write_segment(chunk, directory / topic / "0", f"{first:020d}-{last:020d}")
+
+
+class _Simulation:
+    def __init__(self, base: list[ObservedEvent], config: SchedulerConfig, *, pool: str, max_cycles: int) -> None:
+        self.config = config
+        self.pool = pool
+        self.max_cycles = max_cycles
+        self.state = ClusterState()
+        self.log = _Log()
+        self.head = ""
+        self.hash = config_hash(config)
+        self.version = kai_stream.__version__
+        self.pods: dict[str, _Pod] = {}
+        self.job_left: dict[int, int] = {}
+        self.groups: dict[int, PodGroupSpec] = {}
+        self.finishing: list[tuple[float, int, str, int]] = []
+        self.seq = 0
+        self.last_shares: dict[str, tuple[int, ...]] = {}
+        self.shares: dict[str, tuple[int, ...]] = {}
+        self.pending: list[Counter[int]] = [Counter(), Counter(), Counter()]
+        enabled = {name for name in config.actions if name in ACTIONS}
+        self.allocate_only = enabled <= {"allocate"}
+        nodes = sorted(
+            (e.node for e in base if isinstance(e, NodeObserved) and e.node.pool == pool), key=lambda n: n.name
+        )
+        self.node_index = {n.name: i for i, n in enumerate(nodes)}
+        self.free = [
+            np.array([n.allocatable.gpu_milli for n in nodes], dtype=np.int64),
+            np.array([n.allocatable.cpu_milli for n in nodes], dtype=np.int64),
+            np.array([n.allocatable.memory for n in nodes], dtype=np.int64),
+        ]
+        self.stats = SimulationStats()
+        self.log.add(
+            DECISIONS,
+            ConfigRecorded(
+                ts=0.0,
+                pool=pool,
+                config_hash=self.hash,
+                code_version=self.version,
+                config=orjson.dumps(config.model_dump(mode="json"), option=orjson.OPT_SORT_KEYS).decode(),
+            ),
+        )
+        for event in base:
+            self.observe(event)
+
+    # ------------------------------------------------------------------ folding
+
+    def observe(self, event: Model) -> None:
+        offset = self.log.add(CLUSTER_EVENTS, event)
+        apply(self.state, event, offset)  # type: ignore[arg-type]
+
+    def outcome(self, event: PodBound | PodEvicted) -> None:
+        self.log.add(BIND_RESULTS, event)
+        self.observe(event)
+
+    # ------------------------------------------------------------------ bookkeeping for skipping cycles
+
+    @staticmethod
+    def _amounts(spec: PodSpec) -> tuple[int, int, int]:
+        return (spec.requests.gpu_milli, spec.requests.cpu_milli, spec.requests.memory)
+
+    def _pend(self, spec: PodSpec, sign: int) -> None:
+        for r, amount in enumerate(self._amounts(spec)):
+            self.pending[r][amount] += sign
+            if self.pending[r][amount] == 0:
+                del self.pending[r][amount]
+
+    def _hold(self, spec: PodSpec, node: str, sign: int) -> None:
+        i = self.node_index.get(node)
+        if i is None:
+            return
+        for r, amount in enumerate(self._amounts(spec)):
+            self.free[r][i] -= sign * amount
+
+    # ------------------------------------------------------------------ jobs and pods
+
+    def arrive(self, index: int, job: dict[str, Any], ts: float) -> None:
+        gpus, per_pod = int(job["gpus"]), int(job["gpu_milli"])
+        count = max(1, math.ceil(gpus / GPUS_PER_POD)) if gpus > GPUS_PER_POD else 1
+        name = f"j{index:06d}"
+        group = PodGroupSpec(
+            namespace=NAMESPACE,
+            name=name,
+            uid=stable_id("trace-group", str(job["job_id"])),
+            queue=str(job["queue"]),
+            min_member=count,
+            created=ts,
+        )
+        self.groups[index] = group
+        self.job_left[index] = count
+        self.observe(PodGroupObserved(event_id=stable_id("pg", group.uid), ts=ts, pool=self.pool, pod_group=group))
+        remaining = gpus
+        for i in range(count):
+            milli = per_pod if count == 1 else min(remaining, GPUS_PER_POD) * 1000
+            remaining -= GPUS_PER_POD
+            fraction = milli if 0 < milli < 1000 else None
+            spec = PodSpec(
+                namespace=NAMESPACE,
+                name=f"{name}-{i}",
+                uid=stable_id("trace-pod", str(job["job_id"]), str(i)),
+                queue=str(job["queue"]),
+                pod_group=name,
+                pool=self.pool,
+                requests=Resources(gpu_milli=milli, cpu_milli=int(job["cpu_milli"]), memory=int(job["memory"])),
+                gpu_fraction_milli=fraction,
+                labels={"trace/job-id": str(job["job_id"])},
+                duration_s=float(job["duration"]),
+                created=ts,
+            )
+            self.pods[spec.uid] = _Pod(spec, index, float(job["duration"]))
+            self._pend(spec, +1)
+            self.observe(PodObserved(event_id=stable_id("pending", spec.uid, "0"), ts=ts, pool=self.pool, pod=spec))
+            self.stats.pods += 1
+        self.stats.jobs += 1
+
+    def finish(self, uid: str, ts: float) -> None:
+        pod = self.pods[uid]
+        bound = self.state.pods.get(uid)
+        done = (bound or pod.spec).model_copy(update={"phase": "Succeeded"})
+        self.observe(PodObserved(event_id=stable_id("done", uid), ts=ts, pool=self.pool, pod=done))
+        self.observe(
+            PodRemoved(
+                event_id=stable_id("removed", uid),
+                ts=ts,
+                pool=self.pool,
+                namespace=NAMESPACE,
+                name=pod.spec.name,
+                uid=uid,
+            )
+        )
+        pod.running = False
+        if pod.node is not None:
+            self._hold(pod.spec, pod.node, -1)
+        del self.pods[uid]
+        self.job_left[pod.job] -= 1
+        if self.job_left[pod.job] == 0:
+            group = self.groups.pop(pod.job)
+            del self.job_left[pod.job]
+            self.observe(
+                PodGroupRemoved(
+                    event_id=stable_id("pg-removed", group.uid),
+                    ts=ts,
+                    pool=self.pool,
+                    namespace=NAMESPACE,
+                    name=group.name,
+                )
+            )
+
+    # ------------------------------------------------------------------ cycles
+
+    def run_cycle(self) -> list[Decision]:
+        """``core.scheduler.cycle.run_cycle``, step for step, keeping the session for its fair shares."""
+        session = open_session(
+            self.state, self.config, pool=self.pool, input_offset=self.state.offset, code_version=self.version
+        )
+        for name in self.config.actions:
+            action = ACTIONS.get(name)
+            if action is not None:
+                action(session)
+        decisions = session.close()
+        self.shares = {
+            name: (
+                q.fair_share[GPU],
+                q.fair_share[CPU],
+                q.fair_share[MEM],
+                q.allocated[GPU],
+                q.allocated[CPU],
+                q.allocated[MEM],
+            )
+            for name, q in sorted(session.queues.items())
+        }
+        return decisions
+
+    def worth_a_cycle(self) -> bool:
+        """False only when a cycle provably decides nothing: allocate-only, and no pending pod could fit."""
+        if not self.pending[0]:
+            return False
+        if not self.allocate_only:
+            return True
+        fits = [min(self.pending[r].keys()) <= (self.free[r].max() if self.free[r].size else 0) for r in range(3)]
+        return all(fits)
+
+    def cycle(self, ts: float) -> None:
+        if not self.worth_a_cycle():
+            self.stats.skipped_cycles += 1
+            return
+        for _ in range(self.max_cycles):
+            started = time.perf_counter()
+            made = self.run_cycle()
+            self.stats.cycle_wall_s += time.perf_counter() - started
+            self.stats.cycles += 1
+            self.record_shares(ts)
+            if not made:
+                return
+            linked, self.head = chain(made, self.head)
+            again = False
+            for decision in linked:
+                self.log.add(DECISIONS, decision)
+                apply(self.state, decision)
+            for decision in linked:
+                again |= self.react(decision, ts)
+            self.stats.decisions += len(linked)
+            if not again:
+                return
+
+    def react(self, decision: Decision, ts: float) -> bool:
+        if isinstance(decision, BindRequested):
+            self.outcome(
+                PodBound(
+                    event_id=stable_id("PodBound", decision.decision_id),
+                    ts=ts,
+                    pool=decision.pool,
+                    decision_id=decision.decision_id,
+                    namespace=decision.namespace,
+                    name=decision.name,
+                    uid=decision.uid,
+                    node=decision.node,
+                    gpu_indices=decision.gpu_indices,
+                )
+            )
+            pod = self.pods[decision.uid]
+            pod.running = True
+            pod.node = decision.node
+            self._pend(pod.spec, -1)
+            self._hold(pod.spec, decision.node, +1)
+            self.seq += 1
+            heapq.heappush(self.finishing, (ts + pod.duration, self.seq, decision.uid, pod.generation))
+            self.stats.binds += 1
+            return False
+        if isinstance(decision, EvictionRequested):
+            self.outcome(
+                PodEvicted(
+                    event_id=stable_id("PodEvicted", decision.decision_id),
+                    ts=ts,
+                    pool=decision.pool,
+                    decision_id=decision.decision_id,
+                    namespace=decision.namespace,
+                    name=decision.name,
+                    uid=decision.uid,
+                )
+            )
+            pod = self.pods[decision.uid]
+            pod.generation += 1
+            if pod.running and pod.node is not None:
+                self._hold(pod.spec, pod.node, -1)
+            pod.running = False
+            pod.node = None
+            self._pend(pod.spec, +1)
+            restarted = PodObserved(
+                event_id=stable_id("pending", decision.uid, str(pod.generation)), ts=ts, pool=self.pool, pod=pod.spec
+            )
+            self.observe(restarted)
+            self.stats.evictions += 1
+            return True
+        return isinstance(decision, PodPipelined)
+
+    def record_shares(self, ts: float) -> None:
+        """Emit ``FairShareRecorded`` when the cycle's fair shares differ from the last ones recorded."""
+        current = {name: v[:3] for name, v in self.shares.items()}
+        if current == self.last_shares:
+            return
+        self.last_shares = current
+        records = []
+        for name, (gpu, cpu, mem, a_gpu, a_cpu, a_mem) in self.shares.items():
+            spec: QueueSpec | None = self.state.queues.get(name)
+            deserved = (
+                Resources(
+                    gpu_milli=spec.resources.gpu.quota,
+                    cpu_milli=spec.resources.cpu.quota,
+                    memory=spec.resources.memory.quota,
+                )
+                if spec is not None
+                else Resources()
+            )
+            records.append(
+                QueueShare(
+                    queue=name,
+                    fair_share=Resources(gpu_milli=gpu, cpu_milli=cpu, memory=mem),
+                    deserved=deserved,
+                    allocated=Resources(gpu_milli=a_gpu, cpu_milli=a_cpu, memory=a_mem),
+                )
+            )
+        self.log.add(
+            DECISIONS,
+            FairShareRecorded(
+                ts=ts, pool=self.pool, input_offset=self.state.offset, config_hash=self.hash, queues=tuple(records)
+            ),
+        )
+
+    # ------------------------------------------------------------------ the loop
+
+    def run(self, trace: Trace) -> None:
+        jobs = trace.jobs.to_dicts()
+        t0 = float(jobs[0]["submit"]) if jobs else 0.0
+        self.stats.t0 = t0
+        nxt = 0
+        now = 0.0
+        while nxt < len(jobs) or self.finishing:
+            arrival = float(jobs[nxt]["submit"]) - t0 if nxt < len(jobs) else math.inf
+            completion = self.finishing[0][0] if self.finishing else math.inf
+            now = min(arrival, completion)
+            while self.finishing and self.finishing[0][0] == now:
+                _, _, uid, generation = heapq.heappop(self.finishing)
+                pod = self.pods.get(uid)
+                if pod is not None and pod.generation == generation and pod.running:
+                    self.finish(uid, now)
+            while nxt < len(jobs) and float(jobs[nxt]["submit"]) - t0 == now:
+                self.arrive(nxt, jobs[nxt], now)
+                nxt += 1
+            self.stats.batches += 1
+            self.cycle(now)
+        self.stats.simulated_s = now
+        self.stats.unfinished_pods = len(self.pods)
+
+
+def simulate_trace(
+    trace: Trace,
+    base: list[ObservedEvent],
+    config: SchedulerConfig,
+    history: str | Path,
+    *,
+    pool: str = DEFAULT_POOL,
+    max_cycles_per_batch: int = 8,
+) -> SimulationStats:
+    """Run ``trace`` on the cluster ``base`` (Nodes, Queues … as observed events) and write the history."""
+    started = time.perf_counter()
+    sim = _Simulation(base, config, pool=pool, max_cycles=max_cycles_per_batch)
+    sim.run(trace)
+    stats = sim.stats
+    write_started = time.perf_counter()
+    sim.log.write(Path(history))
+    stats.write_wall_s = time.perf_counter() - write_started
+    stats.events = sum(len(rows) for rows in sim.log.rows.values())
+    stats.notes = list(trace.notes)
+    stats.wall_s = time.perf_counter() - started
+    return stats

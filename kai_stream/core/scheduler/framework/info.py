@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from kai_stream.core.events import NodeAffinityTerm, Taint, Toleration
+from kai_stream.core.events import NodeAffinityTerm, Taint, Toleration, TopologyConstraint
 
 GPU, CPU, MEM = 0, 1, 2
 RESOURCES = ("gpu", "cpu", "memory")
@@ -99,6 +99,7 @@ class TaskInfo:
     gpus: tuple[int, ...] = ()
     gpu_portion: int = 0
     prev_pipelined: tuple[str, tuple[int, ...]] | None = None
+    started: float | None = None
 
     @property
     def key(self) -> str:
@@ -123,6 +124,9 @@ class JobInfo:
     created: float
     tasks: list[TaskInfo] = field(default_factory=list)
     request_cache: list[int] | None = None
+    topology: TopologyConstraint | None = None
+    changed: float = 0.0
+    succeeded: int = 0
 
     def active_count(self) -> int:
         return sum(1 for t in self.tasks if t.status in (RUNNING, ALLOCATED, PIPELINED))
@@ -148,6 +152,7 @@ class QueueInfo:
     request: list[int] = field(default_factory=lambda: [0, 0, 0])
     fair_share: list[int] = field(default_factory=lambda: [0, 0, 0])
     share_cap: list[int] = field(default_factory=lambda: [0, 0, 0])
+    min_runtime_s: float | None = None
     jobs: list[JobInfo] = field(default_factory=list)
 
     def ancestry(self) -> list[QueueInfo]:

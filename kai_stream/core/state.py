@@ -93,6 +93,8 @@ class ClusterState:
     evicting: dict[str, str] = field(default_factory=dict)
     last_pending: dict[str, str] = field(default_factory=dict)
     evicted: dict[str, str] = field(default_factory=dict)
+    group_changed: dict[str, float] = field(default_factory=dict)
+    """Per job key ("ns/podgroup", or "ns/pod" for a lone pod): event time its set of pods last changed."""
 
     def pod_by_key(self, namespace: str, name: str) -> PodSpec | None:
         for pod in self.pods.values():
@@ -111,7 +113,21 @@ def pending_signature(decision: PodPending) -> str:
     return _pending_signature(decision)
 
 
-def _observe_pod(state: ClusterState, pod: PodSpec) -> None:
+def job_key_of(pod: PodSpec) -> str:
+    """The job a pod belongs to: its pod group, or itself."""
+    return f"{pod.namespace}/{pod.pod_group}" if pod.pod_group else f"{pod.namespace}/{pod.name}"
+
+
+def _group_changed(state: ClusterState, uid: str, ts: float) -> None:
+    pod = state.pods.get(uid)
+    if pod is not None:
+        state.group_changed[job_key_of(pod)] = ts
+
+
+def _observe_pod(state: ClusterState, pod: PodSpec, ts: float) -> None:
+    previous = state.pods.get(pod.uid)
+    if previous is None or (previous.node_name, previous.phase) != (pod.node_name, pod.phase):
+        state.group_changed[job_key_of(pod)] = ts
     state.pods[pod.uid] = pod
     state.evicted.pop(pod.uid, None)
     if pod.node_name is not None:
@@ -146,8 +162,9 @@ def apply(state: ClusterState, event: AnyEvent, offset: int | None = None) -> bo
         case GpuHealthObserved(node=node_name, gpus=gpus):
             state.gpus[node_name] = gpus
         case PodObserved(pod=pod):
-            _observe_pod(state, pod)
+            _observe_pod(state, pod, event.ts)
         case PodRemoved(uid=uid):
+            _group_changed(state, uid, event.ts)
             _forget_pod(state, uid)
         case QueueObserved(queue=queue):
             state.queues[queue.name] = queue
@@ -179,13 +196,20 @@ def apply(state: ClusterState, event: AnyEvent, offset: int | None = None) -> bo
             bound = state.pods.get(uid)
             if bound is not None and bound.node_name is None:
                 state.pods[uid] = bound.model_copy(
-                    update={"node_name": node, "gpu_indices": gpu_indices or None, "phase": "Running"}
+                    update={
+                        "node_name": node,
+                        "gpu_indices": gpu_indices or None,
+                        "phase": "Running",
+                        "started": bound.started if bound.started is not None else event.ts,
+                    }
                 )
+                _group_changed(state, uid, event.ts)
             state.assumed.pop(uid, None)
         case BindFailed(uid=uid):
             state.assumed.pop(uid, None)
         case PodEvicted(uid=uid, decision_id=decision_id):
             state.evicted[uid] = decision_id
+            _group_changed(state, uid, event.ts)
             _forget_pod(state, uid)
         case EvictionFailed(uid=uid):
             state.evicting.pop(uid, None)

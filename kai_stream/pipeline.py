@@ -76,6 +76,7 @@ class PipelineOptions:
     config_path: Path | None = None
     tick_interval_s: float | None = 1.0
     scenario_time: bool = False
+    scheduler_name: str = "kai-scheduler"
     time_scale: float = 1.0
     pin_scenario_identity: bool = False
     processor_app_id: str | None = None
@@ -283,6 +284,7 @@ class Pipeline:
             self._api,
             self.kafka,
             self.names,
+            scheduler_name=self.options.scheduler_name,
             tick_interval_s=self.options.tick_interval_s,
             clock=(lambda: 0.0) if self.options.scenario_time else time.time,
         )
@@ -408,3 +410,26 @@ class Pipeline:
                 continue
             if time.monotonic() - self.tail.last_arrival >= quiet_s:
                 return
+
+
+async def simulate_live(
+    scenario: Path, config: SchedulerConfig, *, config_path: Path | None = None, timeout_s: float = 120.0
+) -> SimulationResult:
+    """Run ``scenario`` through the real pipeline until quiescent; report it as ``simulate`` does.
+
+    The scenario is played at one instant, like the in-process simulate: scenario time (event time 0),
+    pinned identities, no ticks; the processor starts once the connector has published the initial list.
+    """
+    options = PipelineOptions(
+        scenario=scenario,
+        config_path=config_path,
+        scheduler_name=config.scheduler_name,
+        tick_interval_s=None,
+        scenario_time=True,
+        pin_scenario_identity=True,
+        topic_prefix=f"live-{os.getpid()}-{int(time.time() * 1000)}-",
+    )
+    async with Pipeline(options) as pipeline:
+        await pipeline.wait_quiescent(timeout_s=timeout_s)
+        assert pipeline.tail is not None
+        return pipeline.tail.result(config)

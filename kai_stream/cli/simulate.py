@@ -60,6 +60,9 @@ def simulate_command(
     json_out: Annotated[bool, typer.Option("--json", help="print the result as one JSON object")] = False,
     cycles: Annotated[int, typer.Option("--cycles", min=1, help="at most this many scheduling cycles")] = 50,
     config: Annotated[Path | None, typer.Option("--config", help="scheduler config (YAML)")] = None,
+    live: Annotated[
+        bool, typer.Option("--live", help="run it through the real broker, simulated cluster, connector and binder")
+    ] = False,
 ) -> None:
     """Schedule a scenario in-process until nothing changes; print pods, queues and every decision."""
     err = Console(stderr=True)
@@ -78,7 +81,14 @@ def simulate_command(
     except ManifestError as exc:
         err.print(f"[red]invalid scenario {scenario}:[/] {exc}")
         raise typer.Exit(2) from None
-    result = run_simulation(events, settings, cycles=cycles).to_json()
+    if live:
+        import asyncio
+
+        from kai_stream.pipeline import simulate_live
+
+        result = asyncio.run(simulate_live(scenario, settings, config_path=config)).to_json()
+    else:
+        result = run_simulation(events, settings, cycles=cycles).to_json()
     if json_out:
         sys.stdout.buffer.write(orjson.dumps(result, option=orjson.OPT_SORT_KEYS | orjson.OPT_INDENT_2) + b"\n")
         sys.stdout.flush()

@@ -9,7 +9,7 @@ fetch high-watermarks (``end_offsets``/``seek_to_end`` are wrong on the embedded
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -124,7 +124,7 @@ async def subscribe(
     group_id: str | None = None,
     names: TopicNames | None = None,
     poll_ms: int = 200,
-) -> AsyncIterator[Decision]:
+) -> AsyncGenerator[Decision, None]:
     """Yield decisions that match the filter, forever; offsets are committed after each delivered batch."""
     kinds: tuple[Kind, ...] = () if kind is None else (kind,) if isinstance(kind, str) else tuple(kind)
     wanted = DecisionFilter(queue=queue, namespace=namespace, kinds=kinds, pool=pool)

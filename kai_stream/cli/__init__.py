@@ -13,6 +13,7 @@ def _register() -> None:
     from kai_stream.cli import binder, broker, topics  # noqa: F401
     from kai_stream.cli import cluster  # noqa: F401
     from kai_stream.cli import gpu_agent  # noqa: F401
+    from kai_stream.cli import audit, explain, history, replay, tail  # noqa: F401
 
 
 def main() -> None:

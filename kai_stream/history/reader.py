@@ -7,6 +7,7 @@ ones, with their offsets) plus its records on the decisions topic (decisions, ``
 
 from __future__ import annotations
 
+import asyncio
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -36,11 +37,13 @@ __all__ = [
     "CLUSTER_EVENTS_TOPIC",
     "DEAD_LETTER_TOPIC",
     "DECISIONS_TOPIC",
+    "DEFAULT_HISTORY_DIR",
     "History",
     "PoolLog",
     "build_history",
     "decode_cluster_events",
     "decode_decisions_records",
+    "open_history",
     "read_broker",
     "read_history",
 ]
@@ -49,6 +52,7 @@ CLUSTER_EVENTS_TOPIC = "cluster-events"
 DECISIONS_TOPIC = "decisions"
 BIND_RESULTS_TOPIC = "bind-results"
 DEAD_LETTER_TOPIC = "dead-letter"
+DEFAULT_HISTORY_DIR = Path(".kai-stream/history")
 ALL_TOPICS: tuple[str, ...] = (CLUSTER_EVENTS_TOPIC, DECISIONS_TOPIC, BIND_RESULTS_TOPIC, DEAD_LETTER_TOPIC)
 
 _EVENTS_LIST: TypeAdapter[list[ClusterEvent]] = TypeAdapter(list[ClusterEvent])
@@ -213,3 +217,20 @@ async def read_broker(
         [(r.partition, r.offset, r.value or b"") for r in records],
         settings.bootstrap_servers,
     )
+
+
+def open_history(
+    from_history: str | Path | None = None,
+    *,
+    bootstrap_servers: str | None = None,
+    topic_prefix: str = "",
+    timeout_s: float = 60.0,
+) -> History:
+    """The log a command should read: a Parquet history dir, else the broker (settings from the environment,
+    ``bootstrap_servers`` overriding), else the default history dir when it exists and no broker was named."""
+    if from_history is not None:
+        return read_history(from_history)
+    if bootstrap_servers is None and DEFAULT_HISTORY_DIR.is_dir():
+        return read_history(DEFAULT_HISTORY_DIR)
+    settings = KafkaSettings() if bootstrap_servers is None else KafkaSettings(bootstrap_servers=bootstrap_servers)
+    return asyncio.run(read_broker(settings, TopicNames.with_prefix(topic_prefix), timeout_s=timeout_s))

@@ -41,6 +41,7 @@ from kai_stream.history.reader import (
     CLUSTER_EVENTS_TOPIC,
     DEAD_LETTER_TOPIC,
     DECISIONS_TOPIC,
+    DEFAULT_HISTORY_DIR,
 )
 from kai_stream.history.schema import event_row, malformed_row, write_segment
 from kai_stream.kafka import Record, make_consumer
@@ -49,7 +50,6 @@ from kai_stream.topics import TopicNames
 
 __all__ = ["DEFAULT_HISTORY_DIR", "SinkStats", "last_archived_offset", "record_row", "run_sink", "segment_name"]
 
-DEFAULT_HISTORY_DIR = Path(".kai-stream/history")
 _SEGMENT = re.compile(r"^(\d{20})-(\d{20})\.parquet$")
 
 

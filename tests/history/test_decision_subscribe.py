@@ -61,7 +61,7 @@ async def test_subscribe_filters_and_starts_at_the_end(kafka_settings: KafkaSett
     assert wanted
     sub = subscribe(kafka_settings, queue="q0", kind="bind", from_beginning=True, names=topics, poll_ms=50)
     got = await asyncio.wait_for(_take(sub, len(wanted)), 20)
-    await sub.aclose()  # type: ignore[attr-defined]
+    await sub.aclose()
     assert [d.decision_id for d in got] == [d.decision_id for d in wanted]
 
     live = subscribe(kafka_settings, namespace="ns1", names=topics, poll_ms=50)
@@ -70,5 +70,5 @@ async def test_subscribe_filters_and_starts_at_the_end(kafka_settings: KafkaSett
     later = [_decision(i, "q9", "ns1", kinds[i % 3]) for i in range(100, 102)]
     await _publish(kafka_settings, topics.decisions, later)
     got_live = await asyncio.wait_for(pending, 20)
-    await live.aclose()  # type: ignore[attr-defined]
+    await live.aclose()
     assert [d.decision_id for d in got_live] == [d.decision_id for d in later]

@@ -1,0 +1,65 @@
+"""`kai-stream audit verify`: check every pool's decision hash chain and report the first broken link."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import orjson
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from kai_stream.audit import verify_chain
+from kai_stream.cli import app
+from kai_stream.history.reader import open_history
+
+audit_app = typer.Typer(no_args_is_help=True, help="Tamper evidence over the decisions log")
+app.add_typer(audit_app, name="audit")
+
+
+@audit_app.command("verify")
+def verify(
+    from_history: Annotated[
+        Path | None, typer.Option("--from-history", help="Parquet history directory (default: .kai-stream/history)")
+    ] = None,
+    bootstrap_servers: Annotated[str | None, typer.Option(help="read the decisions topic from this broker")] = None,
+    topic_prefix: Annotated[str, typer.Option(help="topic name prefix of the deployment")] = "",
+    as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
+) -> None:
+    """Exit 1 when a decision's prev_hash does not match the hash of the decision before it."""
+    try:
+        history = open_history(from_history, bootstrap_servers=bootstrap_servers, topic_prefix=topic_prefix)
+    except (ValueError, FileNotFoundError, LookupError, TimeoutError) as exc:
+        Console(stderr=True).print(f"[red]error:[/] {exc}")
+        raise typer.Exit(2) from None
+    decisions = [d for log in history.pools.values() for d in log.decisions]
+    offsets = [o for log in history.pools.values() for o in log.decision_offsets]
+    report = verify_chain(decisions, offsets=offsets)
+    broken = report.broken
+    if as_json:
+        out: dict[str, object] = {"ok": report.ok, "checked": report.checked, "heads": report.heads}
+        if broken is not None:
+            out["broken"] = {
+                "pool": broken.pool,
+                "offset": broken.offset,
+                "decision_id": broken.decision.decision_id,
+                "suspect_offset": broken.suspect_offset,
+                "suspect_decision_id": broken.suspect.decision_id if broken.suspect else None,
+                "expected_prev_hash": broken.expected_prev_hash,
+                "found_prev_hash": broken.found_prev_hash,
+                "message": broken.describe(),
+            }
+        typer.echo(orjson.dumps(out, option=orjson.OPT_SORT_KEYS).decode())
+    else:
+        console = Console()
+        table = Table("pool", "decisions verified", "head hash", title=f"hash chains in {history.source}")
+        for pool in sorted(report.pools):
+            table.add_row(pool, str(report.pools[pool]), report.heads[pool])
+        console.print(table)
+        if broken is None:
+            console.print(f"[bold green]chain intact[/]: {report.checked} decisions")
+        else:
+            console.print(f"[bold red]broken link[/]: {broken.describe()}")
+    if broken is not None:
+        raise typer.Exit(1)

@@ -1,0 +1,76 @@
+"""`kai-stream explain POD`: the pod's story from the log (human-readable, or `--json`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from kai_stream.cli import app
+from kai_stream.core.config import load_config
+from kai_stream.explain import PodNotFound, QueueStanding, Story, explain_pod, stories_json
+from kai_stream.history.reader import open_history
+
+
+def _standing_table(standing: dict[str, QueueStanding], own: str) -> Table:
+    table = Table("queue", "deserved GPU", "fair share GPU", "allocated GPU", "requested GPU", "", box=None)
+    for name, s in standing.items():
+        mark = "over fair share" if s.over_fair_share else ""
+        style = "bold" if name == own else ("red" if s.over_fair_share else "")
+        deserved = "unlimited" if s.deserved_gpu < 0 else f"{s.deserved_gpu:g}"
+        table.add_row(
+            name + (" (this pod)" if name == own else ""),
+            deserved,
+            f"{s.fair_share_gpu:g}",
+            f"{s.allocated_gpu:g}",
+            f"{s.requested_gpu:g}",
+            mark,
+            style=style,
+        )
+    return table
+
+
+def _print(console: Console, story: Story) -> None:
+    gpu = story.gpu_milli / 1000
+    console.rule(f"[bold]{story.pod}[/] uid={story.uid} pool={story.pool} queue={story.queue} gpu={gpu:g}")
+    table = Table("time (s)", "what", "story", show_lines=False)
+    for step in story.steps:
+        table.add_row(f"{step.ts:.1f}", step.kind, step.summary)
+    console.print(table)
+    for step in story.steps:
+        if step.standing is not None:
+            console.print(f"queues at {step.ts:.1f}s ({step.kind}, cycle at offset {step.data.get('input_offset')}):")
+            console.print(_standing_table(step.standing, story.queue))
+    blocking = story.blocking_queues()
+    over = f"; queues over their fair share: {', '.join(blocking)}" if blocking else ""
+    console.print(f"status: [bold]{story.status}[/]{over}")
+
+
+@app.command("explain")
+def explain(
+    pod: Annotated[str, typer.Argument(help="namespace/name, a bare name, or a uid")],
+    from_history: Annotated[
+        Path | None, typer.Option("--from-history", help="Parquet history directory (default: .kai-stream/history)")
+    ] = None,
+    bootstrap_servers: Annotated[str | None, typer.Option(help="read the log from this broker instead")] = None,
+    topic_prefix: Annotated[str, typer.Option(help="topic name prefix of the deployment")] = "",
+    assume_config: Annotated[Path | None, typer.Option(help="config when the log recorded none")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print JSON for tools")] = False,
+) -> None:
+    """When the pod arrived, why it waited, which queues held the GPUs, where it ran, who evicted it and why."""
+    try:
+        history = open_history(from_history, bootstrap_servers=bootstrap_servers, topic_prefix=topic_prefix)
+        config = load_config(assume_config) if assume_config is not None else None
+        stories = explain_pod(history, pod, config=config)
+    except (PodNotFound, ValueError, FileNotFoundError, LookupError, TimeoutError) as exc:
+        Console(stderr=True).print(f"[red]error:[/] {exc}")
+        raise typer.Exit(1) from None
+    if as_json:
+        typer.echo(stories_json(stories).decode())
+        return
+    console = Console(width=max(Console().width, 140))
+    for story in stories:
+        _print(console, story)

@@ -27,6 +27,8 @@ JobCheckFn = Callable[[JobInfo, list[int]], tuple[PendingCode, str] | None]
 """Refuses a job before placement (limits, deserved quota): (code, human reason) or None."""
 JobReadyFn = Callable[[JobInfo, int], bool]
 """Whether a job with ``active`` placed pods may be committed (gang: active >= minMember)."""
+VictimFilterFn = Callable[[str, JobInfo, JobInfo], bool]
+"""Whether ``action`` may evict pods of the victim job (third) for the preemptor job (second)."""
 
 
 @dataclass
@@ -36,6 +38,7 @@ class Hooks:
     predicates: list[tuple[str, PredicateFn]] = field(default_factory=list)
     job_checks: list[JobCheckFn] = field(default_factory=list)
     job_ready: list[JobReadyFn] = field(default_factory=list)
+    victim_filters: list[VictimFilterFn] = field(default_factory=list)
     gpu_strategy: Strategy = "binpack"
     cpu_strategy: Strategy = "binpack"
 
@@ -61,3 +64,6 @@ class Hooks:
 
     def ready(self, job: JobInfo, active: int) -> bool:
         return all(fn(job, active) for fn in self.job_ready)
+
+    def may_evict(self, action: str, preemptor: JobInfo, victim: JobInfo) -> bool:
+        return all(fn(action, preemptor, victim) for fn in self.victim_filters)

@@ -55,6 +55,8 @@ class NodeIndex:
         self.partial: list[tuple[int, int, int]] = []
         self.releasing: set[int] = set()
         self._static: dict[tuple[int, int], str | None] = {}
+        self.allowed: frozenset[int] | None = None
+        """When set, only these node indices may take a task (a topology domain chosen for the current job)."""
 
     # ------------------------------------------------------------------ maintenance
 
@@ -144,8 +146,10 @@ class NodeIndex:
         return self._scan(task, future=False)
 
     def _fits_host(self, task: TaskInfo, node: NodeInfo) -> bool:
+        allowed = self.allowed
         return (
-            node.cpu_alloc - node.cpu_used - max(0, node.cpu_pipe - node.cpu_rel) >= task.cpu
+            (allowed is None or node.idx in allowed)
+            and node.cpu_alloc - node.cpu_used - max(0, node.cpu_pipe - node.cpu_rel) >= task.cpu
             and node.mem_alloc - node.mem_used - max(0, node.mem_pipe - node.mem_rel) >= task.mem
             and self.static(task, node) is None
         )
@@ -193,6 +197,8 @@ class NodeIndex:
     def _fit_on(self, task: TaskInfo, node: NodeInfo, *, future: bool) -> Placement | None:
         """The placement of ``task`` on one node, or None; GPUs chosen by the GPU strategy."""
         if not _eligible(node) or self.static(task, node) is not None:
+            return None
+        if self.allowed is not None and node.idx not in self.allowed:
             return None
         if future:
             if node.cpu_free_future() < task.cpu or node.mem_free_future() < task.mem:

@@ -261,6 +261,7 @@ def _queue_info(spec: QueueSpec) -> QueueInfo:
         quota=[x.quota for x in res],
         limit=[x.limit for x in res],
         weight=[x.over_quota_weight for x in res],
+        min_runtime_s=spec.min_runtime_s,
     )
 
 
@@ -374,8 +375,12 @@ def open_session(
     placed: list[tuple[TaskInfo, NodeInfo, tuple[int, ...] | None, str]] = []
     priority_classes = state.priority_classes
 
+    succeeded: dict[str, int] = {}
     for pod in sorted(state.pods.values(), key=lambda p: (p.created, p.namespace, p.name, p.uid)):
         if pod.phase in ("Succeeded", "Failed"):
+            if pod.phase == "Succeeded":
+                key = _job_identity(pod)[0]
+                succeeded[key] = succeeded.get(key, 0) + 1
             continue
         assumed = state.assumed.get(pod.uid)
         node_name = pod.node_name or (assumed.node if assumed is not None else None)
@@ -431,6 +436,8 @@ def open_session(
                 preemptible=explicit if explicit is not None else priority < 100,
                 min_member=group.min_member if group is not None else 1,
                 created=group.created if group is not None else pod.created,
+                topology=group.topology_constraint if group is not None else None,
+                changed=state.group_changed.get(job_key, 0.0),
             )
             jobs[job_key] = job
         sig_key = (tuple(sorted(pod.node_selector.items())), pod.affinity, pod.tolerations)
@@ -451,6 +458,7 @@ def open_session(
             affinity=pod.affinity,
             tolerations=pod.tolerations,
             created=pod.created,
+            started=pod.started,
         )
         previous = state.pipelined.get(pod.uid)
         if previous is not None:
@@ -496,6 +504,7 @@ def open_session(
     job_list = sorted(jobs.values(), key=lambda j: (j.created, j.uid, j.key))
     ssn.reference_memory = max((n.gpu_memory_mib for n in nodes), default=0)
     for job in job_list:
+        job.succeeded = succeeded.get(job.key, 0)
         job.tasks.sort(key=lambda t: (t.created, t.name, t.uid))
         if job.queue is None:
             continue

@@ -266,6 +266,43 @@ def _queue_resource(o: _Obj, name: str, scale: int) -> QueueResource:
     return QueueResource(quota=values["quota"], over_quota_weight=int(weight), limit=values["limit"])
 
 
+_DURATION_UNITS = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001}
+
+
+def _duration(o: _Obj, path: str, value: Any) -> float:
+    """Seconds from a number or a Go duration string ("90s", "5m", "1h30m")."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
+    text = str(value).strip()
+    total, number = 0.0, ""
+    i = 0
+    while i < len(text):
+        ch = text[i]
+        if ch.isdigit() or ch == ".":
+            number += ch
+            i += 1
+            continue
+        unit = "ms" if text.startswith("ms", i) else ch
+        if unit not in _DURATION_UNITS or not number:
+            raise o.error(path, f"expected seconds or a duration like 5m, got {value!r}")
+        total += float(number) * _DURATION_UNITS[unit]
+        number = ""
+        i += len(unit)
+    if number:
+        total += float(number)
+    return total
+
+
+def _min_runtime(o: _Obj) -> float | None:
+    """One min-runtime for both preempt and reclaim: the larger of KAI's preemptMinRuntime/reclaimMinRuntime."""
+    found = [
+        _duration(o, f"spec.{key}", o.get(f"spec.{key}"))
+        for key in ("minRuntime", "preemptMinRuntime", "reclaimMinRuntime")
+        if o.get(f"spec.{key}") is not None
+    ]
+    return max(found) if found else None
+
+
 def _queue(o: _Obj, ts: float) -> list[ObservedEvent]:
     parent = o.get("spec.parentQueue")
     spec = QueueSpec(
@@ -278,6 +315,7 @@ def _queue(o: _Obj, ts: float) -> list[ObservedEvent]:
             cpu=_queue_resource(o, "cpu", 1),
             memory=_queue_resource(o, "memory", MB),
         ),
+        min_runtime_s=_min_runtime(o),
         created=o.created(ts),
     )
     return [QueueObserved(event_id=o.event_id(), ts=ts, pool=ALL_POOLS, queue=spec)]
@@ -405,6 +443,18 @@ def _tolerations(o: _Obj) -> tuple[Toleration, ...]:
     return tuple(result)
 
 
+def _start_time(o: _Obj) -> float | None:
+    stamp = o.get("status.startTime")
+    if stamp is None:
+        return None
+    if isinstance(stamp, datetime):
+        return stamp.timestamp()
+    try:
+        return datetime.fromisoformat(str(stamp).replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        raise o.error("status.startTime", f"not an RFC 3339 time: {stamp!r}") from None
+
+
 def _pod(o: _Obj, ts: float, scheduler_name: str) -> list[ObservedEvent]:
     labels = o.str_map("metadata.labels")
     annotations = o.str_map("metadata.annotations")
@@ -474,6 +524,7 @@ def _pod(o: _Obj, ts: float, scheduler_name: str) -> list[ObservedEvent]:
         labels=labels,
         duration_s=duration,
         created=o.created(ts),
+        started=_start_time(o) if node_name else None,
         managed=managed,
     )
     return [PodObserved(event_id=o.event_id(), ts=ts, pool=pool, pod=spec)]

@@ -85,6 +85,7 @@ class Session:
     last_pending: dict[str, str] = field(default_factory=dict)
     releasing_tasks: dict[str, list[TaskInfo]] = field(default_factory=dict)
     reference_memory: int = 0
+    topologies: dict[str, tuple[str, ...]] = field(default_factory=dict)
     state_id: int = 0
     _stamp: int = 0
 
@@ -480,6 +481,7 @@ def open_session(
         tasks=tasks,
         total=[max(0, t) for t in total],
         last_pending=state.last_pending,
+        topologies={name: spec.levels for name, spec in sorted(state.topologies.items())},
     )
     for task, node, indices, status in placed:
         if indices:

@@ -19,7 +19,16 @@ from kai_stream.core.events import ActionName
 __all__ = ["DEFAULT_ACTIONS", "DEFAULT_PLUGINS", "PlacementConfig", "SchedulerConfig", "config_hash", "load_config"]
 
 DEFAULT_ACTIONS: tuple[ActionName, ...] = ("allocate", "consolidation", "reclaim", "preempt", "stalegangeviction")
-DEFAULT_PLUGINS: tuple[str, ...] = ("predicates", "gpusharing", "nodeorder", "proportion", "gang", "priority")
+DEFAULT_PLUGINS: tuple[str, ...] = (
+    "predicates",
+    "gpusharing",
+    "nodeorder",
+    "proportion",
+    "topology",
+    "gang",
+    "priority",
+    "minruntime",
+)
 
 Strategy = Literal["binpack", "spread"]
 

@@ -20,7 +20,16 @@ PluginBuilder = Callable[[], Plugin]
 
 def registry() -> dict[str, PluginBuilder]:
     """Every known plugin by name. Imported lazily so that plugins may import the framework."""
-    from kai_stream.core.scheduler.plugins import gang, gpusharing, nodeorder, predicates, priority, proportion
+    from kai_stream.core.scheduler.plugins import (
+        gang,
+        gpusharing,
+        minruntime,
+        nodeorder,
+        predicates,
+        priority,
+        proportion,
+        topology,
+    )
 
     return {
         "predicates": predicates.PredicatesPlugin,
@@ -29,4 +38,6 @@ def registry() -> dict[str, PluginBuilder]:
         "proportion": proportion.ProportionPlugin,
         "gang": gang.GangPlugin,
         "priority": priority.PriorityPlugin,
+        "topology": topology.TopologyPlugin,
+        "minruntime": minruntime.MinRuntimePlugin,
     }

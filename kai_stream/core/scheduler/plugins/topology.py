@@ -1,0 +1,112 @@
+"""Topology-aware placement: a job with a ``topologyConstraint`` is kept inside one domain.
+
+A ``Topology`` (kai.scheduler/v1alpha1) lists node labels from the widest level to the narrowest (e.g. zone >
+rack > hostname). A domain at level L is the set of nodes sharing the values of every label down to L (nodes
+lacking one of them belong to no domain at L). Without a Topology naming the level, the level's label alone
+defines the domains.
+
+When a constrained job comes up (the job check every action runs before placing a job), the plugin tries the
+domains at the preferred level, then at the required level, each list tightest first (least free GPU, then
+fewest nodes, then label values), and restricts the node index to the first domain where the whole gang can
+be placed (now or on releasing capacity). No domain at the required level fits -> the job is refused with
+``NoNodeFits``; a preferred level alone never refuses. Unconstrained jobs clear the restriction.
+"""
+
+from __future__ import annotations
+
+from kai_stream.core.events import PendingCode, TopologyConstraint
+from kai_stream.core.scheduler.framework.info import PENDING, JobInfo, NodeInfo
+from kai_stream.core.scheduler.framework.session import Session
+
+Domain = tuple[tuple[str, ...], frozenset[int]]
+
+
+class TopologyPlugin:
+    name = "topology"
+
+    def __init__(self) -> None:
+        self.session: Session | None = None
+        self.topologies: dict[str, tuple[str, ...]] = {}
+        self._domains: dict[tuple[str | None, str], list[Domain]] = {}
+
+    def on_session_open(self, session: Session) -> None:
+        self.session = session
+        self.topologies = session.topologies
+        session.hooks.job_checks.append(self.check_job)
+
+    def _levels(self, constraint: TopologyConstraint, level: str) -> tuple[str, ...]:
+        names = [constraint.topology] if constraint.topology else sorted(self.topologies)
+        for name in names:
+            levels = self.topologies.get(name or "")
+            if levels is not None and level in levels:
+                return levels[: levels.index(level) + 1]
+        return (level,)
+
+    def domains(self, constraint: TopologyConstraint, level: str) -> list[Domain]:
+        """Every domain at ``level`` (of the constraint's topology) in the pool, in label-value order."""
+        key = (constraint.topology, level)
+        cached = self._domains.get(key)
+        if cached is not None:
+            return cached
+        assert self.session is not None
+        labels = self._levels(constraint, level)
+        groups: dict[tuple[str, ...], list[int]] = {}
+        for node in self.session.nodes:
+            values = tuple(node.labels.get(label) for label in labels)
+            if all(v is not None for v in values):
+                groups.setdefault(tuple(v for v in values if v is not None), []).append(node.idx)
+        found = [(values, frozenset(idx)) for values, idx in sorted(groups.items())]
+        self._domains[key] = found
+        return found
+
+    @staticmethod
+    def _free_gpu(nodes: list[NodeInfo], members: frozenset[int]) -> int:
+        total = 0
+        for i in members:
+            node = nodes[i]
+            total += sum(node.gpu_free_now(g) for g in range(len(node.healthy)) if node.healthy[g])
+        return total
+
+    def _fits(self, job: JobInfo) -> bool:
+        """Whether the job's pending tasks reach its gang inside the current restriction (tried, then undone)."""
+        assert self.session is not None
+        ssn = self.session
+        stmt = ssn.statement("allocate")
+        active = job.active_count()
+        placed = 0
+        for task in job.tasks:
+            if task.status != PENDING:
+                continue
+            placement = ssn.index.find(task)
+            if placement is not None:
+                stmt.allocate(task, placement)
+                placed += 1
+        ok = placed > 0 and ssn.hooks.ready(job, active + placed)
+        stmt.discard()
+        return ok
+
+    def check_job(self, job: JobInfo, request: list[int]) -> tuple[PendingCode, str] | None:
+        assert self.session is not None
+        index = self.session.index
+        index.allowed = None
+        constraint = job.topology
+        if constraint is None or not (constraint.required_level or constraint.preferred_level):
+            return None
+        nodes = self.session.nodes
+        for level in (constraint.preferred_level, constraint.required_level):
+            if not level:
+                continue
+            ranked = sorted(
+                self.domains(constraint, level), key=lambda d: (self._free_gpu(nodes, d[1]), len(d[1]), d[0])
+            )
+            for _, members in ranked:
+                index.allowed = members
+                if self._fits(job):
+                    return None
+            index.allowed = None
+        if constraint.required_level:
+            return (
+                "NoNodeFits",
+                f"no {constraint.required_level} domain can hold job {job.key} (topology constraint)",
+            )
+        return None

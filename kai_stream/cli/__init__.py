@@ -14,6 +14,8 @@ def _register() -> None:
     from kai_stream.cli import cluster  # noqa: F401
     from kai_stream.cli import gpu_agent  # noqa: F401
     from kai_stream.cli import audit, explain, history, replay, tail  # noqa: F401
+    from kai_stream.cli import connector, processor, run  # noqa: F401
+    from kai_stream.cli import analyze, trace  # noqa: F401
 
 
 def main() -> None:

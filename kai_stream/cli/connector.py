@@ -1,0 +1,59 @@
+"""`kai-stream connector`: watch a Kubernetes API (real or simulated) and publish cluster-events."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from kubernetes_asyncio import client
+
+from connectors.kubernetes import KubernetesConnector
+from kai_stream.cli import app
+from kai_stream.cli.binder import load_kube_config
+from kai_stream.settings import KafkaSettings
+from kai_stream.topics import TopicNames
+
+
+async def _serve(
+    settings: KafkaSettings,
+    api_url: str | None,
+    kubeconfig: Path | None,
+    topic_prefix: str,
+    scheduler_name: str,
+    tick_interval: float,
+) -> None:
+    configuration = await load_kube_config(api_url, kubeconfig)
+    async with client.ApiClient(configuration=configuration) as api:
+        connector = KubernetesConnector(
+            api,
+            settings,
+            TopicNames.with_prefix(topic_prefix),
+            scheduler_name=scheduler_name,
+            tick_interval_s=tick_interval or None,
+        )
+        task = asyncio.create_task(connector.run())
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, task.cancel)
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+@app.command()
+def connector(
+    bootstrap_servers: Annotated[
+        str | None, typer.Option(help="Kafka bootstrap servers (default: KAI_STREAM_KAFKA_BOOTSTRAP_SERVERS)")
+    ] = None,
+    api_url: Annotated[str | None, typer.Option(help="Kubernetes API URL over plain HTTP (simulated cluster)")] = None,
+    kubeconfig: Annotated[Path | None, typer.Option(help="kubeconfig (default ~/.kube/config/in-cluster)")] = None,
+    topic_prefix: Annotated[str, typer.Option(help="prefix of the topic names")] = "",
+    scheduler_name: Annotated[str, typer.Option(help="spec.schedulerName of the pods we schedule")] = "kai-scheduler",
+    tick_interval: Annotated[float, typer.Option(help="seconds between Tick events (0: none)")] = 1.0,
+) -> None:
+    """List + watch nodes, pods, Queues, PodGroups, PriorityClasses, Topologies; publish them by pool."""
+    settings = KafkaSettings() if bootstrap_servers is None else KafkaSettings(bootstrap_servers=bootstrap_servers)
+    asyncio.run(_serve(settings, api_url, kubeconfig, topic_prefix, scheduler_name, tick_interval))

@@ -1,0 +1,183 @@
+"""`kai-stream run` (what `make run` calls): the whole pipeline on this machine, decisions shown live.
+
+Embedded broker (memory, or ``--durable``) + simulated cluster loaded with a scenario (the bundled
+``examples/demo.yaml`` by default) + Kubernetes connector + faust scheduler processor + binder. Finished
+pods are re-submitted under a new name so decisions keep flowing; Ctrl-C (or ``--duration``) stops
+everything cleanly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import re
+import signal
+import time
+from collections import Counter, deque
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from kubernetes_asyncio import client
+from rich.console import Console, Group
+from rich.live import Live
+from rich.table import Table
+
+import kai_stream
+from connectors.simcluster.client import kube_client_config
+from kai_stream.cli import app
+from kai_stream.core.events import ConfigRecorded, DecisionsRecord, PodPending
+from kai_stream.pipeline import Pipeline, PipelineOptions
+
+DEMO = Path(kai_stream.__file__).resolve().parent.parent / "examples" / "demo.yaml"
+_RESUBMITTED = re.compile(r"-r\d+$")
+_COLORS = {"BindRequested": "green", "PodPending": "yellow", "PodPipelined": "cyan", "EvictionRequested": "red"}
+
+
+def _describe(record: DecisionsRecord) -> tuple[str, str, str, str, str]:
+    if isinstance(record, ConfigRecorded):
+        return (record.pool, "ConfigRecorded", "-", "-", f"config {record.config_hash[:12]}")
+    pod = f"{record.namespace}/{record.name}"  # type: ignore[union-attr]
+    node = str(getattr(record, "node", None) or "-")
+    detail = record.code if isinstance(record, PodPending) else str(getattr(record, "reason", "") or "")
+    return (record.pool, record.type, pod, node, detail)
+
+
+class Board:
+    """The last decisions and running totals, as a rich renderable or as plain log lines."""
+
+    def __init__(self, console: Console, rows: int = 18) -> None:
+        self.console = console
+        self.recent: deque[tuple[str, str, str, str, str]] = deque(maxlen=rows)
+        self.counts: Counter[str] = Counter()
+        self.started = time.monotonic()
+        self.live = console.is_terminal
+
+    def add(self, record: DecisionsRecord) -> None:
+        row = _describe(record)
+        self.counts[row[1]] += 1
+        self.recent.append(row)
+        if not self.live:
+            self.console.print(
+                f"decision {row[1]:<17} pool={row[0]} pod={row[2]} node={row[3]} {row[4]}", soft_wrap=True
+            )
+
+    def summary(self, bindings: int, running: int) -> str:
+        totals = ", ".join(f"{k} {v}" for k, v in sorted(self.counts.items())) or "waiting for decisions"
+        elapsed = time.monotonic() - self.started
+        return f"{elapsed:5.0f}s  {totals}  | binding POSTs {bindings}  | pods running {running}"
+
+    def render(self, bindings: int, running: int) -> Group:
+        table = Table(title="kai-stream: decisions (latest last)", header_style="bold", expand=True)
+        for column in ("pool", "decision", "pod", "node", "detail"):
+            table.add_column(column)
+        for pool, kind, pod, node, detail in self.recent:
+            color = _COLORS.get(kind, "white")
+            table.add_row(pool, f"[{color}]{kind}[/]", pod, node, detail)
+        return Group(table, self.summary(bindings, running) + "  | Ctrl-C stops")
+
+
+async def _resubmit(pipeline: Pipeline, api: client.ApiClient, every_s: float) -> None:
+    """Delete finished pods and submit a fresh copy of each (same spec, new name)."""
+    core = client.CoreV1Api(api)
+    generation = 0
+    while True:
+        await asyncio.sleep(every_s)
+        for pod in pipeline.cluster.objects("Pod"):
+            if (pod.get("status") or {}).get("phase") != "Succeeded":
+                continue
+            meta = pod["metadata"]
+            generation += 1
+            base = _RESUBMITTED.sub("", str(meta["name"]))
+            fresh: Any = {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {
+                    "name": f"{base}-r{generation}",
+                    "namespace": meta.get("namespace", "default"),
+                    "labels": meta.get("labels") or {},
+                    "annotations": {
+                        k: v for k, v in (meta.get("annotations") or {}).items() if k != "kai.scheduler/gpu-indices"
+                    },
+                },
+                "spec": {k: v for k, v in pod["spec"].items() if k not in ("nodeName",)},
+            }
+            await core.delete_namespaced_pod(meta["name"], meta.get("namespace", "default"))
+            await core.create_namespaced_pod(meta.get("namespace", "default"), fresh)
+
+
+async def _run(options: PipelineOptions, duration: float | None, resubmit_s: float | None, console: Console) -> int:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    board = Board(console)
+    console.print(f"starting broker, simulated cluster ({options.scenario}), connector, processor, binder …")
+    async with Pipeline(options) as pipeline:
+        assert pipeline.tail is not None and pipeline.kafka is not None
+        pipeline.tail.listeners.append(board.add)
+        console.print(f"broker {pipeline.kafka.bootstrap_servers}  cluster {pipeline.cluster.url}")
+        assert pipeline.cluster.url is not None
+        api = client.ApiClient(configuration=kube_client_config(pipeline.cluster.url))
+        helpers: list[asyncio.Task[None]] = []
+        if resubmit_s:
+            helpers.append(asyncio.create_task(_resubmit(pipeline, api, resubmit_s)))
+        deadline = time.monotonic() + duration if duration is not None else None
+        failure: str | None = None
+
+        def running() -> int:
+            return sum(1 for p in pipeline.cluster.objects("Pod") if (p.get("status") or {}).get("phase") == "Running")
+
+        def status() -> Group:
+            return board.render(pipeline.cluster.binding_count, running())
+
+        live = Live(status(), console=console, refresh_per_second=4) if board.live else contextlib.nullcontext()
+        with live:
+            while not stop.is_set():
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), 0.25)
+                if isinstance(live, Live):
+                    live.update(status())
+                failure = pipeline.failed()
+                if failure is not None or (deadline is not None and time.monotonic() >= deadline):
+                    break
+        for task in helpers:
+            task.cancel()
+        await asyncio.gather(*helpers, return_exceptions=True)
+        await api.close()
+        console.print(board.summary(pipeline.cluster.binding_count, running()), soft_wrap=True)
+        console.print("stopping …")
+    if failure is not None:
+        console.print(f"[red]a component failed:[/] {failure}")
+        return 1
+    console.print("stopped cleanly")
+    return 0
+
+
+@app.command("run")
+def run(
+    scenario: Annotated[Path, typer.Option(help="scenario YAML loaded into the simulated cluster")] = DEMO,
+    durable: Annotated[bool, typer.Option("--durable", help="durable broker storage under --data-dir")] = False,
+    data_dir: Annotated[Path, typer.Option(help="where --durable keeps the log")] = Path(".kai-stream"),
+    duration: Annotated[float | None, typer.Option(help="stop after this many seconds")] = None,
+    tick_interval: Annotated[float, typer.Option(help="seconds between Tick events")] = 1.0,
+    resubmit: Annotated[float, typer.Option(help="re-submit finished pods every N seconds (0: never)")] = 1.0,
+    config: Annotated[Path | None, typer.Option(help="scheduler config (YAML)")] = None,
+    bootstrap_servers: Annotated[
+        str | None, typer.Option(help="use this Kafka instead of starting the embedded broker")
+    ] = None,
+) -> None:
+    """Run broker + simulated cluster + connector + processor + binder and show decisions live."""
+    if not scenario.is_file():
+        Console(stderr=True).print(f"[red]scenario not found:[/] {scenario}")
+        raise typer.Exit(2)
+    options = PipelineOptions(
+        scenario=scenario,
+        durable=durable,
+        data_dir=data_dir,
+        bootstrap_servers=bootstrap_servers,
+        config_path=config,
+        tick_interval_s=tick_interval,
+    )
+    code = asyncio.run(_run(options, duration, resubmit or None, Console()))
+    raise typer.Exit(code)

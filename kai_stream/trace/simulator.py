@@ -312,6 +312,9 @@ class _Simulation:
     def cycle(self, ts: float) -> None:
         if not self.worth_a_cycle():
             self.stats.skipped_cycles += 1
+            if not self.pending[0]:
+                self.shares_when_idle()
+                self.record_shares(ts)
             return
         for _ in range(self.max_cycles):
             started = time.perf_counter()
@@ -382,6 +385,20 @@ class _Simulation:
             self.stats.evictions += 1
             return True
         return isinstance(decision, PodPipelined)
+
+    def shares_when_idle(self) -> None:
+        """Fair shares when nothing is pending: every queue's requestable is its allocation, so its fair share
+        is exactly that (each gets min(deserved, allocated), and the remainder covers every unmet request)."""
+        used: dict[str, list[int]] = {name: [0, 0, 0] for name in self.state.queues}
+        for pod in self.pods.values():
+            if not pod.running:
+                continue
+            name: str | None = pod.spec.queue
+            while name is not None and name in used:
+                for r, amount in enumerate(self._amounts(pod.spec)):
+                    used[name][r] += amount
+                name = self.state.queues[name].parent
+        self.shares = {name: (*used[name], *used[name]) for name in sorted(used)}
 
     def record_shares(self, ts: float) -> None:
         """Emit ``FairShareRecorded`` when the cycle's fair shares differ from the last ones recorded."""

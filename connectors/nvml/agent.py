@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import sys
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -116,7 +117,15 @@ class GpuAgent:
     async def run(self, stop: asyncio.Event) -> None:
         """Poll until ``stop`` is set; a fatal XID cuts the wait short so the scheduler hears of it at once."""
         while not stop.is_set():
-            await self.poll_once()
+            try:
+                await self.poll_once()
+            except Exception as exc:  # the sink failing (Kafka away) must not end the agent: retried next poll
+                print(f"gpu-agent: publishing failed, retrying next poll: {exc!r}", file=sys.stderr)
+                if self.health is not None:
+                    self.health.set_condition("publish", False, repr(exc))
+            else:
+                if self.health is not None:
+                    self.health.set_condition("publish", True)
             deadline = time.monotonic() + self.config.interval_s
             while not stop.is_set():
                 left_ms = int((deadline - time.monotonic()) * 1000)

@@ -78,6 +78,7 @@ class GpuReader:
         self.fatal_xids = fatal_xids
         self.driver_version = ""
         self.xid_supported = False
+        self.xid_error = ""
         self._slots: list[_Slot] = []
         self._xids: dict[str, list[int]] = {}
 
@@ -125,15 +126,22 @@ class GpuReader:
         return event.xid in self.fatal_xids
 
     def wait_xids(self, timeout_ms: int) -> list[XidEvent]:
-        """Block up to ``timeout_ms`` for XID events, then drain what is queued; each is recorded."""
+        """Block up to ``timeout_ms`` for XID events, then drain what is queued; each is recorded.
+
+        If NVML fails while waiting, XID events are switched off (``xid_error`` says why) and polling goes on.
+        """
         if not self.xid_supported:
             return []
         events: list[XidEvent] = []
-        event = self.api.wait_xid(timeout_ms)
-        while event is not None:
-            self.record_xid(event)
-            events.append(event)
-            event = self.api.wait_xid(0)
+        try:
+            event = self.api.wait_xid(timeout_ms)
+            while event is not None:
+                self.record_xid(event)
+                events.append(event)
+                event = self.api.wait_xid(0)
+        except pynvml.NVMLError as exc:
+            self.xid_supported = False
+            self.xid_error = f"XID events stopped ({error_name(exc)}); polling only"
         return events
 
     def read(self) -> tuple[GpuDevice, ...]:

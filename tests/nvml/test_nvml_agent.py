@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pynvml
 import pytest
 import typer
@@ -10,6 +12,7 @@ from typer.testing import CliRunner
 from connectors.nvml import AgentConfig, GpuAgent, GpuReader, NvmlUnavailable, XidEvent
 from connectors.nvml.reading import health_of
 from kai_stream.core.events import GpuHealthObserved, loads_cluster_event
+from kai_stream.observability import Health
 
 from .recorded import Gpu, RecordedNvml, nvml_error
 
@@ -181,3 +184,55 @@ def test_cli_exits_non_zero_with_a_message_where_there_is_no_nvml() -> None:
     assert result.exit_code == 2
     assert "node n1: NVML unavailable" in result.output
     assert "libnvidia-ml.so.1" in result.output
+
+
+async def test_run_loop_publishes_a_fatal_xid_without_waiting_for_the_interval() -> None:
+    api = RecordedNvml(_two_gpus())
+    reader = GpuReader(api)
+    reader.open()
+    stop = asyncio.Event()
+    sent: list[GpuHealthObserved] = []
+
+    async def sink(event: GpuHealthObserved) -> None:
+        sent.append(event)
+        if len(sent) == 1:
+            api.xids.append(XidEvent("GPU-aaaa", 48))
+        else:
+            stop.set()
+
+    agent = GpuAgent(reader, AgentConfig(node="n", interval_s=60.0), sink, health=Health("gpu-agent"))
+    await asyncio.wait_for(agent.run(stop), timeout=5.0)
+    assert [[g.healthy for g in e.gpus] for e in sent] == [[True, True], [False, True]]
+    assert sent[1].gpus[0].reason == "fatal XID 48"
+
+
+async def test_run_loop_survives_a_failing_sink_and_reports_not_ready() -> None:
+    reader = GpuReader(RecordedNvml(_two_gpus(), xid_supported=False))
+    reader.open()
+    stop = asyncio.Event()
+    health = Health("gpu-agent")
+    calls: list[float] = []
+
+    async def sink(event: GpuHealthObserved) -> None:
+        calls.append(event.ts)
+        if len(calls) == 1:
+            raise ConnectionError("broker away")
+        stop.set()
+
+    agent = GpuAgent(reader, AgentConfig(node="n", interval_s=0.1), sink, health=health)
+    await asyncio.wait_for(agent.run(stop), timeout=5.0)
+    assert len(calls) == 2, "the unchanged reading is republished after the failure"
+    assert health.ready() == (True, {"publish": "ok"})
+
+
+def test_xid_wait_failure_falls_back_to_polling() -> None:
+    api = RecordedNvml(_two_gpus())
+    reader = GpuReader(api)
+    reader.open()
+
+    def broken(timeout_ms: int) -> XidEvent | None:
+        raise nvml_error(pynvml.NVML_ERROR_UNKNOWN)
+
+    api.wait_xid = broken  # type: ignore[method-assign]
+    assert reader.wait_xids(10) == []
+    assert (reader.xid_supported, reader.xid_error) == (False, "XID events stopped (Unknown); polling only")

@@ -196,3 +196,10 @@ def test_strimzi_topics_are_generated_from_the_topic_specs() -> None:
     assert set(topics) == {"cluster-events", "decisions", "bind-results", "dead-letter"}
     chart_values = yaml.safe_load((REPO / "deploy" / "helm" / "kai-stream" / "values.yaml").read_text())
     assert topics["cluster-events"]["partitions"] == chart_values["topics"]["clusterEventsPartitions"]
+
+
+def test_values_schema_rejects_typos_and_bad_choices() -> None:
+    typo = render_text("--set", "gpuAgent.layuot=perPool")
+    assert typo.returncode != 0 and "additional properties 'layuot' not allowed" in typo.stderr
+    bad = render_text("--set", "kafka.sasl.mechanism=MD5")
+    assert bad.returncode != 0 and "/kafka/sasl/mechanism" in bad.stderr

@@ -14,6 +14,7 @@ from typing import Any
 
 from connectors.simcluster.resources import by_key
 from connectors.simcluster.rules import INTERNAL, TERMINAL_PHASES
+from connectors.simcluster.selectors import parse as parse_selector
 from connectors.simcluster.store import ADDED, DELETED, Change, Obj, Store, rfc3339
 
 DURATION_ANNOTATION = "kai.scheduler/duration-seconds"
@@ -124,25 +125,24 @@ class SimKubelets:
         self._timers.clear()
         self._loop = None
 
-    def _on_change(self, change: Change) -> None:
+    def _on_change(self, change: Change, obj: Obj, old: Obj | None) -> None:
         if self._loop is None:
             return
         if change.resource.key == "nodes" and change.type == ADDED:
-            node = change.obj["metadata"]["name"]
-            for pod in self.store.objects(_PODS):
-                if pod.get("spec", {}).get("nodeName") == node:
-                    self._consider(pod)
+            on_node = parse_selector(None, f"spec.nodeName={obj['metadata']['name']}", _PODS.field_labels)
+            for pod in self.store.objects(_PODS, on_node):
+                self._consider(pod)
             return
         if change.resource.key != "pods":
             return
         if change.type == DELETED:
-            uid = change.obj["metadata"].get("uid", "")
+            uid = obj["metadata"].get("uid", "")
             for stage in ("start", "finish", "delete"):
                 handle = self._timers.pop((uid, stage), None)
                 if handle is not None:
                     handle.cancel()
             return
-        self._consider(change.obj)
+        self._consider(obj)
 
     def _consider(self, pod: Obj) -> None:
         meta = pod["metadata"]

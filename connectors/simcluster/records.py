@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from connectors.simcluster.store import ADDED, Change
+from connectors.simcluster.store import ADDED, Change, Obj
 
 
 @dataclass(frozen=True)
@@ -38,9 +38,9 @@ class Recorder:
     bindings: list[BindingRecord] = field(default_factory=list)
     evictions: list[EvictionRecord] = field(default_factory=list)
 
-    def on_change(self, change: Change) -> None:
+    def on_change(self, change: Change, obj: Obj, old: Obj | None) -> None:
         if change.type == ADDED and change.resource.key == "pods":
-            meta = change.obj["metadata"]
+            meta = obj["metadata"]
             self.pod_created_at[(meta["namespace"], meta["name"])] = time.perf_counter()
 
     def binding(self, namespace: str, name: str, node: str, code: int) -> None:

@@ -91,7 +91,7 @@ class ApiRoutes:
         self.bookmark_interval = bookmark_interval
         self.watch_timeout = watch_timeout
         self.closing = asyncio.Event()
-        self._pages: OrderedDict[str, list[Obj]] = OrderedDict()
+        self._pages: OrderedDict[str, list[bytes]] = OrderedDict()
 
     def install(self, app: web.Application) -> None:
         app.middlewares.append(self._errors)
@@ -216,8 +216,8 @@ class ApiRoutes:
                 raise ApiError(410, "The provided continue parameter is too old to display a consistent list "
                                "result. You can start a new list without the continue parameter.", reason="Expired")
         else:
-            found, rv = self.store.list(rt, t.namespace, self._selector(request, rt))
-            items, page_id, offset = found, "", 0
+            items, rv = self.store.list_raw(rt, t.namespace, self._selector(request, rt))
+            page_id, offset = "", 0
         meta: dict[str, Any] = {"resourceVersion": str(rv)}
         if limit > 0 and len(items) - offset > limit:
             if not page_id:
@@ -230,8 +230,9 @@ class ApiRoutes:
             page = items[offset:offset + limit]
         else:
             page = items[offset:]
-        body = {"kind": f"{rt.kind}List", "apiVersion": rt.api_version, "metadata": meta, "items": page}
-        return json_response(body)
+        head = orjson.dumps({"kind": f"{rt.kind}List", "apiVersion": rt.api_version, "metadata": meta})
+        body = head[:-1] + b',"items":[' + b",".join(page) + b"]}"
+        return web.Response(body=body, status=200, content_type="application/json")
 
     @staticmethod
     def _encode_continue(page_id: str, offset: int, rv: int) -> str:
@@ -322,7 +323,7 @@ class ApiRoutes:
 
     def _delete_collection(self, request: web.Request, t: Target) -> web.Response:
         rt = t.resource
-        items, _ = self.store.list(rt, t.namespace, self._selector(request, rt))
+        items, _ = self.store.list_objects(rt, t.namespace, self._selector(request, rt))
         requested = _int_param(request.query, "gracePeriodSeconds")
         deleted = []
         for obj in items:

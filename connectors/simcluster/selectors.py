@@ -7,6 +7,7 @@ labels the resource supports; a missing field reads as "".
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -14,9 +15,12 @@ from typing import Any
 
 from connectors.simcluster.errors import ApiError
 
-Predicate = Callable[[Mapping[str, Any]], bool]
+View = Mapping[str, str]
+Predicate = Callable[[View], bool]
 
 _SET_RE = re.compile(r"^([^\s!=(),]+)\s+(in|notin)\s*\(([^()]*)\)$")
+LABEL = "label:"
+FIELD = "field:"
 _KEY_RE = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_./]*[A-Za-z0-9])?$")
 
 
@@ -47,35 +51,35 @@ def _check_key(key: str, selector: str) -> str:
 def _label_term(term: str, selector: str) -> Predicate:
     m = _SET_RE.match(term)
     if m:
-        key = _check_key(m.group(1), selector)
+        key = LABEL + _check_key(m.group(1), selector)
         values = frozenset(v.strip() for v in m.group(3).split(",") if v.strip())
         if m.group(2) == "in":
-            return lambda o: _labels(o).get(key) in values
-        return lambda o: _labels(o).get(key) not in values
+            return lambda v: v.get(key) in values
+        return lambda v: v.get(key) not in values
     if term.startswith("!"):
-        key = _check_key(term[1:].strip(), selector)
-        return lambda o: key not in _labels(o)
+        key = LABEL + _check_key(term[1:].strip(), selector)
+        return lambda v: key not in v
     for op in ("!=", "==", "="):
         if op in term:
-            key, _, value = term.partition(op)
-            key = _check_key(key.strip(), selector)
+            raw_key, _, value = term.partition(op)
+            key = LABEL + _check_key(raw_key.strip(), selector)
             value = value.strip()
             if op == "!=":
-                return lambda o: _labels(o).get(key) != value
-            return lambda o: _labels(o).get(key) == value
-    key = _check_key(term, selector)
-    return lambda o: key in _labels(o)
+                return lambda v: v.get(key) != value
+            return lambda v: v.get(key) == value
+    key = LABEL + _check_key(term, selector)
+    return lambda v: key in v
 
 
-def _labels(obj: Mapping[str, Any]) -> Mapping[str, str]:
-    labels: Mapping[str, str] | None = obj.get("metadata", {}).get("labels")
-    return labels or {}
+@functools.cache
+def _parts(path: str) -> tuple[str, ...]:
+    return tuple(path.split("."))
 
 
 def field_value(obj: Mapping[str, Any], path: str) -> str:
     node: Any = obj
-    for part in path.split("."):
-        if not isinstance(node, Mapping) or part not in node:
+    for part in _parts(path):
+        if type(node) is not dict or part not in node:
             return ""
         node = node[part]
     if node is None:
@@ -83,6 +87,16 @@ def field_value(obj: Mapping[str, Any], path: str) -> str:
     if isinstance(node, bool):
         return "true" if node else "false"
     return str(node)
+
+
+def view(obj: Mapping[str, Any], field_labels: tuple[str, ...]) -> dict[str, str]:
+    """The flat str -> str projection selectors read: `label:<key>` for labels, `field:<path>` for field
+    labels. Flat string dicts are not tracked by the garbage collector, so history can keep them cheaply."""
+    flat = {FIELD + path: field_value(obj, path) for path in field_labels}
+    labels = (obj.get("metadata") or {}).get("labels") or {}
+    for key, value in labels.items():
+        flat[LABEL + str(key)] = str(value)
+    return flat
 
 
 def _field_term(term: str, allowed: tuple[str, ...], selector: str) -> Predicate:
@@ -96,9 +110,10 @@ def _field_term(term: str, allowed: tuple[str, ...], selector: str) -> Predicate
         raise ApiError(400, f"invalid selector: {selector!r}; can't understand {term!r}")
     if path not in allowed:
         raise ApiError(400, f'field label not supported: "{path}"')
+    key = FIELD + path
     if op == "!=":
-        return lambda o: field_value(o, path) != value
-    return lambda o: field_value(o, path) == value
+        return lambda v: v.get(key, "") != value
+    return lambda v: v.get(key, "") == value
 
 
 @dataclass(frozen=True)
@@ -111,8 +126,8 @@ class Selector:
     def empty(self) -> bool:
         return not self.terms
 
-    def matches(self, obj: Mapping[str, Any]) -> bool:
-        return all(t(obj) for t in self.terms)
+    def matches(self, flat: View) -> bool:
+        return all(t(flat) for t in self.terms)
 
 
 def parse(label_selector: str | None, field_selector: str | None, field_labels: tuple[str, ...]) -> Selector:

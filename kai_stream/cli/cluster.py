@@ -16,7 +16,7 @@ from kai_stream.cli import app
 
 
 async def _serve(scenario: Path | None, host: str, port: int, time_scale: float, termination_grace: float) -> None:
-    sim = SimCluster(time_scale=time_scale, termination_grace=termination_grace)
+    sim = SimCluster(time_scale=time_scale, termination_grace=termination_grace, freeze_gc=True)
     if scenario is not None:
         sim.load_scenario_file(scenario)
     url = await sim.start(host, port)

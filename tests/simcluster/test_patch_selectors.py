@@ -9,7 +9,7 @@ import pytest
 
 from connectors.simcluster.errors import ApiError
 from connectors.simcluster.patch import apply, json_patch, merge_patch, strategic_merge_patch
-from connectors.simcluster.selectors import parse
+from connectors.simcluster.selectors import parse, view
 
 POD_FIELDS = ("metadata.name", "metadata.namespace", "spec.nodeName", "status.phase")
 
@@ -72,14 +72,24 @@ def test_apply_refuses_unknown_media_and_strategic_on_custom_resources() -> None
     ],
 )
 def test_label_selector(labels: dict[str, str], selector: str, expected: bool) -> None:
-    assert parse(selector, None, POD_FIELDS).matches({"metadata": {"labels": labels}}) is expected
+    flat = view({"metadata": {"labels": labels}}, POD_FIELDS)
+    assert parse(selector, None, POD_FIELDS).matches(flat) is expected
 
 
 def test_field_selector_and_errors() -> None:
     obj = {"metadata": {"name": "p", "namespace": "ns"}, "spec": {}, "status": {"phase": "Running"}}
-    assert parse(None, "spec.nodeName=,status.phase=Running", POD_FIELDS).matches(obj)
-    assert not parse(None, "metadata.name!=p", POD_FIELDS).matches(obj)
+    flat = view(obj, POD_FIELDS)
+    assert parse(None, "spec.nodeName=,status.phase=Running", POD_FIELDS).matches(flat)
+    assert not parse(None, "metadata.name!=p", POD_FIELDS).matches(flat)
     for bad_field, bad_label in (("spec.priority=1", None), (None, "a b=c")):
         with pytest.raises(ApiError) as err:
             parse(bad_label, bad_field, POD_FIELDS)
         assert err.value.code == 400
+
+
+def test_views_are_invisible_to_the_garbage_collector() -> None:
+    import gc
+
+    flat = view({"metadata": {"name": "p", "labels": {"a": "1"}}, "spec": {"nodeName": "n"}}, POD_FIELDS)
+    assert flat["label:a"] == "1" and flat["field:spec.nodeName"] == "n"
+    assert not gc.is_tracked(flat)

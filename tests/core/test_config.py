@@ -1,0 +1,49 @@
+"""Scheduler config: defaults, fail-fast loading naming the field, stable hash."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from kai_stream.core.config import SchedulerConfig, config_hash, load_config
+
+
+def test_defaults_follow_kai() -> None:
+    config = SchedulerConfig()
+    assert config.actions == ("allocate", "consolidation", "reclaim", "preempt", "stalegangeviction")
+    assert (config.placement.gpu, config.placement.cpu, config.stale_gang_grace_s) == ("binpack", "binpack", 60.0)
+    assert config.scheduler_name == "kai-scheduler"
+
+
+def test_load_and_hash(tmp_path: Path) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text("placement: {gpu: spread}\nactions: [allocate]\n")
+    config = load_config(path)
+    assert config.placement.gpu == "spread" and config.actions == ("allocate",)
+    assert config_hash(config) == config_hash(load_config(path))
+    assert config_hash(config) != config_hash(SchedulerConfig())
+    assert len(config_hash(config)) == 64
+
+
+@pytest.mark.parametrize(
+    ("text", "field"),
+    [
+        ("placement: {gpu: diagonal}", "placement.gpu"),
+        ("actions: [allocate, dance]", "actions"),
+        ("stale_gang_grace_s: -1", "stale_gang_grace_s"),
+        ("bogus: 1", "bogus"),
+        ("plugins: [nope]", "plugins"),
+        ("- a list", "mapping"),
+    ],
+)
+def test_bad_config_names_the_field(tmp_path: Path, text: str, field: str) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text(text)
+    with pytest.raises(ValueError, match=field):
+        load_config(path)
+
+
+def test_config_is_frozen() -> None:
+    with pytest.raises(ValueError):
+        SchedulerConfig().scheduler_name = "x"  # type: ignore[misc]

@@ -28,6 +28,7 @@ BINDER: set[Grant] = {
     ("", "pods", "patch"),
     ("", "pods", "get"),
     ("", "pods/status", "patch"),
+    ("scheduling.run.ai", "podgroups", "get"),  # read-modify-write of status.schedulingConditions
     ("scheduling.run.ai", "podgroups/status", "patch"),
 }
 ALLOWED: dict[str, set[Grant]] = {

@@ -82,6 +82,7 @@ class PipelineOptions:
     processor_app_id: str | None = None
     binder_group_id: str | None = None
     processor_env: dict[str, str] = field(default_factory=dict)
+    binder_subprocess: bool = False
 
 
 def pin_identity(objs: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -205,6 +206,7 @@ class Pipeline:
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._binder_stop: asyncio.Event | None = None
         self._processor: subprocess.Popen[bytes] | None = None
+        self._binder: subprocess.Popen[bytes] | None = None
         self._workdir = tempfile.TemporaryDirectory(prefix="kai-stream-pipeline-")
         self._processor_log: Any = None
 
@@ -274,6 +276,8 @@ class Pipeline:
                 return f"{name}: {task.exception()!r}"
         if self._processor is not None and self._processor.poll() is not None:
             return f"processor exited with {self._processor.returncode}:\n{self.processor_output()}"
+        if self._binder is not None and self._binder.poll() is not None:
+            return f"binder exited with {self._binder.returncode}:\n{self.processor_output()}"
         return None
 
     # ------------------------------------------------------------------ components
@@ -306,9 +310,13 @@ class Pipeline:
             env["KAI_STREAM_PROCESSOR_CONFIG_PATH"] = str(self.options.config_path)
         return env
 
-    def start_processor(self) -> None:
+    def _log_file(self) -> Any:
         if self._processor_log is None:
             self._processor_log = open(Path(self._workdir.name) / "processor.log", "ab")  # noqa: SIM115
+        return self._processor_log
+
+    def start_processor(self) -> None:
+        self._log_file()
         self._processor = subprocess.Popen(
             [sys.executable, "-m", "kai_stream.streams"],
             env=self.processor_env(),
@@ -337,7 +345,20 @@ class Pipeline:
         return path.read_text(errors="replace")[-4000:] if path.exists() else ""
 
     def start_binder(self) -> None:
+        """The binder: a task on this loop, or (``binder_subprocess``) a ``kai-stream binder`` process."""
         assert self.kafka is not None and self.cluster.url is not None
+        if self.options.binder_subprocess:
+            argv = [
+                sys.executable, "-c", "from kai_stream.cli import main; main()", "binder",
+                "--bootstrap-servers", self.kafka.bootstrap_servers, "--api-url", self.cluster.url,
+                "--group-id", self.binder_group_id, "--topic-prefix", self.options.topic_prefix,
+                "--health-port", "0",
+            ]
+            self._binder = subprocess.Popen(
+                argv, env=self.processor_env(), stdin=subprocess.DEVNULL,
+                stdout=self._log_file(), stderr=subprocess.STDOUT,
+            )
+            return
         self._binder_stop = asyncio.Event()
         self._tasks["binder"] = asyncio.create_task(
             run_binder(
@@ -351,7 +372,11 @@ class Pipeline:
         )
 
     async def stop_binder(self, *, kill: bool = False) -> None:
-        """Stop the binder: gracefully (finish, commit) or, with ``kill``, by cancelling it mid-work."""
+        """Stop the binder: gracefully (finish, commit) or, with ``kill``, at once (SIGKILL / cancel)."""
+        proc, self._binder = self._binder, None
+        if proc is not None and proc.poll() is None:
+            proc.kill() if kill else proc.terminate()
+            await asyncio.to_thread(proc.wait, 15)
         if kill:
             await self._cancel("binder")
             return
@@ -418,13 +443,15 @@ async def simulate_live(
     """Run ``scenario`` through the real pipeline until quiescent; report it as ``simulate`` does.
 
     The scenario is played at one instant, like the in-process simulate: scenario time (event time 0),
-    pinned identities, no ticks; the processor starts once the connector has published the initial list.
+    pinned identities, no ticks, durations not played out (the simulated kubelets' clock is stretched);
+    the processor starts once the connector has published the initial list.
     """
     options = PipelineOptions(
         scenario=scenario,
         config_path=config_path,
         scheduler_name=config.scheduler_name,
         tick_interval_s=None,
+        time_scale=1e9,
         scenario_time=True,
         pin_scenario_identity=True,
         topic_prefix=f"live-{os.getpid()}-{int(time.time() * 1000)}-",

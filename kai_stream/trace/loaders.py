@@ -145,10 +145,19 @@ def _submit_seconds(frame: pl.DataFrame, path: Path, column: str) -> pl.Series:
         return raw.cast(pl.Datetime("us")).dt.epoch("us").cast(pl.Float64) / 1e6
     text = raw.cast(pl.Utf8).str.strip_chars()
     numbers = text.cast(pl.Float64, strict=False)
-    stamps = (
-        text.str.replace(r"Z$", "+00:00").str.to_datetime(strict=False, time_zone="UTC").dt.epoch("us").cast(pl.Float64)
-        / 1e6
-    )
+    iso = text.str.replace(r"Z$", "+00:00").str.replace(" ", "T", literal=True)
+    attempts = [
+        iso.str.to_datetime("%Y-%m-%dT%H:%M:%S%.f%:z", strict=False).dt.convert_time_zone("UTC"),
+        iso.str.to_datetime("%Y-%m-%dT%H:%M:%S%:z", strict=False).dt.convert_time_zone("UTC"),
+        iso.str.to_datetime("%Y-%m-%dT%H:%M:%S%.f", strict=False).dt.replace_time_zone("UTC"),
+        iso.str.to_datetime("%Y-%m-%dT%H:%M:%S", strict=False).dt.replace_time_zone("UTC"),
+        iso.str.to_datetime("%Y-%m-%dT%H:%M", strict=False).dt.replace_time_zone("UTC"),
+        iso.str.to_datetime("%Y-%m-%d", strict=False).dt.replace_time_zone("UTC"),
+    ]
+    seconds = [a.dt.epoch("us").cast(pl.Float64) / 1e6 for a in attempts]
+    stamps = seconds[0]
+    for other in seconds[1:]:
+        stamps = stamps.fill_null(other)
     values = numbers.fill_null(stamps)
     row = _bad_row(frame, values, column)
     if row is not None:

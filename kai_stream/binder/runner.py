@@ -47,6 +47,7 @@ log = logging.getLogger(__name__)
 COMPONENT = "binder"
 DEFAULT_GROUP_ID = "kai-stream-binder"
 _APPLIED_MEMORY = 100_000
+_REVOKE_WAIT_S = 30.0
 
 
 class Binder:
@@ -61,9 +62,11 @@ class Binder:
         topics: TopicNames,
         pool_filter: Collection[str] | None = None,
         concurrency: int = 64,
+        max_batch: int = 1000,
         health: Health | None = None,
     ) -> None:
         self.consumer = consumer
+        self.max_batch = max_batch
         self.producer = producer
         self.applier = applier
         self.topics = topics
@@ -73,20 +76,36 @@ class Binder:
         self._applied: OrderedDict[str, None] = OrderedDict()
         self._done: dict[TopicPartition, int] = {}
         self._commit_lock = asyncio.Lock()
+        self._idle = asyncio.Event()
+        self._idle.set()
 
     async def run(self, stop: asyncio.Event) -> None:
         """Process batches until ``stop`` is set; commits finished work on the way out."""
         try:
             while not stop.is_set():
-                batches = await self.consumer.getmany(timeout_ms=100, max_records=2000)
+                batches = await self.consumer.getmany(timeout_ms=100, max_records=self.max_batch)
                 if self.health is not None:
                     self.health.beat()
                 if not batches:
                     continue
-                await asyncio.gather(*(self.process(tp, records) for tp, records in sorted(batches.items())))
-                await self.commit_done()
+                self._idle.clear()
+                try:
+                    await asyncio.gather(*(self.process(tp, records) for tp, records in sorted(batches.items())))
+                    await self._commit_quietly()
+                finally:
+                    self._idle.set()
         finally:
             await asyncio.shield(self._commit_quietly())
+
+    async def on_revoked(self, revoked: Collection[TopicPartition]) -> None:
+        """Before partitions move: let the batch in flight finish, commit it, forget what was not committed."""
+        try:
+            await asyncio.wait_for(self._idle.wait(), _REVOKE_WAIT_S)
+        except TimeoutError:
+            log.warning("binder: batch still running at rebalance; its work will be re-delivered and re-checked")
+        await self._commit_quietly(set(revoked))
+        for tp in revoked:
+            self._done.pop(tp, None)
 
     async def process(self, tp: TopicPartition, records: list[Record]) -> None:
         """Apply one partition's batch and publish its outcomes; mark the batch done (not yet committed)."""
@@ -115,7 +134,10 @@ class Binder:
     async def commit_done(self, only: Collection[TopicPartition] | None = None) -> None:
         """Commit the offsets of finished batches (optionally only for ``only``)."""
         async with self._commit_lock:
-            offsets = {tp: off for tp, off in self._done.items() if only is None or tp in only}
+            assigned = self.consumer.assignment()
+            offsets = {
+                tp: off for tp, off in self._done.items() if tp in assigned and (only is None or tp in only)
+            }
             if not offsets:
                 return
             await self.consumer.commit(offsets)
@@ -170,14 +192,14 @@ class Binder:
 
 
 class _CommitOnRevoke(ConsumerRebalanceListener):  # type: ignore[misc]
-    """Commits finished work of partitions being taken away (before any member gets them)."""
+    """Finishes and commits the work of partitions being taken away, before any member gets them."""
 
     def __init__(self) -> None:
         self.binder: Binder | None = None
 
     async def on_partitions_revoked(self, revoked: Collection[TopicPartition]) -> None:
         if self.binder is not None:
-            await self.binder._commit_quietly(set(revoked))
+            await self.binder.on_revoked(revoked)
 
     async def on_partitions_assigned(self, assigned: Collection[TopicPartition]) -> None:
         return None
@@ -192,11 +214,14 @@ async def run_binder(
     topics: TopicNames = DEFAULT_TOPICS,
     group_id: str = DEFAULT_GROUP_ID,
     concurrency: int = 64,
+    max_batch: int = 1000,
     retry: RetryPolicy = DEFAULT_RETRY,
     health: Health | None = None,
 ) -> None:
     """Run a binder until ``stop_event`` is set (or the task is cancelled); always closes its clients.
 
+    ``concurrency``: pods applied in parallel; ``max_batch``: records per poll (a batch is committed as a whole,
+    and a rebalance waits for the batch in flight).
     ``pool_filter``: only decisions of these pools are applied (the others are acknowledged and skipped);
     binders with different filters need different ``group_id``s.
     """
@@ -217,6 +242,7 @@ async def run_binder(
             topics=topics,
             pool_filter=pool_filter,
             concurrency=concurrency,
+            max_batch=max_batch,
             health=health,
         )
         listener.binder = binder

@@ -39,9 +39,10 @@ def pod_group(name: str, namespace: str = "team-a") -> dict[str, Any]:
     }
 
 
-def _common(p: dict[str, Any], kind: str, offset: int) -> dict[str, Any]:
+def _common(p: dict[str, Any], kind: str, offset: int, pool: str = "default") -> dict[str, Any]:
     meta = p["metadata"]
     return {
+        "pool": pool,
         "decision_id": stable_id("default", str(offset), meta["uid"], kind),
         "ts": 1_700_000_000.0 + offset,
         "input_offset": offset,
@@ -56,8 +57,10 @@ def _common(p: dict[str, Any], kind: str, offset: int) -> dict[str, Any]:
     }
 
 
-def bind(p: dict[str, Any], node_name: str, offset: int = 1, gpus: tuple[int, ...] = ()) -> BindRequested:
-    return BindRequested(**_common(p, "BindRequested", offset), node=node_name, gpu_indices=gpus)
+def bind(
+    p: dict[str, Any], node_name: str, offset: int = 1, gpus: tuple[int, ...] = (), pool: str = "default"
+) -> BindRequested:
+    return BindRequested(**_common(p, "BindRequested", offset, pool), node=node_name, gpu_indices=gpus)
 
 
 def evict(p: dict[str, Any], offset: int = 2) -> EvictionRequested:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections import Counter
-from typing import Any
+from collections.abc import Awaitable, Callable
 
 from aiokafka import TopicPartition
 
@@ -19,11 +19,12 @@ from kai_stream.core.events import (
     PodBound,
     loads_any,
 )
-from kai_stream.kafka import make_consumer, make_producer, publish, read_topic, send_keyed
+from kai_stream.kafka import make_consumer, make_producer, partition_for, publish, read_topic, send_keyed
 from kai_stream.settings import KafkaSettings
 from kai_stream.topics import TopicNames
 
 from .builders import bind, node, pending, pod
+from .proxy import Proxy
 
 N_PODS = 40
 
@@ -45,7 +46,7 @@ async def _committed(settings: KafkaSettings, topic: str, group: str) -> dict[in
 
 
 async def test_binder_survives_a_kill_without_losing_or_double_binding(
-    kafka_settings: KafkaSettings, topics: TopicNames, sim: SimCluster, flaky: dict[str, Any]
+    kafka_settings: KafkaSettings, topics: TopicNames, sim: SimCluster, flaky: Proxy
 ) -> None:
     await sim.create(node("n1"))
     await sim.create(node("n2"))
@@ -65,8 +66,8 @@ async def test_binder_survives_a_kill_without_losing_or_double_binding(
     finally:
         await producer.stop()
 
-    flaky["delay_s"] = 0.01
-    config = kube_client_config(flaky["url"])
+    flaky.delay_s = 0.01
+    config = kube_client_config(flaky.url)
     group = f"binder-{uuid.uuid4().hex[:8]}"
 
     def start() -> asyncio.Task[None]:
@@ -129,3 +130,47 @@ async def _wait_for_outcomes(settings: KafkaSettings, topic: str, wanted: set[st
             if {o.decision_id for o in outcomes} >= wanted:
                 return outcomes
             await asyncio.sleep(0.1)
+
+
+async def test_two_binders_share_pools_across_a_rebalance_without_double_binding(
+    kafka_settings: KafkaSettings, topics: TopicNames, sim: SimCluster, proxies: Callable[[], Awaitable[Proxy]]
+) -> None:
+    await sim.create(node("n1"))
+    pods = [await sim.create(pod(f"r{i:02d}")) for i in range(32)]
+    decisions = [bind(p, "n1", offset=i, pool=f"pool-{i % 8}") for i, p in enumerate(pods)]
+    assert len({partition_for(d.pool, 8) for d in decisions}) >= 4
+    producer = make_producer(kafka_settings)
+    await producer.start()
+    try:
+        for decision in decisions:
+            await publish(producer, topics.decisions, decision, pool=decision.pool)
+    finally:
+        await producer.stop()
+
+    first_api, second_api = await proxies(), await proxies()
+    first_api.delay_s = second_api.delay_s = 0.08
+    group = f"binder-{uuid.uuid4().hex[:8]}"
+    stops = [asyncio.Event(), asyncio.Event()]
+
+    def start(api: Proxy, stop: asyncio.Event) -> asyncio.Task[None]:
+        return asyncio.create_task(
+            run_binder(kafka_settings, kube_client_config(api.url), topics=topics, group_id=group, stop_event=stop,
+                       concurrency=1, max_batch=2)
+        )
+
+    tasks = [start(first_api, stops[0])]
+    await sim.wait_until(lambda: sim.binding_count >= 2, timeout=20)
+    tasks.append(start(second_api, stops[1]))
+    try:
+        await sim.wait_until(lambda: all(_node_of(sim, d.name) == "n1" for d in decisions), timeout=30)
+    finally:
+        for stop in stops:
+            stop.set()
+        await asyncio.wait_for(asyncio.gather(*tasks), 15)
+
+    posts = Counter(b.name for b in sim.bindings)
+    assert posts == Counter(d.name for d in decisions), "every pod exactly one binding POST"
+    by_first = {path for method, path, code in first_api.forwarded if path.endswith("/binding")}
+    by_second = {path for method, path, code in second_api.forwarded if path.endswith("/binding")}
+    assert by_first and by_second, "both binders should have applied part of the work"
+    assert not by_first & by_second

@@ -14,6 +14,7 @@ from kai_stream.core.events import BindFailed, EvictionFailed, PodBound, PodEvic
 from kai_stream.observability import BINDER_RETRIES
 
 from .builders import bind, evict, node, pending, pod, pod_group
+from .proxy import Proxy
 
 FAST = RetryPolicy(attempts=4, base_delay_s=0.01, max_delay_s=0.05)
 
@@ -127,19 +128,19 @@ async def test_unschedulable_signal_on_pod_and_podgroup_cleared_by_bind(sim: Sim
     assert _condition(sim.get("pods/team-a/p1"), "PodScheduled")["status"] == "True"  # type: ignore[index]
 
 
-async def test_5xx_is_retried_with_backoff_then_gives_up(sim: SimCluster, flaky: dict[str, Any]) -> None:
+async def test_5xx_is_retried_with_backoff_then_gives_up(sim: SimCluster, flaky: Proxy) -> None:
     await sim.create(node("n1"))
     p1, p2 = await sim.create(pod("p1")), await sim.create(pod("p2"))
     before = BINDER_RETRIES.labels(operation="bind", reason="503")._value.get()
-    async with api_client(flaky["url"]) as api:
+    async with api_client(flaky.url) as api:
         applier = KubeApplier(api, FAST)
-        flaky["failures"] = 2
+        flaky.failures = 2
         assert isinstance(await applier.bind(bind(p1, "n1")), PodBound)
         assert BINDER_RETRIES.labels(operation="bind", reason="503")._value.get() == before + 2
-        flaky["failures"] = 100
+        flaky.failures = 100
         failed = await applier.bind(bind(p2, "n1"))
         assert isinstance(failed, BindFailed) and "503" in failed.error
-        flaky.update(path="/eviction", failures=100, status=500)
+        flaky.path, flaky.failures, flaky.status = "/eviction", 100, 500
         gave_up = await applier.evict(evict(p1))
         assert isinstance(gave_up, EvictionFailed) and "500" in gave_up.error
     assert _posts(sim, "p1") == [201] and _posts(sim, "p2") == []

@@ -248,8 +248,9 @@ class ApiRoutes:
     async def _watch(self, request: web.Request, t: Target) -> web.StreamResponse:
         q = request.query
         raw_rv = q.get("resourceVersion") or ""
+        initial = _flag(q.get("sendInitialEvents"))
         try:
-            since = None if raw_rv in ("", "0") else int(raw_rv)
+            since = None if raw_rv in ("", "0") or initial else int(raw_rv)
         except ValueError:
             raise ApiError(400, f"invalid resourceVersion {raw_rv!r}") from None
         timeout = _int_param(q, "timeoutSeconds")
@@ -257,7 +258,7 @@ class ApiRoutes:
             since=since,
             timeout=float(timeout) if timeout is not None else self.watch_timeout,
             bookmarks=_flag(q.get("allowWatchBookmarks")),
-            initial_events_end=_flag(q.get("sendInitialEvents")),
+            initial_events_end=initial,
         )
         selector = self._selector(request, t.resource)
         return await stream(request, self.store, t.resource, t.namespace, selector, params,

@@ -50,22 +50,29 @@ class Change:
     new and previous versions. Nothing here is a nested container, so a long history costs the garbage
     collector nothing."""
 
-    __slots__ = ("data", "namespace", "old_view", "resource", "rv", "type", "view")
+    __slots__ = ("data", "namespace", "old_data", "old_view", "resource", "rv", "type", "view")
 
     def __init__(
-        self, rv: int, type_: str, resource: ResourceType, obj: Obj, old: Obj | None, data: bytes | None = None
+        self, rv: int, type_: str, resource: ResourceType, obj: Obj, old: Obj | None, *, keep_old: bool = False
     ) -> None:
         self.rv = rv
         self.type = type_
         self.resource = resource
         self.namespace: str = (obj.get("metadata") or {}).get("namespace") or ""
-        self.data = data if data is not None else orjson.dumps(obj)
+        self.data = orjson.dumps(obj)
         self.view = selectors.view(obj, resource.field_labels)
         self.old_view = None if old is None else selectors.view(old, resource.field_labels)
+        self.old_data: bytes | None = None
+        if keep_old and old is not None:
+            meta = {**old.get("metadata", {}), "resourceVersion": str(rv)}
+            self.old_data = orjson.dumps({**old, "metadata": meta})
 
-    def line(self, type_: str | None = None) -> bytes:
-        """The NDJSON watch line for this change (optionally re-typed, for selector crossings)."""
-        return b'{"type":"' + (type_ or self.type).encode() + b'","object":' + self.data + b"}\n"
+    def line(self, type_: str | None = None, *, previous: bool = False) -> bytes:
+        """The NDJSON watch line for this change, optionally re-typed and carrying the previous version (a
+        filtered watch reports an object leaving its selector as DELETED with the old content and the new
+        resourceVersion, as the apiserver's watch cache does)."""
+        data = self.old_data if previous and self.old_data is not None else self.data
+        return b'{"type":"' + (type_ or self.type).encode() + b'","object":' + data + b"}\n"
 
     def retyped(self, type_: str) -> Change:
         copy = Change.__new__(Change)
@@ -109,7 +116,7 @@ class Watcher:
         if now:
             return change.line(ADDED)
         if before:
-            return change.line(DELETED)
+            return change.line(DELETED, previous=True)
         return None
 
     def drain(self) -> list[Change]:
@@ -156,7 +163,8 @@ class Store:
     def _commit(self, type_: str, rt: ResourceType, obj: Obj, old: Obj | None) -> Change:
         self._rv += 1
         obj["metadata"]["resourceVersion"] = str(self._rv)
-        change = Change(self._rv, type_, rt, obj, old)
+        keep_old = type_ == MODIFIED and any(not w.selector.empty for w in self._watchers.get(rt.key, ()))
+        change = Change(self._rv, type_, rt, obj, old, keep_old=keep_old)
         bucket = self._objects.setdefault(rt.key, {})
         if type_ == DELETED:
             bucket.pop(_ns_name(obj), None)

@@ -151,8 +151,10 @@ async def test_filtered_watch_turns_selector_crossings_into_added_and_deleted(
         await asyncio.sleep(0.05)
         await v1.create_namespaced_pod_binding("w", "default", binding("w", "n1"), _preload_content=False)
         events = await task
-    assert [(e["type"], e["object"].status.phase) for e in events] == [("ADDED", "Running"),
-                                                                        ("DELETED", "Succeeded")]
+    # Leaving the selector is DELETED with the last matching content and the new resourceVersion.
+    assert [(e["type"], e["object"].status.phase) for e in events] == [("ADDED", "Running"), ("DELETED", "Running")]
+    assert events[1]["object"].metadata.resource_version == sim.get("pods/default/w")["metadata"]["resourceVersion"]
+    assert sim.get("pods/default/w")["status"]["phase"] == "Succeeded"
 
 
 async def test_list_paging_is_a_consistent_snapshot(v1: client.CoreV1Api) -> None:
@@ -181,3 +183,26 @@ async def test_watch_all_namespaces_and_nodes(v1: client.CoreV1Api) -> None:
     assert [e["type"] for e in events] == ["ADDED", "MODIFIED"]
     assert events[1]["object"].status.allocatable["nvidia.com/gpu"] == "4"
     assert events[1]["object"].status.capacity["nvidia.com/gpu"] == "8"
+
+
+async def test_send_initial_events_ends_with_annotated_bookmark(v1: client.CoreV1Api, sim: SimCluster) -> None:
+    await v1.create_namespaced_pod("default", pod("i1"))
+    async with watch.Watch() as w:
+        stream = w.stream(v1.list_namespaced_pod, "default", send_initial_events=True,
+                          resource_version_match="NotOlderThan", allow_watch_bookmarks=True, timeout_seconds=5)
+        events = await _collect(stream, 2)
+    assert [e["type"] for e in events] == ["ADDED", "BOOKMARK"]
+    marker = events[1]["raw_object"]["metadata"]
+    assert marker["annotations"] == {"k8s.io/initial-events-end": "true"}
+    assert int(marker["resourceVersion"]) == sim.store.resource_version
+
+
+async def test_stop_ends_open_watches(sim: SimCluster, v1: client.CoreV1Api) -> None:
+    w = watch.Watch()
+    stream = w.stream(v1.list_namespaced_pod, "default", timeout_seconds=60)
+    reader = asyncio.ensure_future(_collect(stream, 10, timeout=30))
+    await asyncio.sleep(0.1)
+    assert sim.store.watcher_count() == 1
+    await asyncio.wait_for(sim.stop(), 5)
+    assert (await asyncio.wait_for(reader, 5)) == []
+    await w.close()

@@ -1,0 +1,48 @@
+"""Queue arithmetic the eviction actions share: within fair share / deserved, over them, saturation, details."""
+
+from __future__ import annotations
+
+from kai_stream.core.scheduler.framework.info import RESOURCES, UNIT, QueueInfo
+
+UNLIMITED = -1
+INF = float("inf")
+
+
+def within(q: QueueInfo, request: list[int], bound: list[int]) -> bool:
+    """allocated + request <= bound on every requested resource (a bound of -1 is unlimited)."""
+    return all(
+        request[r] <= 0 or bound[r] == UNLIMITED or q.allocated[r] + request[r] <= bound[r] for r in range(3)
+    )
+
+
+def over(q: QueueInfo, request: list[int], bound: list[int]) -> bool:
+    """allocated > bound on some resource the preemptor requests."""
+    return any(request[r] > 0 and bound[r] != UNLIMITED and q.allocated[r] > bound[r] for r in range(3))
+
+
+def saturation(q: QueueInfo, request: list[int]) -> float:
+    """allocated / fair share, worst over the requested resources (inf when a used resource has no share)."""
+    worst = 0.0
+    for r in range(3):
+        if request[r] <= 0:
+            continue
+        used, share = q.allocated[r], q.fair_share[r]
+        ratio = (used / share) if share > 0 else (INF if used > 0 else 0.0)
+        worst = max(worst, ratio)
+    return worst
+
+
+def _fmt(r: int, value: int) -> str:
+    if value == UNLIMITED:
+        return "-1"
+    return f"{value / UNIT:g}" if r == 0 else str(value)
+
+
+def queue_details(prefix: str, q: QueueInfo) -> dict[str, str]:
+    """A queue's numbers for an eviction's details (GPU in devices, CPU millicores, memory bytes)."""
+    out = {f"{prefix}_queue": q.name}
+    for r, name in enumerate(RESOURCES):
+        out[f"{prefix}_{name}_fair_share"] = _fmt(r, q.fair_share[r])
+        out[f"{prefix}_{name}_allocated"] = _fmt(r, q.allocated[r])
+        out[f"{prefix}_{name}_deserved"] = _fmt(r, q.quota[r])
+    return out

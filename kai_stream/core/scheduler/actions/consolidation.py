@@ -1,0 +1,104 @@
+"""consolidation: move running preemptible jobs to other nodes so that a pending job fits; nothing is killed.
+
+Per pending preemptible job (queue order) that allocate could not place and whose GPU request the pool's free
+GPU covers in total (moving never frees capacity, it only gathers it), candidates are running preemptible jobs
+of any queue — first those on the nodes with the most free GPU (the cheapest to empty), then reverse job
+order. At most ``max_consolidation_preemptees`` jobs move. A set is accepted only when the pending job's gang is
+placed on the capacity being released and every moved pod is re-placed on free capacity.
+
+Decisions, since Kubernetes cannot re-bind a running pod: each moved pod gets ``EvictionRequested`` (details
+``move_to`` / ``move_gpus``) followed by ``PodPipelined`` onto its new node — a nomination the next cycle honours
+first when the pod (restarted by its controller, same name) is pending again; the pending job is
+``PodPipelined`` onto the freed node. The emulated cluster of ``kai_stream.simulate`` re-creates a moved pod.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from kai_stream.core.scheduler.actions._common.fairness import queue_details
+from kai_stream.core.scheduler.actions._common.solver import SearchSpec, free_gpu, search
+from kai_stream.core.scheduler.actions._common.victims import VictimUnit, victim_units
+from kai_stream.core.scheduler.framework.info import GPU, RUNNING, UNIT, JobInfo, NodeInfo, TaskInfo
+from kai_stream.core.scheduler.framework.ordering import JobsByQueue
+from kai_stream.core.scheduler.framework.session import Session
+
+NAME = "consolidation"
+
+
+def _node_free(node: NodeInfo) -> int:
+    return sum(node.gpu_free_now(g) for g in range(len(node.healthy)) if node.healthy[g])
+
+
+class _Consolidation:
+    def __init__(self, session: Session) -> None:
+        self.ssn = session
+        self._failed: dict[tuple[object, ...], int] = {}
+        self._free: tuple[int, int] | None = None
+        hooks = session.hooks
+        movable = [
+            j
+            for j in session.jobs
+            if j.queue is not None and j.preemptible and any(t.status == RUNNING for t in j.tasks)
+        ]
+        by_job = sorted(movable, key=hooks.job_key, reverse=True)
+        rank = {j.key: i for i, j in enumerate(by_job)}
+
+        def emptiest(job: JobInfo) -> int:
+            return max((_node_free(t.node) for t in job.tasks if t.node is not None), default=0)
+
+        self.movable = sorted(by_job, key=lambda j: (-emptiest(j), rank[j.key]))
+
+    def try_job(self, job: JobInfo) -> None:
+        ssn = self.ssn
+        pending = job.pending_tasks()
+        if not pending or job.queue is None or not job.preemptible or not self.movable:
+            return
+        request = ssn.job_request(job)
+        if self._free is None or self._free[0] != ssn.state_id:
+            self._free = (ssn.state_id, free_gpu(ssn))
+        pool_free = self._free[1]
+        if request[GPU] <= 0 or pool_free < request[GPU]:
+            return
+        shape = (tuple(t.shape for t in pending), job.min_member, job.queue.name, job.topology)
+        if self._failed.get(shape) == ssn.state_id:
+            return
+
+        def candidates() -> Iterator[VictimUnit]:
+            for victim in self.movable:
+                if victim is not job and ssn.hooks.may_evict(NAME, job, victim):
+                    units = victim_units(victim)
+                    if units:
+                        yield VictimUnit(victim, [t for u in units for t in u.tasks])
+
+        def details(task: TaskInfo) -> dict[str, str]:
+            out = queue_details("queue", task.job.queue) if task.job.queue is not None else {}
+            out["preemptor_gpu_request"] = f"{request[GPU] / UNIT:g}"
+            return out
+
+        spec = SearchSpec(
+            action=NAME,
+            preemptor=job,
+            candidates=candidates,
+            validate=lambda taken: True,
+            details=details,
+            reason=f"moved so that {job.key} fits",
+            move_victims=True,
+            max_victim_jobs=ssn.config.max_consolidation_preemptees,
+            max_units=ssn.config.max_consolidation_preemptees,
+            pool_free_gpu=request[GPU],
+        )
+        start = ssn.state_id
+        if not search(ssn, spec):
+            self._failed[shape] = start
+
+
+def run(session: Session) -> None:
+    if session.config.max_consolidation_preemptees <= 0:
+        return
+    consolidation = _Consolidation(session)
+    jobs = [j for j in session.jobs if j.queue is not None and j.preemptible and j.pending_tasks()]
+    order = JobsByQueue(session, jobs)
+    while (job := order.pop()) is not None:
+        consolidation.try_job(job)
+        order.requeue(job)

@@ -1,0 +1,87 @@
+"""preempt: inside one queue, a pending job evicts strictly lower-priority preemptible jobs of that queue.
+
+Per pending job (queue order), victims are running preemptible jobs of the same leaf queue whose priority is
+strictly lower and that the victim filters allow (min-runtime), taken in reverse job order (lowest priority,
+then newest, first). A victim set is accepted when the job's whole gang is placed within its queue's limits
+(and, for a non-preemptible job, its deserved quota).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from kai_stream.core.scheduler.actions._common.fairness import queue_details
+from kai_stream.core.scheduler.actions._common.solver import SearchSpec, free_gpu, search
+from kai_stream.core.scheduler.actions._common.victims import VictimUnit, victim_units
+from kai_stream.core.scheduler.framework.info import JobInfo, TaskInfo
+from kai_stream.core.scheduler.framework.ordering import JobsByQueue
+from kai_stream.core.scheduler.framework.session import Session
+
+NAME = "preempt"
+
+
+class _Preempt:
+    def __init__(self, session: Session) -> None:
+        self.ssn = session
+        self.pool_free = free_gpu(session)
+        self._failed: dict[tuple[object, ...], int] = {}
+
+    def victims(self, preemptor: JobInfo) -> list[JobInfo]:
+        queue = preemptor.queue
+        assert queue is not None
+        hooks = self.ssn.hooks
+        jobs = [
+            j
+            for j in queue.jobs
+            if j is not preemptor
+            and j.preemptible
+            and j.priority < preemptor.priority
+            and hooks.may_evict(NAME, preemptor, j)
+        ]
+        jobs.sort(key=hooks.job_key, reverse=True)
+        return jobs
+
+    def try_job(self, job: JobInfo) -> None:
+        ssn = self.ssn
+        pending = job.pending_tasks()
+        queue = job.queue
+        if not pending or queue is None:
+            return
+        victims = self.victims(job)
+        if not victims:
+            return
+        shape = (tuple(t.shape for t in pending), job.min_member, queue.name, job.priority, job.topology)
+        if self._failed.get(shape) == ssn.state_id:
+            return
+
+        def candidates() -> Iterator[VictimUnit]:
+            for victim in victims:
+                yield from victim_units(victim)
+
+        def details(task: TaskInfo) -> dict[str, str]:
+            out = queue_details("queue", queue)
+            out["preemptor_priority"] = str(job.priority)
+            out["victim_priority"] = str(task.job.priority)
+            return out
+
+        spec = SearchSpec(
+            action=NAME,
+            preemptor=job,
+            candidates=candidates,
+            validate=lambda taken: True,
+            details=details,
+            reason=f"preempted by higher-priority {job.key} (priority {job.priority}) in queue {queue.name}",
+            pool_free_gpu=self.pool_free,
+        )
+        start = ssn.state_id
+        if not search(ssn, spec):
+            self._failed[shape] = start
+
+
+def run(session: Session) -> None:
+    preempt = _Preempt(session)
+    jobs = [j for j in session.jobs if j.queue is not None and j.pending_tasks()]
+    order = JobsByQueue(session, jobs)
+    while (job := order.pop()) is not None:
+        preempt.try_job(job)
+        order.requeue(job)

@@ -1,0 +1,160 @@
+"""reclaim: a pending job takes resources from other queues that hold more than their share.
+
+Per pending job (queue order), when its queue — and every ancestor — stays within fair share with the job
+(a non-preemptible job: its leaf within deserved), victims are preemptible running jobs of other leaf queues
+that the victim filters allow (min-runtime). The next victim always comes from the queue that would be
+scheduled last (reverse queue order), its jobs in reverse job order, and only while that queue is over its fair
+share — or over its deserved quota while the reclaimer stays within its own — on a resource the job requests.
+A victim set is accepted when the job's gang is placed and, at every level of the reclaimer's ancestry, the
+reclaimer side's saturation (allocated / fair share) is not above that of any sibling that lost resources.
+
+A job whose queue is past its fair share gets the pending reason ``NotEnoughOverQuotaShare``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+from kai_stream.core.scheduler.actions._common.fairness import over, queue_details, saturation, within
+from kai_stream.core.scheduler.actions._common.solver import SearchSpec, free_gpu, search
+from kai_stream.core.scheduler.actions._common.victims import VictimUnit, victim_units
+from kai_stream.core.scheduler.framework.info import JobInfo, QueueInfo, TaskInfo
+from kai_stream.core.scheduler.framework.ordering import JobsByQueue
+from kai_stream.core.scheduler.framework.session import PendingInfo, Session
+
+NAME = "reclaim"
+
+
+class _Reclaim:
+    def __init__(self, session: Session) -> None:
+        self.ssn = session
+        self.pool_free = free_gpu(session)
+        self._failed: dict[tuple[object, ...], int] = {}
+
+    def victim_jobs(self, reclaimer: JobInfo, eligible: Callable[[QueueInfo], bool]) -> dict[str, list[JobInfo]]:
+        """Per eligible victim leaf queue, its candidate jobs in reverse job order."""
+        hooks = self.ssn.hooks
+        leaf = reclaimer.queue
+        out: dict[str, list[JobInfo]] = {}
+        for q in self.ssn.queues.values():
+            if q is leaf or q.children or not q.jobs or not eligible(q):
+                continue
+            jobs = [j for j in q.jobs if j.preemptible and hooks.may_evict(NAME, reclaimer, j)]
+            if jobs:
+                jobs.sort(key=hooks.job_key, reverse=True)
+                out[q.name] = jobs
+        return out
+
+    def queue_path_key(self, q: QueueInfo, job: JobInfo) -> tuple[object, ...]:
+        path = q.ancestry()
+        path.reverse()
+        return tuple(self.ssn.hooks.queue_key(p, job) for p in path)
+
+    def candidates(self, reclaimer: JobInfo, request: list[int]) -> Iterator[VictimUnit]:
+        leaf = reclaimer.queue
+        assert leaf is not None
+        within_deserved = within(leaf, request, leaf.quota)
+
+        def eligible(q: QueueInfo) -> bool:
+            return over(q, request, q.fair_share) or (within_deserved and over(q, request, q.quota))
+
+        pools = self.victim_jobs(reclaimer, eligible)
+        queues = self.ssn.queues
+        cursor = {name: 0 for name in pools}
+        pending_units: dict[str, list[VictimUnit]] = {name: [] for name in pools}
+
+        while True:
+            best: tuple[tuple[object, ...], str] | None = None
+            for name in sorted(pools):
+                q = queues[name]
+                if not pending_units[name] and cursor[name] >= len(pools[name]):
+                    continue
+                if not eligible(q):
+                    continue
+                head = pools[name][min(cursor[name], len(pools[name]) - 1)]
+                key = (self.queue_path_key(q, head), name)
+                if best is None or key > best:
+                    best = key
+            if best is None:
+                return
+            name = best[1]
+            if not pending_units[name]:
+                job = pools[name][cursor[name]]
+                cursor[name] += 1
+                pending_units[name] = victim_units(job)
+                if not pending_units[name]:
+                    continue
+            yield pending_units[name].pop(0)
+
+    def validator(self, reclaimer: JobInfo, request: list[int]) -> SearchSpec:
+        leaf = reclaimer.queue
+        assert leaf is not None
+
+        def validate(taken: list[VictimUnit]) -> bool:
+            losers = {q.name for u in taken if u.job.queue is not None for q in u.job.queue.ancestry()}
+            for side in leaf.ancestry():
+                siblings = side.parent.children if side.parent is not None else self.ssn.roots
+                mine = saturation(side, request)
+                for sibling in siblings:
+                    if sibling is not side and sibling.name in losers and saturation(sibling, request) < mine:
+                        return False
+            return True
+
+        def details(task: TaskInfo) -> dict[str, str]:
+            victim_queue = task.job.queue
+            out = queue_details("reclaimer", leaf)
+            if victim_queue is not None:
+                out.update(queue_details("victim", victim_queue))
+            return out
+
+        return SearchSpec(
+            action=NAME,
+            preemptor=reclaimer,
+            candidates=lambda: self.candidates(reclaimer, request),
+            validate=validate,
+            details=details,
+            reason=f"reclaimed for {reclaimer.key} (queue {leaf.name} within fair share)",
+            pool_free_gpu=self.pool_free,
+        )
+
+    def try_job(self, job: JobInfo) -> None:
+        ssn = self.ssn
+        pending = job.pending_tasks()
+        leaf = job.queue
+        if not pending or leaf is None:
+            return
+        request = ssn.job_request(job)
+        if ssn.hooks.check_job(job, request) is not None:
+            return
+        if job.preemptible:
+            fits = all(within(q, request, q.fair_share) for q in leaf.ancestry())
+            bound = "fair share"
+        else:
+            fits = within(leaf, request, leaf.quota)
+            bound = "deserved quota"
+        if not fits:
+            previous = ssn.pending.get(pending[0].uid)
+            info = PendingInfo(
+                "NotEnoughOverQuotaShare",
+                f"job {job.key} does not fit and queue {leaf.name} would exceed its {bound} by reclaiming",
+                previous.predicates if previous is not None else {},
+                queue_details("queue", leaf),
+            )
+            for task in pending:
+                ssn.set_pending(task, info)
+            return
+        shape = (tuple(t.shape for t in pending), job.min_member, leaf.name, job.preemptible, job.topology)
+        if self._failed.get(shape) == ssn.state_id:
+            return
+        start = ssn.state_id
+        if not search(ssn, self.validator(job, request)):
+            self._failed[shape] = start
+
+
+def run(session: Session) -> None:
+    reclaim = _Reclaim(session)
+    jobs = [j for j in session.jobs if j.queue is not None and j.pending_tasks()]
+    order = JobsByQueue(session, jobs)
+    while (job := order.pop()) is not None:
+        reclaim.try_job(job)
+        order.requeue(job)

@@ -1,0 +1,40 @@
+"""stale-gang eviction: a gang that has been running below its minimum for longer than the grace period is
+evicted whole, so that its remaining pods stop holding resources for a job that cannot run.
+
+A job is stale when some of its pods are running, none has succeeded, and fewer than ``minMember`` are active
+(running, allocated or pipelined this cycle). How long it has been so is measured in event time from the last
+change to its set of pods (``ClusterState.group_changed``: a pod observed, bound, evicted or removed) to
+``state.now``; the grace period is ``stale_gang_grace_s`` (default 60 s). Every running pod of the job gets an
+``EvictionRequested``.
+"""
+
+from __future__ import annotations
+
+from kai_stream.core.scheduler.framework.info import RUNNING
+from kai_stream.core.scheduler.framework.session import Session
+
+NAME = "stalegangeviction"
+
+
+def run(session: Session) -> None:
+    now = session.ctx.ts
+    grace = session.config.stale_gang_grace_s
+    for job in session.jobs:
+        running = [t for t in job.tasks if t.status == RUNNING]
+        if not running or job.succeeded or job.active_count() >= job.min_member:
+            continue
+        stale_for = now - job.changed
+        if stale_for < grace:
+            continue
+        stmt = session.statement(NAME)
+        details = {
+            "active": str(job.active_count()),
+            "min_member": str(job.min_member),
+            "stale_since": f"{job.changed:g}",
+            "stale_for_s": f"{stale_for:g}",
+            "grace_s": f"{grace:g}",
+        }
+        reason = f"gang {job.key} below minMember {job.min_member} for {stale_for:g}s (grace {grace:g}s)"
+        for task in running:
+            stmt.evict(task, reason=reason, details=details)
+        stmt.commit()

@@ -8,6 +8,9 @@ The emulated cluster (kept simple so that the live pipeline can reproduce it exa
   at the same ``ts``: ``BindRequested`` -> ``PodBound`` (the pod is Running on that node and GPUs),
   ``EvictionRequested`` -> ``PodEvicted`` (the pod is gone and reported ``Evicted``); ``PodPipelined`` and
   ``PodPending`` have no outcome;
+* a pod that a cycle both evicted and pipelined elsewhere (a consolidation move) is re-created pending under
+  the same name right after its ``PodEvicted`` and its ``PodPipelined`` nomination is folded again, as a
+  workload controller would restart it; the next cycle binds it on the nominated node;
 * it stops after the first cycle that decides nothing new (or after ``cycles`` cycles). Time does not
   advance, so ``duration_s`` is not played out here.
 
@@ -28,6 +31,8 @@ from kai_stream.core.events import (
     ObservedEvent,
     PodBound,
     PodEvicted,
+    PodObserved,
+    PodPipelined,
     chain,
     stable_id,
 )
@@ -147,6 +152,20 @@ def outcome_of(decision: Decision) -> AnyEvent | None:
     return None
 
 
+def _moves(decided: list[Decision], state: ClusterState) -> dict[str, tuple[PodObserved, PodPipelined]]:
+    """Pods a cycle moved (evicted and pipelined elsewhere, consolidation): the emulated controller re-creates
+    each one pending under the same name right after its eviction, and its nomination is folded again."""
+    evicted = {d.uid for d in decided if isinstance(d, EvictionRequested)}
+    out: dict[str, tuple[PodObserved, PodPipelined]] = {}
+    for d in decided:
+        pod = state.pods.get(d.uid)
+        if isinstance(d, PodPipelined) and d.uid in evicted and pod is not None:
+            again = pod.model_copy(update={"node_name": None, "gpu_indices": None, "phase": "Pending", "started": None})
+            observed = PodObserved(event_id=stable_id("PodRestarted", d.decision_id), ts=d.ts, pool=d.pool, pod=again)
+            out[d.uid] = (observed, d)
+    return out
+
+
 def simulate(events: list[ObservedEvent], config: SchedulerConfig, *, cycles: int = 50) -> SimulationResult:
     """Fold ``events``, then run cycles with the emulated cluster until nothing changes (see module doc)."""
     state = ClusterState()
@@ -164,13 +183,18 @@ def simulate(events: list[ObservedEvent], config: SchedulerConfig, *, cycles: in
         result.cycles += 1
         if not decided:
             break
+        moves = _moves(decided, state)
         for decision in decided:
             apply(state, decision, state.offset + 1)
         for decision in decided:
-            if isinstance(decision, EvictionRequested):
+            if isinstance(decision, EvictionRequested) and decision.uid not in moves:
                 result.evicted[decision.uid] = (f"{decision.namespace}/{decision.name}", decision.queue)
             outcome = outcome_of(decision)
             if outcome is not None:
                 apply(state, outcome, state.offset + 1)
+                if isinstance(outcome, PodEvicted) and decision.uid in moves:
+                    apply(state, moves[decision.uid][0], state.offset + 1)
+        for _, nomination in moves.values():
+            apply(state, nomination, state.offset + 1)
         result.decisions.extend(decided)
     return result

@@ -18,6 +18,7 @@ node name. CPU-only tasks prefer nodes without GPUs, then bin-pack/spread on fre
 from __future__ import annotations
 
 from bisect import bisect_left, insort
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -55,7 +56,7 @@ class NodeIndex:
         self.partial: list[tuple[int, int, int]] = []
         self.releasing: set[int] = set()
         self._static: dict[tuple[int, int], str | None] = {}
-        self.allowed: frozenset[int] | None = None
+        self.allowed: AbstractSet[int] | None = None
         """When set, only these node indices may take a task (a topology domain chosen for the current job)."""
 
     # ------------------------------------------------------------------ maintenance

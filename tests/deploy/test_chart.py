@@ -148,6 +148,9 @@ def test_every_component_runs_its_command_with_probes_resources_and_scrape_annot
             "prometheus.io/path": "/metrics",
         }
     assert seen == {"connector", "processor", "binder", "history-sink", "gpu-agent"}
+    connector = by_kind(render("--set", "schedulerName=kai-stream"), "Deployment")["kai-stream-connector"]
+    args = connector["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert args == ["connector", "--scheduler-name", "kai-stream", "--tick-interval", "1"]
 
 
 def test_gpu_agent_runs_on_gpu_nodes_only_and_per_pool_when_asked() -> None:

@@ -3,7 +3,8 @@ complete graceful deletions. Driven by store changes (push, no polling) and the 
 
 Time: `start_delay` is wall-clock seconds from binding to Running; pod durations
 (`kai.scheduler/duration-seconds`) and grace periods are simulated seconds, multiplied by `time_scale`
-(wall seconds per simulated second; 0.01 plays a 60 s job in 0.6 s).
+(wall seconds per simulated second; 0.01 plays a 60 s job in 0.6 s). With `enforce_capacity`, a pod that
+does not fit next to the node's running pods is rejected (Failed, `OutOf<resource>`; see admission.py).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import asyncio
 import hashlib
 from typing import Any
 
+from connectors.simcluster import admission
 from connectors.simcluster.resources import by_key
 from connectors.simcluster.rules import INTERNAL, TERMINAL_PHASES
 from connectors.simcluster.selectors import parse as parse_selector
@@ -103,9 +105,16 @@ class SimKubelets:
     """All simulated kubelets of the cluster, one timer per pending transition."""
 
     def __init__(
-        self, store: Store, *, time_scale: float = 1.0, start_delay: float = 0.01, termination_grace: float | None = 0.0
+        self,
+        store: Store,
+        *,
+        time_scale: float = 1.0,
+        start_delay: float = 0.01,
+        termination_grace: float | None = 0.0,
+        enforce_capacity: bool = False,
     ) -> None:
         self.store = store
+        self.enforce_capacity = enforce_capacity
         self.time_scale = time_scale
         self.start_delay = start_delay
         self.termination_grace = termination_grace
@@ -165,6 +174,17 @@ class SimKubelets:
         elif phase in TERMINAL_PHASES:
             return
 
+    def _admit(self, pod: Obj, now: str) -> dict[str, Any]:
+        if self.enforce_capacity:
+            node_name = pod["spec"]["nodeName"]
+            node = self.store.find(_NODES, "", node_name)
+            on_node = parse_selector(None, f"spec.nodeName={node_name},status.phase=Running", _PODS.field_labels)
+            if node is not None:
+                resource = admission.rejection(pod, node, self.store.objects(_PODS, on_node))
+                if resource is not None:
+                    return admission.rejected_status(pod, resource, node, now)
+        return running_status(pod, now)
+
     def _schedule(self, pod: Obj, stage: str, delay: float) -> None:
         assert self._loop is not None
         meta = pod["metadata"]
@@ -186,8 +206,8 @@ class SimKubelets:
         if stage == "delete":
             self.store.delete(_PODS, namespace, name)
         elif stage == "start" and phase == "Pending" and not deleting:
-            self.store.mutate(_PODS, namespace, name, lambda p: {**p, "status": running_status(p, now)},
-                              subresource=INTERNAL)
+            status = self._admit(pod, now)
+            self.store.mutate(_PODS, namespace, name, lambda p: {**p, "status": status}, subresource=INTERNAL)
         elif stage == "finish" and phase == "Running" and not deleting:
             self.store.mutate(_PODS, namespace, name, lambda p: {**p, "status": succeeded_status(p, now)},
                               subresource=INTERNAL)

@@ -33,6 +33,8 @@ class SimCluster:
     history_limit: how many changes a watch can resume across; older resourceVersions get 410.
     bookmark_interval: seconds between BOOKMARK events on watches that allow them.
     watch_timeout: how long a watch without timeoutSeconds stays open.
+    enforce_capacity: kubelets reject a pod that does not fit in its node's allocatable next to the pods
+        running there (phase Failed, reason OutOf<resource>), as a real kubelet does.
     freeze_gc: on start, move everything alive into the garbage collector's permanent generation
         (`gc.freeze()`, process-wide). Full collections then scan only what came later; without it, the
         imported modules alone make each one cost ~60-90 ms here, which shows up as watch-latency tails.
@@ -50,11 +52,12 @@ class SimCluster:
         watch_timeout: float = 1800.0,
         clock: Callable[[], datetime] | None = None,
         freeze_gc: bool = False,
+        enforce_capacity: bool = False,
     ) -> None:
         self.freeze_gc = freeze_gc
         self.store = Store(history_limit=history_limit, clock=clock)
         self.kubelets = SimKubelets(self.store, time_scale=time_scale, start_delay=start_delay,
-                                    termination_grace=termination_grace)
+                                    termination_grace=termination_grace, enforce_capacity=enforce_capacity)
         self.recorder = Recorder()
         self.store.add_listener(self.recorder.on_change)
         self.store.add_listener(self._notify)

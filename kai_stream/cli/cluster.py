@@ -15,8 +15,11 @@ from connectors.simcluster import ScenarioError, SimCluster
 from kai_stream.cli import app
 
 
-async def _serve(scenario: Path | None, host: str, port: int, time_scale: float, termination_grace: float) -> None:
-    sim = SimCluster(time_scale=time_scale, termination_grace=termination_grace, freeze_gc=True)
+async def _serve(
+    scenario: Path | None, host: str, port: int, time_scale: float, termination_grace: float, enforce_capacity: bool
+) -> None:
+    sim = SimCluster(time_scale=time_scale, termination_grace=termination_grace, enforce_capacity=enforce_capacity,
+                     freeze_gc=True)
     if scenario is not None:
         sim.load_scenario_file(scenario)
     url = await sim.start(host, port)
@@ -49,9 +52,12 @@ def cluster(
     termination_grace: Annotated[
         float, typer.Option("--termination-grace", help="simulated seconds an evicted pod stays terminating")
     ] = 0.0,
+    enforce_capacity: Annotated[
+        bool, typer.Option("--enforce-capacity", help="kubelets reject pods that do not fit (Failed, OutOf<resource>)")
+    ] = False,
 ) -> None:
     """Serve the Kubernetes REST API with simulated kubelets; prints the base URL on stdout."""
     try:
-        asyncio.run(_serve(scenario, host, port, time_scale, termination_grace))
+        asyncio.run(_serve(scenario, host, port, time_scale, termination_grace, enforce_capacity))
     except ScenarioError as err:
         raise typer.BadParameter(str(err), param_hint="--scenario") from err

@@ -122,3 +122,19 @@ def test_scenario_errors_name_the_document(tmp_path: Path) -> None:
     path.write_text("apiVersion: v1\nkind: Pod\nmetadata: {namespace: x}\n")
     with pytest.raises(ScenarioError, match=r"document 0 \(Pod\): metadata.name is required"):
         SimCluster().load_scenario_file(path)
+
+
+@pytest.mark.parametrize("sim_options", [{"enforce_capacity": True}])
+async def test_capacity_admission_rejects_overcommit(v1: client.CoreV1Api, sim: SimCluster) -> None:
+    small = node("small")
+    small["status"] = {"allocatable": {"cpu": "4", "nvidia.com/gpu": "1"}}
+    sim.load_objects([small])
+    for name in ("first", "second"):
+        await v1.create_namespaced_pod("default", pod(name))
+    await v1.create_namespaced_pod_binding("first", "default", binding("first", "small"), _preload_content=False)
+    await sim.wait_until(lambda: sim.get("pods/default/first")["status"]["phase"] == "Running", timeout=3)
+    await v1.create_namespaced_pod_binding("second", "default", binding("second", "small"), _preload_content=False)
+    await sim.wait_until(lambda: sim.get("pods/default/second")["status"]["phase"] == "Failed", timeout=3)
+    rejected = await v1.read_namespaced_pod("second", "default")
+    assert rejected.status.reason == "OutOfnvidia.com/gpu"
+    assert (await v1.read_namespaced_pod("first", "default")).status.phase == "Running"

@@ -21,13 +21,14 @@ def over(q: QueueInfo, request: list[int], bound: list[int]) -> bool:
 
 
 def saturation(q: QueueInfo, request: list[int]) -> float:
-    """allocated / fair share, worst over the requested resources (inf when a used resource has no share)."""
+    """allocated / fair share, worst over the requested resources (a queue with no share is at 1 when it uses
+    nothing, and at inf when it uses some)."""
     worst = 0.0
     for r in range(3):
         if request[r] <= 0:
             continue
         used, share = q.allocated[r], q.fair_share[r]
-        ratio = (used / share) if share > 0 else (INF if used > 0 else 0.0)
+        ratio = (used / share) if share > 0 else (INF if used > 0 else 1.0)
         worst = max(worst, ratio)
     return worst
 

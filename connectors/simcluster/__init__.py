@@ -39,7 +39,15 @@ How clients must call it (the same holds against a real apiserver; the contract 
 Simulated kubelets (only for pods bound to an existing Node): a bound pod turns Running after
 `start_delay`; a pod annotated ``kai.scheduler/duration-seconds: "N"`` turns Succeeded N simulated
 seconds later (× `time_scale` in wall seconds); a deleted or evicted running pod is removed at once, or
-after `termination_grace` with metadata.deletionTimestamp set first.
+after `termination_grace` with metadata.deletionTimestamp set first. With ``enforce_capacity=True`` a pod
+that does not fit next to the node's running pods is rejected (Failed, reason ``OutOf<resource>``).
+
+For tests and benchmarks: ``sim.get("pods/ns/name")``, ``sim.objects("pods")``, ``await sim.create(obj)``,
+``await sim.wait_until(predicate)`` (re-checked on every change, no polling), ``sim.bindings`` (every
+binding POST: code, server-side ``perf_counter`` time, and the pod's creation time in this server, so
+``record.latency`` is pod-created -> binding-POST). Under load, pass ``freeze_gc=True`` in a process that
+exists to serve (see `SimCluster`), and let clients read watch events as ``raw_object`` dicts: building
+V1Pod models in kubernetes-asyncio costs far more CPU than this server spends per event.
 """
 
 from connectors.simcluster.client import api_client, kube_client_config

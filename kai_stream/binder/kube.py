@@ -119,6 +119,23 @@ def _status_message(body: str) -> str:
     return body[:500]
 
 
+class Pod:
+    """The few fields of a pod (raw JSON) that the binder reads."""
+
+    def __init__(self, obj: dict[str, Any]) -> None:
+        meta = obj.get("metadata") or {}
+        spec = obj.get("spec") or {}
+        status = obj.get("status") or {}
+        self.uid: str | None = meta.get("uid")
+        self.annotations: dict[str, str] = meta.get("annotations") or {}
+        self.deleting = meta.get("deletionTimestamp") is not None
+        self.node_name: str | None = spec.get("nodeName") or None
+        self.conditions: list[dict[str, Any]] = status.get("conditions") or []
+
+    def condition(self, kind: str) -> dict[str, Any] | None:
+        return next((c for c in self.conditions if c.get("type") == kind), None)
+
+
 def rfc3339(ts: float) -> str:
     return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -157,30 +174,32 @@ class KubeApplier:
                 await asyncio.sleep(self.retry.delay(attempt))
         raise AssertionError("unreachable")
 
-    async def _raw(self, operation: str, fn: Callable[[], Awaitable[Any]]) -> int:
-        """Call an API method with ``_preload_content=False``; return its 2xx status, raise otherwise."""
+    async def _raw(self, operation: str, fn: Callable[[], Awaitable[Any]]) -> bytes:
+        """Call an API method with ``_preload_content=False``; return the 2xx body, raise otherwise."""
 
-        async def once() -> int:
+        async def once() -> bytes:
             response = await fn()
             try:
-                body = await response.read()
+                body: bytes = await response.read()
             finally:
                 response.release()
-            status = int(response.status)
-            if not 200 <= status <= 299:
-                raise HttpStatusError(status, body.decode(errors="replace"))
-            return status
+            if not 200 <= int(response.status) <= 299:
+                raise HttpStatusError(int(response.status), body.decode(errors="replace"))
+            return body
 
         return await self._call(operation, once)
 
-    async def _read_pod(self, namespace: str, name: str) -> client.V1Pod | None:
+    async def _read_pod(self, namespace: str, name: str) -> Pod | None:
+        """The pod as plain JSON (None if absent); skipping the client's model classes keeps binds cheap."""
         try:
-            pod: client.V1Pod = await self._call("get", lambda: self.core.read_namespaced_pod(name, namespace))
-        except ApiException as exc:
+            body = await self._raw(
+                "get", lambda: self.core.read_namespaced_pod(name, namespace, _preload_content=False)
+            )
+        except HttpStatusError as exc:
             if exc.status == 404:
                 return None
             raise
-        return pod
+        return Pod(orjson.loads(body))
 
     # ------------------------------------------------------------------ bind
 
@@ -219,8 +238,8 @@ class KubeApplier:
         await self._clear_group_mark(decision, pod)
         return _bound(decision, already=False)
 
-    async def _clear_group_mark(self, decision: BindRequested, pod: client.V1Pod) -> None:
-        group = (pod.metadata.annotations or {}).get(ANNOTATION_POD_GROUP)
+    async def _clear_group_mark(self, decision: BindRequested, pod: Pod) -> None:
+        group = pod.annotations.get(ANNOTATION_POD_GROUP)
         if not group or self._marked_groups.get((decision.namespace, group)) is False:
             return
         try:
@@ -238,7 +257,7 @@ class KubeApplier:
 
     async def _evict(self, decision: EvictionRequested) -> Outcome:
         pod = await self._read_pod(decision.namespace, decision.name)
-        if pod is None or pod.metadata.uid != decision.uid:
+        if pod is None or pod.uid != decision.uid:
             return PodEvicted(**_outcome_fields(decision, "PodEvicted"), already=True)
         body = client.V1Eviction(
             metadata=client.V1ObjectMeta(name=decision.name, namespace=decision.namespace),
@@ -268,11 +287,11 @@ class KubeApplier:
 
     async def _mark_unschedulable(self, decision: PodPending) -> None:
         pod = await self._read_pod(decision.namespace, decision.name)
-        if pod is None or pod.metadata.uid != decision.uid or (pod.spec and pod.spec.node_name):
+        if pod is None or pod.uid != decision.uid or pod.node_name:
             return
         message = pending_message(decision)
-        current = [c for c in (pod.status.conditions or []) if c.type == "PodScheduled"] if pod.status else []
-        if not (current and current[0].status == "False" and current[0].message == message):
+        current = pod.condition("PodScheduled")
+        if not (current and current.get("status") == "False" and current.get("message") == message):
             condition = {
                 "type": "PodScheduled",
                 "status": "False",
@@ -287,7 +306,7 @@ class KubeApplier:
                     decision.name, decision.namespace, {"status": {"conditions": [condition]}}
                 ),
             )
-        group = (pod.metadata.annotations or {}).get(ANNOTATION_POD_GROUP)
+        group = pod.annotations.get(ANNOTATION_POD_GROUP)
         if group:
             await self._set_group_condition(decision.namespace, group, decision.pool, message, decision.ts)
 
@@ -381,17 +400,17 @@ def _bind_failed(decision: BindRequested, error: str) -> BindFailed:
     return BindFailed(**_outcome_fields(decision, "BindFailed"), node=decision.node, error=error)
 
 
-def _check_bindable(decision: BindRequested, pod: client.V1Pod | None) -> Outcome | None:
+def _check_bindable(decision: BindRequested, pod: Pod | None) -> Outcome | None:
     """The outcome when the pod's current state already decides it (gone, replaced, bound); else None."""
     if pod is None:
         return _bind_failed(decision, f"pod {decision.namespace}/{decision.name} not found")
-    if pod.metadata.uid != decision.uid:
-        return _bind_failed(decision, f"pod was replaced (uid {pod.metadata.uid}, decided for {decision.uid})")
-    node = pod.spec.node_name if pod.spec else None
+    if pod.uid != decision.uid:
+        return _bind_failed(decision, f"pod was replaced (uid {pod.uid}, decided for {decision.uid})")
+    node = pod.node_name
     if node == decision.node:
         return _bound(decision, already=True)
     if node:
         return _bind_failed(decision, f"pod is already bound to node {node}")
-    if pod.metadata.deletion_timestamp is not None:
+    if pod.deleting:
         return _bind_failed(decision, "pod is being deleted")
     return None

@@ -20,6 +20,7 @@ from kai_stream.core.events import (
     loads_any,
 )
 from kai_stream.kafka import make_consumer, make_producer, partition_for, publish, read_topic, send_keyed
+from kai_stream.observability import BINDER_OUTCOMES
 from kai_stream.settings import KafkaSettings
 from kai_stream.topics import TopicNames
 
@@ -76,6 +77,7 @@ async def test_binder_survives_a_kill_without_losing_or_double_binding(
                        retry=RetryPolicy(attempts=3, base_delay_s=0.01))
         )
 
+    bound_before = BINDER_OUTCOMES.labels(kind="PodBound")._value.get()
     first = start()
     await sim.wait_until(lambda: sim.binding_count >= 10, timeout=20)
     first.cancel()
@@ -101,6 +103,7 @@ async def test_binder_survives_a_kill_without_losing_or_double_binding(
         stored = sim.get(f"pods/team-a/{d.name}")
         assert stored["metadata"]["annotations"]["kai.scheduler/gpu-indices"] == str(d.gpu_indices[0])
 
+    assert BINDER_OUTCOMES.labels(kind="PodBound")._value.get() - bound_before >= N_PODS
     fresh = [o for o in outcomes if not o.already]
     assert {o.decision_id for o in outcomes} == {d.decision_id for d in decisions}
     assert len(fresh) <= N_PODS and len({o.decision_id for o in fresh}) == len(fresh)

@@ -9,7 +9,7 @@ import pytest
 from kubernetes_asyncio import client
 
 from connectors.simcluster import SimCluster, api_client
-from kai_stream.binder.kube import KubeApplier, RetryPolicy
+from kai_stream.binder.kube import KubeApplier, Pod, RetryPolicy
 from kai_stream.core.events import BindFailed, EvictionFailed, PodBound, PodEvicted
 from kai_stream.observability import BINDER_RETRIES
 
@@ -75,7 +75,7 @@ async def test_409_race_on_the_decided_node_counts_as_done(
     original = applier._read_pod
     reads = 0
 
-    async def read_then_someone_binds(namespace: str, name: str) -> client.V1Pod | None:
+    async def read_then_someone_binds(namespace: str, name: str) -> Pod | None:
         nonlocal reads
         reads += 1
         current = await original(namespace, name)

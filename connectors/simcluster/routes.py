@@ -186,8 +186,8 @@ class ApiRoutes:
         if method == "GET":
             return json_response(self.store.get(t.resource, ns, t.name))
         if method == "PUT":
-            return json_response(self.store.replace(t.resource, ns, t.name, await self._body(request),
-                                                    subresource=t.sub))
+            body = self._check_kind(await self._body(request), t.resource)
+            return json_response(self.store.replace(t.resource, ns, t.name, body, subresource=t.sub))
         if method == "PATCH":
             return await self._patch(request, t)
         if method == "DELETE" and not t.sub:

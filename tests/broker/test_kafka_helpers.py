@@ -10,7 +10,7 @@ from aiokafka import TopicPartition
 from aiokafka.partitioner import DefaultPartitioner
 
 from kai_stream.core.events import DeadLetter, Tick, loads_cluster_event
-from kai_stream.kafka import make_consumer, make_producer, partition_for, publish, read_to_end, read_topic
+from kai_stream.kafka import make_admin, make_consumer, make_producer, partition_for, publish, read_to_end, read_topic
 from kai_stream.settings import KafkaSettings
 from kai_stream.topics import TopicNames, create_topics, load_specs
 
@@ -109,3 +109,24 @@ async def test_read_to_end_stops_at_high_watermark_of_a_group_consumer(
 async def test_read_topic_on_missing_topic_names_it(kafka_settings: KafkaSettings) -> None:
     with pytest.raises(LookupError, match="no-such-topic"):
         await read_topic(kafka_settings, "no-such-topic")
+
+
+async def test_tls_and_sasl_settings_reach_every_client_factory() -> None:
+    settings = KafkaSettings(
+        bootstrap_servers="k:9093", security_protocol="SASL_SSL", sasl_mechanism="SCRAM-SHA-512",
+        sasl_username="u", sasl_password="p",
+    )
+    kwargs = settings.client_kwargs()
+    assert kwargs["ssl_context"] is not None and kwargs["security_protocol"] == "SASL_SSL"
+    producer = make_producer(settings)
+    consumer = make_consumer(settings, "t", group_id="g")
+    admin = make_admin(settings)
+    try:
+        assert producer.client._security_protocol == "SASL_SSL"
+        assert consumer._client._sasl_mechanism == "SCRAM-SHA-512"
+        assert admin._client._ssl_context is not None
+        assert KafkaSettings().ssl_context() is None
+    finally:
+        await producer.stop()
+        await consumer.stop()
+        await admin.close()

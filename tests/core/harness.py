@@ -1,6 +1,7 @@
 """Scenario harness for the core tests: YAML manifests (+ one ``kind: Expect`` document) -> checked outcome.
 
-An ``Expect`` document may carry ``config`` (a SchedulerConfig mapping), ``cycles``, ``pods`` (per "ns/name":
+An ``Expect`` document may carry ``config`` (a SchedulerConfig mapping; ``actions`` defaults to allocate
+alone here, since these scenarios pin down allocate's rules and pending reasons), ``cycles``, ``pods`` (per "ns/name":
 any of status, node, gpu_indices, queue, and ``code`` = the code of the pod's last PodPending decision),
 ``queues`` (per name: fair_share / allocated sub-dicts, compared with a 1e-6 tolerance) and ``decisions``
 (counts per decision type).
@@ -31,7 +32,7 @@ def split(text: str) -> tuple[str, dict[str, Any]]:
 def run(text: str, config: SchedulerConfig | None = None, cycles: int = 20) -> SimulationResult:
     manifests, expect = split(text)
     if config is None:
-        config = parse_config(expect.get("config") or {})
+        config = parse_config({"actions": ["allocate"], **(expect.get("config") or {})})
     events = load_scenario(manifests, scheduler_name=config.scheduler_name, default_queue=config.default_queue)
     return simulate(events, config, cycles=int(expect.get("cycles", cycles)))
 

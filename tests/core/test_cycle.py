@@ -18,7 +18,7 @@ from kai_stream.core.manifests import load_scenario
 from kai_stream.core.scheduler.cycle import fair_shares, run_cycle
 from kai_stream.core.state import ClusterState, apply, fold
 
-CONFIG = SchedulerConfig()
+CONFIG = SchedulerConfig(actions=("allocate",))
 
 NODE = (
     "apiVersion: v1\nkind: Node\nmetadata: {{name: {name}, labels: {{nvidia.com/gpu.memory: '40960'}}}}\n"
@@ -146,3 +146,26 @@ def test_pools_are_separate_shards() -> None:
     state = scenario(NODE.format(name="n1", gpus=1), west, QUEUE, pod("a"))
     assert [d.node for d in cycle(state) if isinstance(d, BindRequested)] == ["n1"]
     assert cycle(state, pool="west") == []
+
+
+def test_nominated_node_and_gpus_are_kept() -> None:
+    state = scenario(NODE.format(name="n1", gpus=4), NODE.format(name="n2", gpus=4), QUEUE, pod("a"))
+    uid = next(iter(state.pods))
+    nomination = PodPipelined(
+        decision_id="p",
+        ts=1.0,
+        input_offset=state.offset,
+        config_hash="c",
+        code_version="0",
+        action="consolidation",
+        namespace="t",
+        name="a",
+        uid=uid,
+        job="t/a",
+        queue="q",
+        node="n2",
+        gpu_indices=(2,),
+    )
+    apply(state, nomination, state.offset + 1)
+    binds = [d for d in cycle(state) if isinstance(d, BindRequested)]
+    assert [(d.node, d.gpu_indices) for d in binds] == [("n2", (2,))]

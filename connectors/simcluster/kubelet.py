@@ -163,7 +163,7 @@ class SimKubelets:
                 grace = float(meta.get("deletionGracePeriodSeconds") or 0)
             self._schedule(pod, "delete", grace * self.time_scale)
             return
-        if not node or self.store.find(_NODES, "", node) is None:
+        if not node or not self.store.exists(_NODES, "", node):
             return
         if phase == "Pending":
             self._schedule(pod, "start", self.start_delay)

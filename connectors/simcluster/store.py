@@ -11,6 +11,7 @@ immutable fields) live in `rules.py`.
 from __future__ import annotations
 
 import asyncio
+import functools
 import uuid
 from collections import deque
 from collections.abc import Callable
@@ -36,8 +37,13 @@ def clone(obj: Obj) -> Obj:
     return result
 
 
+@functools.lru_cache(maxsize=4)
+def _second(epoch_second: int) -> str:
+    return datetime.fromtimestamp(epoch_second, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
 def rfc3339(moment: datetime) -> str:
-    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return _second(int(moment.timestamp()))
 
 
 def _ns_name(obj: Obj) -> tuple[str, str]:
@@ -53,7 +59,15 @@ class Change:
     __slots__ = ("data", "namespace", "old_data", "old_view", "resource", "rv", "type", "view")
 
     def __init__(
-        self, rv: int, type_: str, resource: ResourceType, obj: Obj, old: Obj | None, *, keep_old: bool = False
+        self,
+        rv: int,
+        type_: str,
+        resource: ResourceType,
+        obj: Obj,
+        old: Obj | None,
+        *,
+        keep_old: bool = False,
+        old_view: dict[str, str] | None = None,
     ) -> None:
         self.rv = rv
         self.type = type_
@@ -61,7 +75,9 @@ class Change:
         self.namespace: str = (obj.get("metadata") or {}).get("namespace") or ""
         self.data = orjson.dumps(obj)
         self.view = selectors.view(obj, resource.field_labels)
-        self.old_view = None if old is None else selectors.view(old, resource.field_labels)
+        if old_view is None and old is not None:
+            old_view = selectors.view(old, resource.field_labels)
+        self.old_view = old_view
         self.old_data: bytes | None = None
         if keep_old and old is not None:
             meta = {**old.get("metadata", {}), "resourceVersion": str(rv)}
@@ -164,8 +180,10 @@ class Store:
         self._rv += 1
         obj["metadata"]["resourceVersion"] = str(self._rv)
         keep_old = type_ == MODIFIED and any(not w.selector.empty for w in self._watchers.get(rt.key, ()))
-        change = Change(self._rv, type_, rt, obj, old, keep_old=keep_old)
         bucket = self._objects.setdefault(rt.key, {})
+        previous = bucket.get(_ns_name(obj)) if old is not None else None
+        change = Change(self._rv, type_, rt, obj, old, keep_old=keep_old,
+                        old_view=None if previous is None else previous.view)
         if type_ == DELETED:
             bucket.pop(_ns_name(obj), None)
         else:
@@ -193,6 +211,9 @@ class Store:
     def find(self, rt: ResourceType, namespace: str, name: str) -> Obj | None:
         stored = self._objects.get(rt.key, {}).get((namespace if rt.namespaced else "", name))
         return None if stored is None else stored.object()
+
+    def exists(self, rt: ResourceType, namespace: str, name: str) -> bool:
+        return (namespace if rt.namespaced else "", name) in self._objects.get(rt.key, {})
 
     def _select(self, rt: ResourceType, namespace: str | None, selector: Selector) -> list[Change]:
         bucket = self._objects.get(rt.key, {})
@@ -265,7 +286,7 @@ class Store:
             self._ensure_namespace(meta["namespace"])
         else:
             meta.pop("namespace", None)
-        if self.find(rt, meta.get("namespace", ""), meta["name"]) is not None:
+        if self.exists(rt, meta.get("namespace", ""), meta["name"]):
             raise already_exists(rt.plural, meta["name"], rt.group)
         if not (keep_metadata and meta.get("uid")):
             meta["uid"] = str(uuid.uuid4())
@@ -279,7 +300,7 @@ class Store:
 
     def _ensure_namespace(self, namespace: str) -> None:
         ns_type = by_key("namespaces")
-        if self.find(ns_type, "", namespace) is None:
+        if not self.exists(ns_type, "", namespace):
             self.create(ns_type, {"metadata": {"name": namespace}})
 
     def replace(

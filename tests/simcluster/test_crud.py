@@ -98,3 +98,16 @@ async def test_unknown_path_is_status_404(api: client.ApiClient) -> None:
         await api.call_api("/apis/example.com/v1/widgets", "GET", response_types_map={200: "object"},
                            auth_settings=["BearerToken"])
     assert err.value.status == 404 and json.loads(err.value.body)["kind"] == "Status"
+
+
+@pytest.mark.parametrize("sim_options", [{"termination_grace": 30.0}])
+async def test_delete_collection_and_grace_period_zero(v1: client.CoreV1Api, sim: SimCluster) -> None:
+    sim.load_objects([node("n1"), pod("keep", labels={"job": "b"}, node_name="n1")])
+    for name in ("x1", "x2"):
+        await v1.create_namespaced_pod("default", pod(name, labels={"job": "a"}))
+    await v1.delete_collection_namespaced_pod("default", label_selector="job=a")
+    assert [p["metadata"]["name"] for p in sim.objects("pods")] == ["keep"]
+    marked = await v1.delete_namespaced_pod("keep", "default")
+    assert marked.metadata.deletion_timestamp is not None, "a running pod terminates gracefully"
+    await v1.delete_namespaced_pod("keep", "default", grace_period_seconds=0)
+    assert sim.objects("pods") == []

@@ -206,3 +206,16 @@ async def test_stop_ends_open_watches(sim: SimCluster, v1: client.CoreV1Api) -> 
     await asyncio.wait_for(sim.stop(), 5)
     assert (await asyncio.wait_for(reader, 5)) == []
     await w.close()
+
+
+@pytest.mark.parametrize("sim_options", [{"watch_timeout": 0.3}])
+async def test_watch_forever_resumes_after_server_side_timeout(v1: client.CoreV1Api, sim: SimCluster) -> None:
+    listed = await v1.list_namespaced_pod("default")
+    async with watch.Watch() as w:
+        stream = w.stream(v1.list_namespaced_pod, "default", resource_version=listed.metadata.resource_version)
+        task = asyncio.ensure_future(_collect(stream, 2))
+        await v1.create_namespaced_pod("default", pod("early"))
+        await asyncio.sleep(0.8)
+        await v1.create_namespaced_pod("default", pod("late"))
+        events = await task
+    assert [(e["type"], e["object"].metadata.name) for e in events] == [("ADDED", "early"), ("ADDED", "late")]

@@ -45,9 +45,11 @@ that does not fit next to the node's running pods is rejected (Failed, reason ``
 For tests and benchmarks: ``sim.get("pods/ns/name")``, ``sim.objects("pods")``, ``await sim.create(obj)``,
 ``await sim.wait_until(predicate)`` (re-checked on every change, no polling), ``sim.bindings`` (every
 binding POST: code, server-side ``perf_counter`` time, and the pod's creation time in this server, so
-``record.latency`` is pod-created -> binding-POST). Under load, pass ``freeze_gc=True`` in a process that
-exists to serve (see `SimCluster`), and let clients read watch events as ``raw_object`` dicts: building
-V1Pod models in kubernetes-asyncio costs far more CPU than this server spends per event.
+``record.latency`` is pod-created -> binding-POST; the same records as JSON at
+``GET /debug/simcluster/bindings`` when the cluster runs in another process). Under load, pass
+``freeze_gc=True`` in a process that exists to serve (see `SimCluster`), and let clients read watch events
+as ``raw_object`` dicts: building V1Pod models in kubernetes-asyncio costs far more CPU than this server
+spends per event.
 """
 
 from connectors.simcluster.client import api_client, kube_client_config

@@ -1,10 +1,11 @@
 """Server-side measurements for tests and benchmarks: when each pod was created, and every binding and
-eviction POST with its outcome and timestamps (monotonic `time.perf_counter()` seconds)."""
+eviction POST with its outcome and timestamps (monotonic `time.perf_counter()` seconds, plus wall time)."""
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 from connectors.simcluster.store import ADDED, Change, Obj
 
@@ -17,6 +18,7 @@ class BindingRecord:
     code: int
     at: float
     created_at: float | None
+    wall: float
 
     @property
     def latency(self) -> float | None:
@@ -45,7 +47,7 @@ class Recorder:
 
     def binding(self, namespace: str, name: str, node: str, code: int) -> None:
         created = self.pod_created_at.get((namespace, name))
-        self.bindings.append(BindingRecord(namespace, name, node, code, time.perf_counter(), created))
+        self.bindings.append(BindingRecord(namespace, name, node, code, time.perf_counter(), created, time.time()))
 
     def eviction(self, namespace: str, name: str, code: int) -> None:
         self.evictions.append(EvictionRecord(namespace, name, code, time.perf_counter()))
@@ -53,3 +55,15 @@ class Recorder:
     @property
     def binding_count(self) -> int:
         return len(self.bindings)
+
+    def report(self) -> dict[str, Any]:
+        """JSON-ready copy for `GET /debug/simcluster/bindings` (benchmarks that run the cluster elsewhere)."""
+        return {
+            "count": len(self.bindings),
+            "bindings": [
+                {"namespace": b.namespace, "name": b.name, "node": b.node, "code": b.code, "wall": b.wall,
+                 "latency_s": b.latency}
+                for b in self.bindings
+            ],
+            "evictions": [{"namespace": e.namespace, "name": e.name, "code": e.code} for e in self.evictions],
+        }

@@ -105,6 +105,7 @@ class ApiRoutes:
         ):
             app.router.add_get(path, handler)
             app.router.add_get(path + "/", handler)
+        app.router.add_get("/debug/simcluster/bindings", self._bindings_report)
         app.router.add_route("*", "/api/{tail:.+}", self._core)
         app.router.add_route("*", "/apis/{tail:.+}", self._grouped)
 
@@ -136,6 +137,9 @@ class ApiRoutes:
         except Exception as err:
             log.exception("simcluster: %s %s failed", request.method, request.path)
             return json_response(status_body(500, "InternalError", f"{type(err).__name__}: {err}"), 500)
+
+    async def _bindings_report(self, request: web.Request) -> web.Response:
+        return json_response(self.recorder.report())
 
     async def _api_versions(self, request: web.Request) -> web.Response:
         return json_response(resources.api_versions(request.host))

@@ -17,7 +17,9 @@ from .manifests import binding, node, pod
 MERGE = "application/merge-patch+json"
 
 
-async def test_binding_201_status_then_409_and_404(v1: client.CoreV1Api, sim: SimCluster) -> None:
+async def test_binding_201_status_then_409_and_404(
+    v1: client.CoreV1Api, sim: SimCluster, api: client.ApiClient
+) -> None:
     sim.load_objects([node("n1"), node("n2")])
     await v1.create_namespaced_pod("default", pod("b1"))
 
@@ -45,6 +47,9 @@ async def test_binding_201_status_then_409_and_404(v1: client.CoreV1Api, sim: Si
     assert sim.binding_count == 3
     first = sim.bindings[0]
     assert first.latency is not None and first.latency >= 0
+    report = await api.call_api("/debug/simcluster/bindings", "GET", response_types_map={200: "object"},
+                                _return_http_data_only=True)
+    assert report["count"] == 3 and [b["code"] for b in report["bindings"]] == [201, 409, 404]
 
 
 async def test_binding_quirk_default_deserialization_fails_but_the_pod_is_bound(

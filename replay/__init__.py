@@ -7,15 +7,20 @@ observed part of a history under another config; ``assert_replays_identically`` 
 from replay.diff import Divergence, field_diff, render_divergence
 from replay.engine import EngineRun, run_engine
 from replay.runner import PoolReplay, ReplayReport, replay_history, replay_pool
+from replay.simulated import replay_simulation
+from replay.testing import assert_replays_identically, assert_simulation_replays_identically
 
 __all__ = [
     "Divergence",
     "EngineRun",
     "PoolReplay",
     "ReplayReport",
+    "assert_replays_identically",
+    "assert_simulation_replays_identically",
     "field_diff",
     "render_divergence",
     "replay_history",
     "replay_pool",
+    "replay_simulation",
     "run_engine",
 ]

@@ -2,11 +2,15 @@
 
 Given observed events (what the connectors would publish) and a config, it plays them in event-time order:
 fold a batch of same-time events, run cycles until nothing new happens, and emulate the cluster's answer to
-each decision as the live binder and kubelets would: a ``BindRequested`` becomes a ``PodBound`` outcome
-(and, for a pod with ``duration_s``, a ``Succeeded`` observation that much later); an ``EvictionRequested``
-becomes a ``PodEvicted``. Outcomes go back into the event log at new offsets, exactly as they return through
-the cluster-events topic. Decisions are chained (``prev_hash``) and the config is recorded first, so the
-result replays like a recorded log. The what-if runs use it on the observed part of a recorded history.
+each decision as the live binder, kubelets and watch would:
+
+* ``BindRequested`` -> a ``PodBound`` outcome, then the pod observed ``Running`` on its node; a pod with
+  ``duration_s`` is observed ``Succeeded`` that much later and then deleted (as a Job's TTL controller does);
+* ``EvictionRequested`` -> a ``PodEvicted`` outcome.
+
+Outcomes go back into the event log at new offsets, exactly as they return through the cluster-events topic.
+Decisions are chained (``prev_hash``) and the config is recorded first, so the result replays like a
+recorded log. The what-if runs use it on the observed part of a recorded history.
 """
 
 from __future__ import annotations
@@ -28,6 +32,8 @@ from kai_stream.core.events import (
     PodBound,
     PodEvicted,
     PodObserved,
+    PodRemoved,
+    Tick,
     chain,
     stable_id,
 )
@@ -60,8 +66,11 @@ class _Finish:
 
 
 class _Loop:
-    def __init__(self, config: SchedulerConfig, pool: str, code_version: str, max_cycles: int) -> None:
+    def __init__(
+        self, config: SchedulerConfig, pool: str, code_version: str, max_cycles: int, remove_finished: bool
+    ) -> None:
         self.config = config
+        self.remove_finished = remove_finished
         self.pool = pool
         self.code_version = code_version
         self.max_cycles = max_cycles
@@ -96,6 +105,23 @@ class _Loop:
                     gpu_indices=decision.gpu_indices,
                 )
             )
+            if pod is not None:
+                running = pod.model_copy(
+                    update={
+                        "node_name": decision.node,
+                        "gpu_indices": decision.gpu_indices or None,
+                        "phase": "Running",
+                        "started": decision.ts,
+                    }
+                )
+                self.emit(
+                    PodObserved(
+                        event_id=stable_id("engine-running", decision.decision_id),
+                        ts=decision.ts,
+                        pool=self.pool,
+                        pod=running,
+                    )
+                )
             if pod is not None and pod.duration_s is not None:
                 self.seq += 1
                 finish = _Finish(decision.ts + pod.duration_s, self.seq, decision.uid, decision.decision_id)
@@ -153,6 +179,17 @@ class _Loop:
                         pod=finished,
                     )
                 )
+                if self.remove_finished:
+                    self.emit(
+                        PodRemoved(
+                            event_id=stable_id("engine-removed", done.decision_id),
+                            ts=batch_ts,
+                            pool=self.pool,
+                            namespace=pod.namespace,
+                            name=pod.name,
+                            uid=pod.uid,
+                        )
+                    )
             self.settle()
 
 
@@ -175,12 +212,17 @@ def run_engine(
     code_version: str = CODE_VERSION,
     max_cycles: int = 50,
     drain: bool = True,
+    remove_finished: bool = True,
+    tick_cycles: bool = True,
 ) -> EngineRun:
     """Play ``observed`` (sorted by event time, stable) through the scheduler with an emulated cluster.
 
     ``drain``: after the last event, let running pods finish (and pending ones start) until nothing changes.
+    ``remove_finished``: delete a pod once it succeeded (as a Job's TTL controller would), keeping state small.
+    ``tick_cycles=False`` skips the cycle after a batch of only ticks (faster generation of long logs; only
+    time-driven decisions such as stale-gang eviction can then come later than a live processor's).
     """
-    loop = _Loop(config, pool, code_version, max_cycles)
+    loop = _Loop(config, pool, code_version, max_cycles, remove_finished)
     loop.log.configs.append(
         ConfigRecorded(
             ts=0.0,
@@ -195,7 +237,8 @@ def run_engine(
         loop.finish_until(batch[0].ts)
         for event in batch:
             loop.emit(event)
-        loop.settle()
+        if tick_cycles or not all(isinstance(event, Tick) for event in batch):
+            loop.settle()
     if drain:
         loop.finish_until(None)
     run = EngineRun(log=loop.log, state=loop.state, cycles=loop.cycles, stopped_early=loop.stopped_early)

@@ -10,8 +10,12 @@ so cycles are run only where decisions were recorded. A pool's cycle may run mor
 
 from __future__ import annotations
 
+import multiprocessing
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
+from multiprocessing.sharedctypes import Synchronized
 
 import orjson
 
@@ -35,6 +39,7 @@ class PoolReplay:
     decisions: int = 0
     identical: int = 0
     cycles: int = 0
+    cycle_s: float = 0.0
     divergences: list[Divergence] = field(default_factory=list)
     state: ClusterState = field(default_factory=ClusterState)
 
@@ -82,7 +87,13 @@ class ReplayReport:
             "malformed": self.malformed,
             "errors": self.errors,
             "pools": {
-                name: {"events": p.events, "decisions": p.decisions, "identical": p.identical, "cycles": p.cycles}
+                name: {
+                    "events": p.events,
+                    "decisions": p.decisions,
+                    "identical": p.identical,
+                    "cycles": p.cycles,
+                    "cycle_seconds": round(p.cycle_s, 3),
+                }
                 for name, p in sorted(self.pools.items())
             },
             "first_divergence": first.as_dict() if first is not None else None,
@@ -116,8 +127,16 @@ def recorded_configs(
 
 
 class _PoolReplayer:
-    def __init__(self, log: PoolLog, configs: dict[str, SchedulerConfig], progress: Progress | None) -> None:
+    def __init__(
+        self,
+        log: PoolLog,
+        configs: dict[str, SchedulerConfig],
+        progress: Progress | None,
+        share: tuple[int, int] = (0, 1),
+    ) -> None:
         self.log = log
+        self.share = share
+        self.group = -1
         self.configs = configs
         self.progress = progress
         self.result = PoolReplay(pool=log.pool, decisions=len(log.decisions))
@@ -145,13 +164,19 @@ class _PoolReplayer:
         decisions = self.log.decisions
         while self.next < len(decisions) and decisions[self.next].input_offset < before:
             orphan = decisions[self.next]
-            self._diverged(
-                self.next, orphan.input_offset, orphan, None, "no recorded event at its input_offset: cannot rebuild"
-            )
+            if self.share[0] == 0:
+                why = "no recorded event at its input_offset: cannot rebuild"
+                self._diverged(self.next, orphan.input_offset, orphan, None, why)
             self._fold_recorded(orphan)
 
     def _cycles_at(self, offset: int) -> None:
         decisions = self.log.decisions
+        self.group += 1
+        worker, workers = self.share
+        if self.group % workers != worker:
+            while self.next < len(decisions) and decisions[self.next].input_offset == offset:
+                self._fold_recorded(decisions[self.next])
+            return
         while self.next < len(decisions) and decisions[self.next].input_offset == offset:
             first = decisions[self.next]
             config = self.configs.get(first.config_hash)
@@ -159,9 +184,11 @@ class _PoolReplayer:
                 self._diverged(self.next, offset, first, None, f"config {first.config_hash[:12]} was not recorded")
                 self._fold_recorded(first)
                 continue
+            started = time.perf_counter()
             rebuilt = run_cycle(
                 self.state, config, pool=self.log.pool, input_offset=offset, code_version=first.code_version
             )
+            self.result.cycle_s += time.perf_counter() - started
             self.result.cycles += 1
             if not rebuilt:
                 while self.next < len(decisions) and decisions[self.next].input_offset == offset:
@@ -184,11 +211,16 @@ class _PoolReplayer:
     def run(self) -> PoolReplay:
         log = self.log
         state = self.state
-        self._cycles_at(-1)
+        decisions = log.decisions
+        count = len(decisions)
+        if count and decisions[0].input_offset == -1:
+            self._cycles_at(-1)
         for i, (offset, event) in enumerate(zip(log.offsets, log.events, strict=True)):
-            self._skip_orphans(offset)
+            if self.next < count and decisions[self.next].input_offset < offset:
+                self._skip_orphans(offset)
             apply(state, event, offset)
-            self._cycles_at(offset)
+            if self.next < count and decisions[self.next].input_offset == offset:
+                self._cycles_at(offset)
             if self.progress is not None and i % _PROGRESS_EVERY == _PROGRESS_EVERY - 1:
                 self.progress(_PROGRESS_EVERY)
         self._skip_orphans(1 << 62)
@@ -198,21 +230,102 @@ class _PoolReplayer:
         return self.result
 
 
+_FORKED: tuple[PoolLog, dict[str, SchedulerConfig]] | None = None
+
+
+def _worker(share: tuple[int, int], counter: Synchronized[int], conn: Connection) -> None:
+    assert _FORKED is not None
+    log, configs = _FORKED
+
+    def tick(n: int) -> None:
+        with counter.get_lock():
+            counter.value += n
+
+    result = _PoolReplayer(log, configs, tick, share).run()
+    state = result.state if share[0] == 0 else None
+    conn.send((result.identical, result.cycles, result.cycle_s, result.divergences, state))
+    conn.close()
+
+
+def _replay_forked(
+    log: PoolLog, configs: dict[str, SchedulerConfig], workers: int, progress: Progress | None
+) -> PoolReplay:
+    """Every worker folds the whole (already decoded) log but rebuilds only every ``workers``-th cycle.
+
+    Folding recorded decisions never depends on rebuilt ones, so the cycles are independent given the fold;
+    the decoded log is shared with the forked workers copy-on-write.
+    """
+    global _FORKED
+    context = multiprocessing.get_context("fork")
+    counter: Synchronized[int] = context.Value("q", 0)
+    _FORKED = (log, configs)
+    pipes: list[Connection] = []
+    processes = []
+    try:
+        for worker in range(workers):
+            receive, send = context.Pipe(duplex=False)
+            process = context.Process(target=_worker, args=((worker, workers), counter, send), daemon=True)
+            process.start()
+            send.close()
+            pipes.append(receive)
+            processes.append(process)
+        reported = 0
+        results: dict[int, tuple[int, int, float, list[Divergence], ClusterState | None]] = {}
+        while len(results) < workers:
+            for worker, pipe in enumerate(pipes):
+                if worker not in results and pipe.poll(0.05):
+                    results[worker] = pipe.recv()
+            if progress is not None:
+                done = counter.value // workers
+                if done > reported:
+                    progress(done - reported)
+                    reported = done
+            for worker, process in enumerate(processes):
+                if worker not in results and process.exitcode not in (None, 0) and not pipes[worker].poll():
+                    raise RuntimeError(f"replay worker {worker} died (exit code {process.exitcode})")
+        if progress is not None and len(log.events) > reported:
+            progress(len(log.events) - reported)
+    finally:
+        _FORKED = None
+        for process in processes:
+            process.join(timeout=5)
+    merged = PoolReplay(pool=log.pool, decisions=len(log.decisions), events=len(log.events))
+    for worker in sorted(results):
+        identical, cycles, cycle_s, divergences, state = results[worker]
+        merged.identical += identical
+        merged.cycles += cycles
+        merged.cycle_s += cycle_s
+        merged.divergences.extend(divergences)
+        if state is not None:
+            merged.state = state
+    merged.divergences.sort(key=lambda d: (d.index, d.rebuilt is not None))
+    return merged
+
+
 def replay_pool(
-    log: PoolLog, config: SchedulerConfig | None = None, *, progress: Progress | None = None
+    log: PoolLog, config: SchedulerConfig | None = None, *, progress: Progress | None = None, workers: int = 1
 ) -> tuple[PoolReplay, list[str]]:
-    """Replay one pool's log; ``config`` is used for decisions whose config was not recorded."""
+    """Replay one pool's log; ``config`` is used for decisions whose config was not recorded.
+
+    ``workers`` > 1 rebuilds cycles in that many forked processes (where fork exists and the pool has work).
+    """
     configs, errors = recorded_configs(log, config)
+    if workers > 1 and len(log.decisions) >= 2 * workers and "fork" in multiprocessing.get_all_start_methods():
+        return _replay_forked(log, configs, workers, progress), errors
     return _PoolReplayer(log, configs, progress).run(), errors
 
 
 def replay_history(
-    history: History, config: SchedulerConfig | None = None, *, progress: Progress | None = None
+    history: History,
+    config: SchedulerConfig | None = None,
+    *,
+    progress: Progress | None = None,
+    workers: int = 1,
 ) -> ReplayReport:
     """Replay every pool of ``history`` and gather the report."""
     report = ReplayReport(source=history.source, malformed=history.malformed)
     for name, log in sorted(history.pools.items()):
-        result, errors = replay_pool(log, config, progress=progress)
+        result, errors = replay_pool(log, config, progress=progress, workers=workers)
         report.pools[name] = result
         report.errors.extend(errors)
     return report

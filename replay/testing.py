@@ -6,12 +6,18 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from kai_stream.core.config import SchedulerConfig
-from kai_stream.core.events import ALL_POOLS, ClusterEvent, ConfigRecorded, Decision
+from kai_stream.core.events import ALL_POOLS, ClusterEvent, ConfigRecorded, Decision, ObservedEvent
 from kai_stream.history.reader import History, PoolLog, read_history
 from replay.diff import Divergence
 from replay.runner import ReplayReport, replay_history
+from replay.simulated import replay_simulation
 
-__all__ = ["ReplayMismatch", "assert_replays_identically", "history_from_lists"]
+__all__ = [
+    "ReplayMismatch",
+    "assert_replays_identically",
+    "assert_simulation_replays_identically",
+    "history_from_lists",
+]
 
 
 class ReplayMismatch(AssertionError):
@@ -69,4 +75,14 @@ def assert_replays_identically(
         raise ReplayMismatch(report)
     if report.decisions == 0:
         raise AssertionError(f"nothing to replay in {history.source}: no decisions recorded")
+    return report
+
+
+def assert_simulation_replays_identically(
+    events: Sequence[ObservedEvent], decisions: Sequence[Decision], config: SchedulerConfig
+) -> ReplayReport:
+    """Replay a ``kai_stream.simulate`` run (its scenario events and decisions) and fail on any divergence."""
+    report = replay_simulation(events, decisions, config)
+    if not report.ok:
+        raise ReplayMismatch(report)
     return report

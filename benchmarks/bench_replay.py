@@ -1,0 +1,161 @@
+"""Offline replay throughput over a 1,000,000-event Parquet history.
+
+The history is a live-like log of one pool built from a real trace: Microsoft ITP cluster04 jobs
+(/work/shared/traces/itp, submit time, duration, GPUs; queue = team-(crc32(job_id) mod 4)) on the ITP-like
+cluster (examples/clusters/itp-like.yaml: 40 nodes x 8 GPUs, four team queues), a tick every second (the
+connector's default) and each node's NVML health resync every 300 s (the agent's default). Jobs over 8 GPUs
+become gangs of 8-GPU pods. It is recorded by the in-process engine (scheduler + emulated binder, kubelet
+and watch: arrival, bind outcome, running, succeeded, deletion, and every decision) once into
+``.kai-stream/bench/replay-<N>/`` and reused.
+
+Prints: replay events/s (read Parquet + decode + fold + rebuild every decision + byte compare), the time
+spent in the core's ``run_cycle``, and a same-run baseline: reading the same Parquet and decoding every event
+and decision without folding or scheduling; the ratio replay/baseline says how much of the raw read+decode
+speed replay keeps. Usage: ``python benchmarks/bench_replay.py [--events N] [--workers W] [--regenerate]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import time
+from pathlib import Path
+
+from kai_stream.core.config import SchedulerConfig
+from kai_stream.core.events import (
+    GpuDevice,
+    GpuHealthObserved,
+    NodeObserved,
+    ObservedEvent,
+    PodGroupObserved,
+    PodGroupSpec,
+    PodObserved,
+    PodSpec,
+    Resources,
+    Tick,
+)
+from kai_stream.history.export import write_history
+from kai_stream.history.reader import read_history
+from kai_stream.trace.clusters import cluster_events
+from kai_stream.trace.loaders import load_trace
+from replay.engine import run_engine
+from replay.runner import replay_history
+
+GIB = 2**30
+ROOT = Path(__file__).resolve().parents[1]
+TRACE = Path("/work/shared/traces/itp/cluster04.csv")
+CLUSTER = ROOT / "examples" / "clusters" / "itp-like.yaml"
+RESYNC_S = 300
+GPUS_PER_POD = 8
+
+
+def observed_stream(seconds: int) -> list[ObservedEvent]:
+    """Cluster + trace jobs submitted in the first ``seconds`` of the trace + ticks + NVML resyncs."""
+    base = cluster_events(CLUSTER)
+    nodes = sorted(e.node.name for e in base if isinstance(e, NodeObserved))
+    jobs = load_trace(TRACE, "itp").jobs
+    first = float(jobs["submit"].min())
+    jobs = jobs.filter(jobs["submit"] < first + seconds)
+    arrivals: dict[int, list[ObservedEvent]] = {}
+    for row in jobs.iter_rows(named=True):
+        second = int(row["submit"] - first) + 1
+        gpus = int(row["gpus"])
+        pods = max(1, -(-gpus // GPUS_PER_POD))
+        per_pod = min(gpus, GPUS_PER_POD) * 1000
+        out = arrivals.setdefault(second, [])
+        group = f"job-{row['job_id'][:13]}"
+        if pods > 1:
+            spec = PodGroupSpec(namespace=row["queue"], name=group, queue=row["queue"], min_member=pods, created=second)
+            out.append(PodGroupObserved(event_id=f"g-{group}", ts=float(second), pod_group=spec))
+        for i in range(pods):
+            pod = PodSpec(
+                namespace=row["queue"],
+                name=f"{group}-{i}",
+                uid=f"{row['job_id']}-{i}",
+                queue=row["queue"],
+                pod_group=group if pods > 1 else None,
+                requests=Resources(gpu_milli=per_pod, cpu_milli=4000, memory=16 * GIB),
+                priority_class="train",
+                duration_s=float(row["duration"]),
+                created=float(second),
+            )
+            out.append(PodObserved(event_id=f"p-{pod.uid}", ts=float(second), pod=pod))
+    gpus = tuple(GpuDevice(index=i, uuid=f"GPU-{i}", memory_mib=32768) for i in range(8))
+    events: list[ObservedEvent] = list(base)
+    for second in range(1, seconds + 1):
+        ts = float(second)
+        events.append(Tick(event_id=f"t{second}", ts=ts))
+        for n in range(second % RESYNC_S, len(nodes), RESYNC_S):
+            events.append(GpuHealthObserved(event_id=f"h{second}-{n}", ts=ts, node=nodes[n], gpus=gpus))
+        events.extend(arrivals.get(second, ()))
+    return events
+
+
+def generate(directory: Path, target_events: int) -> None:
+    seconds = max(60, int(target_events * 0.95))
+    while True:
+        run = run_engine(observed_stream(seconds), SchedulerConfig(), tick_cycles=False, drain=False)
+        produced = len(run.log.events)
+        if produced >= target_events:
+            break
+        seconds = int(seconds * target_events / produced * 1.01) + 1
+    run.log.events, run.log.offsets = run.log.events[:target_events], run.log.offsets[:target_events]
+    last = run.log.offsets[-1]
+    kept = [i for i, d in enumerate(run.log.decisions) if d.input_offset <= last]
+    run.log.decisions = [run.log.decisions[i] for i in kept]
+    run.log.decision_offsets = [run.log.decision_offsets[i] for i in kept]
+    if directory.exists():
+        shutil.rmtree(directory)
+    write_history(directory, [run.log], segment_records=100_000)
+
+
+def baseline(directory: Path) -> tuple[float, int]:
+    """Read the Parquet history and decode every record (what replay starts with), nothing more."""
+    start = time.perf_counter()
+    history = read_history(directory)
+    elapsed = time.perf_counter() - start
+    return elapsed, history.events
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--events", type=int, default=1_000_000)
+    parser.add_argument("--regenerate", action="store_true")
+    parser.add_argument("--workers", type=int, default=1, help="processes rebuilding cycles (fork)")
+    args = parser.parse_args()
+    directory = Path(".kai-stream/bench") / f"replay-{args.events}"
+    if args.regenerate or not directory.exists():
+        t = time.perf_counter()
+        generate(directory, args.events)
+        print(f"generated {directory} in {time.perf_counter() - t:.1f}s")
+
+    base_s, base_events = baseline(directory)
+
+    start = time.perf_counter()
+    history = read_history(directory)
+    read_s = time.perf_counter() - start
+    report = replay_history(history, workers=args.workers)
+    total_s = time.perf_counter() - start
+    if not report.ok:
+        raise SystemExit(f"replay diverged: {report.first_divergence}")
+    assert report.events == base_events == args.events, (report.events, base_events)
+
+    rate = report.events / total_s
+    base_rate = base_events / base_s
+    print(
+        f"history: {report.events:,} events, {report.decisions:,} decisions "
+        f"({report.identical:,} identical), {sum(p.cycles for p in report.pools.values()):,} cycles rebuilt"
+    )
+    cycle_s = sum(p.cycle_s for p in report.pools.values())
+    cycles = sum(p.cycles for p in report.pools.values())
+    print(
+        f"replay: {total_s:.2f}s total ({read_s:.2f}s read+decode, {cycle_s:.2f}s in run_cycle = "
+        f"{cycle_s / max(cycles, 1) * 1000:.2f} ms/cycle) -> {rate:,.0f} events/s"
+    )
+    print(f"baseline (Parquet read + decode only): {base_s:.2f}s -> {base_rate:,.0f} events/s")
+    verdict = "met" if rate >= 100_000 else "NOT met"
+    print(f"ratio replay/baseline: {rate / base_rate:.2f}  (target >= 100,000 events/s: {verdict})")
+
+
+if __name__ == "__main__":
+    main()

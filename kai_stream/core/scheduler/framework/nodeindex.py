@@ -154,6 +154,23 @@ class NodeIndex:
         found.gpus = tuple(wanted)
         return found
 
+    def find_among(self, task: TaskInfo, nodes: list[NodeInfo]) -> Placement | None:
+        """Best of ``nodes`` in order: free capacity first, then releasing capacity (pipelined); victim searches."""
+        for node in nodes:
+            found = self._fit_on(task, node, future=False)
+            if found is not None:
+                return found
+        for node in nodes:
+            found = self._fit_on(task, node, future=True)
+            if found is not None:
+                found.waiting_for = tuple(sorted(t.key for t in self.ssn.releasing_tasks.get(node.name, ())))
+                return found
+        return None
+
+    def find_free(self, task: TaskInfo) -> Placement | None:
+        """Best placement on free capacity only (no pipelining)."""
+        return self._find_now(task)
+
     def _find_now(self, task: TaskInfo) -> Placement | None:
         hooks = self.ssn.hooks
         if task.gpu_whole:

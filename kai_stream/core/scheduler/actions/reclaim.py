@@ -30,18 +30,26 @@ class _Reclaim:
         self.ssn = session
         self.pool_free = free_gpu(session)
         self._failed: dict[tuple[object, ...], int] = {}
+        self._victims: dict[str, list[JobInfo]] = {}
 
     def victim_jobs(self, reclaimer: JobInfo, eligible: Callable[[QueueInfo], bool]) -> dict[str, list[JobInfo]]:
-        """Per eligible victim leaf queue, its candidate jobs in reverse job order."""
+        """Per eligible victim leaf queue, its candidate jobs in reverse job order.
+
+        A queue's list is built once per action run (victim filters are asked with the first reclaimer that
+        looks at the queue; the built-in ones do not depend on the reclaimer); jobs already evicted simply
+        offer no units."""
         hooks = self.ssn.hooks
         leaf = reclaimer.queue
         out: dict[str, list[JobInfo]] = {}
         for q in self.ssn.queues.values():
             if q is leaf or q.children or not q.jobs or not eligible(q):
                 continue
-            jobs = [j for j in q.jobs if j.preemptible and hooks.may_evict(NAME, reclaimer, j)]
-            if jobs:
+            jobs = self._victims.get(q.name)
+            if jobs is None:
+                jobs = [j for j in q.jobs if j.preemptible and hooks.may_evict(NAME, reclaimer, j)]
                 jobs.sort(key=hooks.job_key, reverse=True)
+                self._victims[q.name] = jobs
+            if jobs:
                 out[q.name] = jobs
         return out
 

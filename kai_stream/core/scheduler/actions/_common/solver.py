@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 
 from kai_stream.core.scheduler.actions._common.victims import VictimUnit
-from kai_stream.core.scheduler.framework.info import GPU, PENDING, UNIT, JobInfo, TaskInfo
+from kai_stream.core.scheduler.framework.info import GPU, PENDING, UNIT, JobInfo, NodeInfo, TaskInfo
 from kai_stream.core.scheduler.framework.session import Session
 from kai_stream.core.scheduler.framework.statement import Statement
 
@@ -55,8 +55,11 @@ def free_gpu(session: Session) -> int:
     return total
 
 
-def place_job(session: Session, stmt: Statement, job: JobInfo) -> list[TaskInfo] | None:
-    """Place the job's pending tasks (as allocate would); None when refused or the gang is not reached."""
+def place_job(
+    session: Session, stmt: Statement, job: JobInfo, near: list[NodeInfo] | None = None
+) -> list[TaskInfo] | None:
+    """Place the job's pending tasks; None when refused or the gang is not reached. With ``near`` (the victims'
+    nodes) each task goes there first (free, then releasing capacity), else on free capacity anywhere."""
     if session.hooks.check_job(job, session.job_request(job)) is not None:
         return None
     pending = job.pending_tasks()
@@ -65,7 +68,10 @@ def place_job(session: Session, stmt: Statement, job: JobInfo) -> list[TaskInfo]
     remaining = len(pending)
     for task in pending:
         remaining -= 1
-        placement = session.index.find(task)
+        if near is None:
+            placement = session.index.find(task)
+        else:
+            placement = session.index.find_among(task, near) or session.index.find_free(task)
         if placement is None:
             if active + len(placed) + remaining < job.min_member:
                 return None
@@ -84,8 +90,8 @@ def _move(session: Session, stmt: Statement, units: list[VictimUnit]) -> list[Ta
     for unit in units:
         for task in unit.tasks:
             copy = replace(task, status=PENDING, node=None, gpus=(), gpu_portion=0, prev_pipelined=None)
-            placement = session.index.find(copy)
-            if placement is None or placement.pipelined:
+            placement = session.index.find_free(copy)
+            if placement is None:
                 return None
             stmt.allocate(copy, placement)
             moved.append(copy)
@@ -99,17 +105,20 @@ class _Search:
         self.stmt = session.statement(spec.action)
         self.placed: list[TaskInfo] = []
         self.moved: list[TaskInfo] = []
+        self.near: dict[str, NodeInfo] = {}
 
     def evict(self, unit: VictimUnit) -> None:
         spec = self.spec
         for task in unit.tasks:
             self.stmt.evict(task, preemptor=spec.preemptor.key, reason=spec.reason, details=spec.details(task))
+            if task.node is not None:
+                self.near.setdefault(task.node.name, task.node)
 
     def attempt(self, taken: list[VictimUnit]) -> bool:
         """Place the preemptor (and the moved victims) on the current evictions; keep it only if accepted."""
         spec = self.spec
         checkpoint = self.stmt.checkpoint()
-        placed = place_job(self.ssn, self.stmt, spec.preemptor)
+        placed = place_job(self.ssn, self.stmt, spec.preemptor, list(self.near.values()))
         if placed is not None:
             moved = _move(self.ssn, self.stmt, taken) if spec.move_victims else []
             if moved is not None and spec.validate(taken):
@@ -120,6 +129,7 @@ class _Search:
 
     def replay(self, units: list[VictimUnit]) -> bool:
         self.stmt.discard()
+        self.near = {}
         for unit in units:
             self.evict(unit)
         return self.attempt(units)

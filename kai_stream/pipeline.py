@@ -411,6 +411,22 @@ class Pipeline:
         assert self.tail is not None
         return sum(off for tp, off in self.tail.positions.items() if tp.topic == topic)
 
+    async def wait_caught_up(self, *, timeout_s: float = 60.0) -> None:
+        """Until processor and binder have committed at least what the log holds now (ticks may go on)."""
+        deadline = time.monotonic() + timeout_s
+        await asyncio.sleep(0.5)
+        events_end = self.tail_position(self.names.cluster_events)
+        while await self.committed(self.processor_app_id, self.names.cluster_events) < events_end:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"processor did not catch up within {timeout_s}s:\n{self.processor_output()}")
+            await asyncio.sleep(0.25)
+        await asyncio.sleep(0.5)
+        decisions_end = self.tail_position(self.names.decisions)
+        while await self.committed(self.binder_group_id, self.names.decisions) < decisions_end:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"binder did not catch up within {timeout_s}s:\n{self.processor_output()}")
+            await asyncio.sleep(0.25)
+
     async def wait_quiescent(self, *, quiet_s: float = 1.5, timeout_s: float = 120.0) -> None:
         """Until nothing new arrived for ``quiet_s`` and processor and binder committed everything there is."""
         assert self.tail is not None and self.connector is not None

@@ -12,7 +12,6 @@ fair_share = app.Table(
     "fair-share",
     default=dict,
     key_type=str,
-    value_type=dict,
     use_partitioner=True,
     help="fair share per pool/queue (cache)",
 )

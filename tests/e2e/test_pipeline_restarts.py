@@ -1,0 +1,160 @@
+"""End to end over the real broker (TCP) and the simulated cluster (HTTP via kubernetes-asyncio).
+
+Pods are created through the API; the connector publishes them, the faust processor decides, the binder
+(a `kai-stream binder` process) binds them. Each wave of pods is created while the processor is down, so
+it is decided in one cycle and must match what in-process `simulate` decides for the same objects.
+Processor and binder are SIGKILLed and restarted mid-run: nothing is lost, nothing is decided twice,
+no pod is bound twice, and each pool's hash chain stays intact.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import yaml
+from kubernetes_asyncio import client
+
+from connectors.simcluster.client import api_client
+from kai_stream.core.config import SchedulerConfig
+from kai_stream.core.events import BindRequested, decision_hash
+from kai_stream.core.manifests import load_scenario
+from kai_stream.pipeline import Pipeline, PipelineOptions
+from kai_stream.simulate import simulate
+
+CLUSTER = """
+apiVersion: v1
+kind: Node
+metadata: {name: node-a, labels: {nvidia.com/gpu.memory: "81920"}}
+status: {allocatable: {nvidia.com/gpu: "4", cpu: "32", memory: 256Gi}}
+---
+apiVersion: v1
+kind: Node
+metadata: {name: node-b, labels: {nvidia.com/gpu.memory: "81920"}}
+status: {allocatable: {nvidia.com/gpu: "4", cpu: "32", memory: 256Gi}}
+---
+apiVersion: scheduling.run.ai/v2
+kind: Queue
+metadata: {name: default-queue}
+spec:
+  resources:
+    gpu: {quota: -1, overQuotaWeight: 1, limit: -1}
+    cpu: {quota: -1, overQuotaWeight: 1, limit: -1}
+    memory: {quota: -1, overQuotaWeight: 1, limit: -1}
+"""
+
+
+def _pod(name: str, gpus: int) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": "e2e", "labels": {"kai.scheduler/queue": "default-queue"}},
+        "spec": {
+            "schedulerName": "kai-scheduler",
+            "containers": [
+                {"name": "main", "image": "busybox", "resources": {"limits": {"nvidia.com/gpu": str(gpus), "cpu": "1"}}}
+            ],
+        },
+    }
+
+
+async def _until(predicate: Callable[[], bool], what: str, pipeline: Pipeline, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        failure = pipeline.failed()
+        assert failure is None, failure
+        assert time.monotonic() < deadline, f"timed out waiting for {what}\n{pipeline.processor_output()}"
+        await asyncio.sleep(0.1)
+
+
+def _expected(pipeline: Pipeline, names: list[str]) -> dict[str, tuple[str | None, list[int] | None]]:
+    """What in-process simulate decides for the cluster's current objects (pods as the API holds them)."""
+    docs = [d for d in yaml.safe_load_all(CLUSTER)]
+    docs += [pod for pod in pipeline.cluster.objects("Pod")]
+    result = simulate(load_scenario(yaml.safe_dump_all(docs)), SchedulerConfig()).to_json()
+    return {n: (result["pods"][f"e2e/{n}"]["node"], result["pods"][f"e2e/{n}"]["gpu_indices"]) for n in names}
+
+
+def _binds(pipeline: Pipeline) -> dict[str, BindRequested]:
+    assert pipeline.tail is not None
+    return {d.name: d for d in pipeline.tail.all_decisions() if isinstance(d, BindRequested)}
+
+
+async def test_pods_bound_as_simulate_decides_across_processor_and_binder_kills(
+    broker: str, topic_prefix: str, tmp_path: Path
+) -> None:
+    scenario = tmp_path / "cluster.yaml"
+    scenario.write_text(CLUSTER)
+    options = PipelineOptions(
+        scenario=scenario,
+        bootstrap_servers=broker,
+        topic_prefix=topic_prefix,
+        tick_interval_s=0.5,
+        binder_subprocess=True,
+    )
+    wave1 = [f"w1-{i}" for i in range(4)]
+    wave2 = [f"w2-{i}" for i in range(5)]
+    async with Pipeline(options) as pipeline, api_client(pipeline.cluster.url or "") as api:
+        core = client.CoreV1Api(api)
+        # ---- wave 1, created while the processor is down: decided in one cycle, bound by the binder
+        pipeline.stop_processor(kill=True)
+        for i, name in enumerate(wave1):
+            await core.create_namespaced_pod("e2e", _pod(name, 1 + i % 2))
+        expected1 = _expected(pipeline, wave1)
+        pipeline.start_processor()
+        await _until(lambda: {b.name for b in pipeline.cluster.bindings} >= set(wave1), "wave 1 bound", pipeline)
+        live1 = {n: (d.node, list(d.gpu_indices) or None) for n, d in _binds(pipeline).items()}
+        assert live1 == expected1
+
+        def running(names: list[str]) -> bool:
+            pods = {p["metadata"]["name"]: p for p in pipeline.cluster.objects("Pod")}
+            return all(pods[n].get("status", {}).get("phase") == "Running" for n in names)
+
+        await _until(lambda: running(wave1), "wave 1 running", pipeline)
+
+        # ---- kill both; wave 2 arrives while they are down
+        pipeline.stop_processor(kill=True)
+        await pipeline.stop_binder(kill=True)
+        for name in wave2:
+            await core.create_namespaced_pod("e2e", _pod(name, 1))
+        expected2 = _expected(pipeline, wave2)
+        fitting = {n for n, (node, _) in expected2.items() if node is not None}
+        assert 0 < len(fitting) < len(wave2)  # some fit, some stay pending
+
+        # processor decides wave 2, is killed right after publishing (before its commit), restarts
+        pipeline.start_processor()
+        await _until(lambda: set(_binds(pipeline)) >= fitting, "wave 2 decided", pipeline)
+        pipeline.stop_processor(kill=True)
+        pipeline.start_processor()
+
+        # binder restarts, is killed after its first wave-2 binding, restarts again
+        pipeline.start_binder()
+        await _until(lambda: any(b.name in fitting for b in pipeline.cluster.bindings), "a wave 2 bind", pipeline)
+        await pipeline.stop_binder(kill=True)
+        pipeline.start_binder()
+        await _until(lambda: {b.name for b in pipeline.cluster.bindings} >= fitting, "wave 2 bound", pipeline)
+        await pipeline.wait_caught_up(timeout_s=60)
+
+        # ---- nothing lost, nothing twice, exactly as simulate decided
+        posts = Counter(b.name for b in pipeline.cluster.bindings)
+        assert set(posts) == set(wave1) | fitting
+        assert all(count == 1 for count in posts.values()), posts
+        assert all(b.code == 201 for b in pipeline.cluster.bindings)
+        assert pipeline.tail is not None
+        decisions = pipeline.tail.all_decisions()
+        bind_counts = Counter(d.name for d in decisions if isinstance(d, BindRequested))
+        assert all(count == 1 for count in bind_counts.values()), bind_counts
+        assert len({d.decision_id for d in decisions}) == len(decisions)
+        live2 = {n: (d.node, list(d.gpu_indices) or None) for n, d in _binds(pipeline).items() if n in wave2}
+        assert live2 == {n: v for n, v in expected2.items() if n in fitting}
+        for pool in {d.pool for d in decisions}:
+            head = ""
+            for decision in (d for d in decisions if d.pool == pool):
+                assert decision.prev_hash == head
+                head = decision_hash(decision)
+        nodes = {p["metadata"]["name"]: p["spec"].get("nodeName") for p in pipeline.cluster.objects("Pod")}
+        assert {n: nodes[n] for n in fitting} == {n: expected2[n][0] for n in fitting}

@@ -1,0 +1,185 @@
+"""The Kubernetes connector against the simulated API (HTTP, kubernetes-asyncio) and the real broker (TCP)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections import Counter
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes_asyncio import client
+
+from connectors.kubernetes import KINDS, KubernetesConnector
+from connectors.kubernetes.kinds import KIND_BY_NAME
+from connectors.kubernetes.watcher import Expired, list_objects, watch_objects
+from connectors.simcluster import SimCluster
+from connectors.simcluster.client import api_client
+from kai_stream.core.events import ALL_POOLS, DeadLetter, loads_cluster_event
+from kai_stream.kafka import partition_for, read_topic
+from kai_stream.settings import KafkaSettings
+from kai_stream.topics import TopicNames
+
+CLUSTER = """
+apiVersion: v1
+kind: Node
+metadata: {name: gpu-1, labels: {kai.scheduler/node-pool: blue}}
+status: {allocatable: {nvidia.com/gpu: "4", cpu: "8", memory: 64Gi}}
+---
+apiVersion: v1
+kind: Node
+metadata: {name: gpu-2}
+status: {allocatable: {nvidia.com/gpu: "4", cpu: "8", memory: 64Gi}}
+---
+apiVersion: scheduling.run.ai/v2
+kind: Queue
+metadata: {name: q}
+spec: {resources: {gpu: {quota: -1}, cpu: {quota: -1}, memory: {quota: -1}}}
+"""
+
+
+def _pod(name: str, gpus: str = "1", pool: str | None = None) -> dict[str, Any]:
+    labels = {"kai.scheduler/queue": "q", **({"kai.scheduler/node-pool": pool} if pool else {})}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": "ns", "labels": labels},
+        "spec": {
+            "schedulerName": "kai-scheduler",
+            "containers": [{"name": "c", "image": "x", "resources": {"limits": {"nvidia.com/gpu": gpus}}}],
+        },
+    }
+
+
+def _name(event: Any) -> str:
+    pod = getattr(event, "pod", None)
+    return str(pod.name if pod is not None else getattr(event, "name", ""))
+
+
+@pytest.fixture
+async def cluster() -> AsyncIterator[SimCluster]:
+    sim = SimCluster(bookmark_interval=0.2)
+    await sim.start()
+    sim.load_objects(list(yaml.safe_load_all(CLUSTER)))
+    try:
+        yield sim
+    finally:
+        await sim.stop()
+
+
+async def _events(kafka: KafkaSettings, topics: TopicNames) -> list[tuple[int, Any]]:
+    return [
+        (r.partition, loads_cluster_event(r.value or b"")) for r in await read_topic(kafka, topics.cluster_events)
+    ]
+
+
+async def _until(check: Callable[[], Any], timeout: float = 15.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        result = await check()
+        if result:
+            return result
+        assert time.monotonic() < deadline, "timed out"
+        await asyncio.sleep(0.1)
+
+
+@contextlib.asynccontextmanager
+async def _running(connector: KubernetesConnector) -> AsyncIterator[None]:
+    task = asyncio.create_task(connector.run())
+    await asyncio.wait_for(connector.synced.wait(), 15)
+    try:
+        yield
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+async def test_publishes_by_pool_follows_changes_and_resumes_without_duplicates(
+    cluster: SimCluster, kafka_settings: KafkaSettings, topics: TopicNames
+) -> None:
+    blue, default = partition_for("blue", 8), partition_for("default", 8)
+    async with api_client(cluster.url or "") as api:
+        core = client.CoreV1Api(api)
+        await core.create_namespaced_pod("ns", _pod("keep", pool="blue"))
+        await core.create_namespaced_pod("ns", _pod("gone"))
+        connector = KubernetesConnector(api, kafka_settings, topics, tick_interval_s=None)
+        async with _running(connector):
+            await connector.flush()
+            events = await _events(kafka_settings, topics)
+            nodes = {(p, e.node.name) for p, e in events if e.type == "NodeObserved"}
+            assert nodes == {(blue, "gpu-1"), (default, "gpu-2")}
+            assert sorted(p for p, e in events if e.type == "QueueObserved") == list(range(8))
+            assert all(e.pool == ALL_POOLS for _, e in events if e.type == "QueueObserved")
+            pods = {(p, e.pod.name) for p, e in events if e.type == "PodObserved"}
+            assert pods == {(blue, "keep"), (default, "gone")}
+
+            await core.create_namespaced_pod("ns", _pod("late"))
+            await core.delete_namespaced_pod("gone", "ns")
+
+            async def watched() -> bool:
+                got = await _events(kafka_settings, topics)
+                names = {(e.type, _name(e)) for _, e in got}
+                return ("PodObserved", "late") in names and ("PodRemoved", "gone") in names
+
+            await _until(watched)
+
+        # while the connector is down: one pod deleted, one created
+        await core.delete_namespaced_pod("late", "ns")
+        await core.create_namespaced_pod("ns", _pod("meanwhile", pool="blue"))
+        earlier = await _events(kafka_settings, topics)
+        before = Counter(e.type for _, e in earlier)
+
+        restarted = KubernetesConnector(api, kafka_settings, topics, tick_interval_s=None)
+        async with _running(restarted):
+            await restarted.flush()
+            after = await _events(kafka_settings, topics)
+        counts = Counter(e.type for _, e in after)
+        assert counts["NodeObserved"] == before["NodeObserved"] == 2
+        assert counts["QueueObserved"] == before["QueueObserved"] == 8
+        new = Counter((p, e.event_id) for p, e in after) - Counter((p, e.event_id) for p, e in earlier)
+        published = [(p, e) for p, e in after if (p, e.event_id) in new]
+        assert sorted((p, e.type, _name(e)) for p, e in published) == sorted(
+            [(blue, "PodObserved", "meanwhile"), (default, "PodRemoved", "late")]
+        )
+
+
+async def test_ticks_and_dead_letters(cluster: SimCluster, kafka_settings: KafkaSettings, topics: TopicNames) -> None:
+    async with api_client(cluster.url or "") as api:
+        await client.CoreV1Api(api).create_namespaced_pod("ns", _pod("half", gpus="1.5"))
+        connector = KubernetesConnector(api, kafka_settings, topics, tick_interval_s=0.2, clock=lambda: 42.0)
+        async with _running(connector):
+
+            async def ticked() -> list[Any]:
+                return [(p, e) for p, e in await _events(kafka_settings, topics) if e.type == "Tick"]
+
+            ticks = await _until(ticked)
+        assert {e.pool for _, e in ticks} <= {"blue", "default"}
+        assert all(e.ts == 42.0 for _, e in ticks)
+        records = await read_topic(kafka_settings, topics.dead_letter)
+        letters = [DeadLetter.model_validate_json(r.value or b"") for r in records]
+        assert len(letters) == 1
+        assert "half" in (letters[0].value_text or "") and "nvidia.com/gpu" in letters[0].reason
+
+
+async def test_watch_from_an_expired_version_raises_expired() -> None:
+    sim = SimCluster(history_limit=3)
+    await sim.start()
+    try:
+        sim.load_objects(list(yaml.safe_load_all(CLUSTER)))
+        async with api_client(sim.url or "") as api:
+            pods = KIND_BY_NAME["Pod"]
+            call = pods.list_call(api)
+            _, version = await list_objects(pods, call)
+            core = client.CoreV1Api(api)
+            for i in range(6):
+                await core.create_namespaced_pod("ns", _pod(f"p{i}"))
+            with pytest.raises(Expired):
+                async for _ in watch_objects(pods, call, version, timeout_s=2):
+                    pass
+    finally:
+        await sim.stop()
+    assert {k.kind for k in KINDS} == {"Node", "Pod", "Queue", "PodGroup", "PriorityClass", "Topology"}

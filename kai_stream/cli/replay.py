@@ -41,6 +41,7 @@ def replay(
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
     progress: Annotated[bool, typer.Option(help="show a progress bar")] = True,
+    workers: Annotated[int, typer.Option(min=1, help="processes rebuilding cycles (each folds the whole log)")] = 1,
 ) -> None:
     """Replay the recorded log with the pure core: exit 1 on the first decision that is not identical."""
     console = Console(stderr=as_json)
@@ -65,7 +66,7 @@ def replay(
         disable=not show,
     ) as bar:
         task = bar.add_task("replay", total=history.events)
-        report = replay_history(history, fallback, progress=lambda n: bar.advance(task, n))
+        report = replay_history(history, fallback, progress=lambda n: bar.advance(task, n), workers=workers)
     if as_json:
         typer.echo(orjson.dumps(report.summary(), option=orjson.OPT_SORT_KEYS).decode())
     else:

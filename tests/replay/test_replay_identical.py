@@ -5,9 +5,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import orjson
 import pytest
+from typer.testing import CliRunner
 
 from kai_stream.audit import verify_chain
+from kai_stream.cli import _register, app
 from kai_stream.core.events import BindRequested, PodPending
 from kai_stream.history.export import write_history
 from kai_stream.history.reader import History, read_history
@@ -72,3 +75,44 @@ def test_pending_reason_change_is_a_divergence(scenario_run: EngineRun) -> None:
     log.decisions[i] = log.decisions[i].model_copy(update={"reason": "forged"})
     report = replay_history(History({log.pool: log}, "engine"))
     assert report.first_divergence is not None and report.first_divergence.index == i
+
+
+def test_cli_audit_and_replay_point_at_the_forged_decision(scenario_run: EngineRun, tmp_path: Path) -> None:
+    index, directory = _tamper(scenario_run, tmp_path)
+    offset = read_history(directory).pools[scenario_run.log.pool].decision_offsets[index]
+    _register()
+    runner = CliRunner()
+    audit = runner.invoke(app, ["audit", "verify", "--from-history", str(directory), "--json"])
+    assert audit.exit_code == 1, audit.output
+    broken = orjson.loads(audit.output)["broken"]
+    assert broken["suspect_offset"] == offset and broken["offset"] == offset + 1
+
+    replayed = runner.invoke(app, ["replay", "--from-history", str(directory), "--json", "--no-progress"])
+    assert replayed.exit_code == 1, replayed.output
+    first = orjson.loads(replayed.output)["first_divergence"]
+    assert first["offset"] == offset and [f["field"] for f in first["fields"]] == ["node"]
+
+    human = runner.invoke(app, ["replay", "--from-history", str(directory), "--no-progress"])
+    assert human.exit_code == 1 and "first divergence" in human.output and f"decisions offset {offset}" in human.output
+
+
+def test_cli_replay_of_an_intact_history_exits_zero(scenario_run: EngineRun, tmp_path: Path) -> None:
+    write_history(tmp_path, [scenario_run.log])
+    _register()
+    result = CliRunner().invoke(app, ["replay", "--from-history", str(tmp_path), "--no-progress"])
+    assert result.exit_code == 0, result.output
+    assert "identical" in result.output
+    verified = CliRunner().invoke(app, ["audit", "verify", "--from-history", str(tmp_path)])
+    assert verified.exit_code == 0 and "chain intact" in verified.output
+
+
+def test_forked_replay_matches_sequential(scenario_run: EngineRun) -> None:
+    log = scenario_run.log
+    index = next(i for i, d in enumerate(log.decisions) if isinstance(d, BindRequested) and i > 0)
+    forged = log.decisions[index]
+    assert isinstance(forged, BindRequested)
+    log.decisions[index] = forged.model_copy(update={"node": "elsewhere"})
+    history = History({log.pool: log}, "engine")
+    one, two = replay_history(history), replay_history(history, workers=2)
+    assert (one.identical, one.events, one.decisions) == (two.identical, two.events, two.decisions)
+    assert [(d.index, d.reason) for d in one.divergences] == [(d.index, d.reason) for d in two.divergences]

@@ -1,0 +1,120 @@
+"""`explain` from the log alone: a reclaimed pod (who took its GPUs, with the queues' fair shares then) and a
+pod pending on a full cluster (its reason, times, and the queues' standing)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import orjson
+from typer.testing import CliRunner
+
+from kai_stream.cli import _register, app
+from kai_stream.core.config import SchedulerConfig
+from kai_stream.core.events import ObservedEvent, PodObserved
+from kai_stream.core.manifests import load_scenario
+from kai_stream.explain import explain_pod
+from kai_stream.history.export import write_history
+from kai_stream.history.reader import read_history
+from replay.engine import run_engine
+
+NODE = """
+apiVersion: v1
+kind: Node
+metadata: {name: node-1}
+status: {allocatable: {nvidia.com/gpu: "4", cpu: "32", memory: 128Gi}}
+"""
+
+
+def _queue(name: str, quota: int) -> str:
+    return f"""
+apiVersion: scheduling.run.ai/v2
+kind: Queue
+metadata: {{name: {name}}}
+spec:
+  resources:
+    gpu: {{quota: {quota}, overQuotaWeight: 1, limit: -1}}
+    cpu: {{quota: -1, overQuotaWeight: 1, limit: -1}}
+    memory: {{quota: -1, overQuotaWeight: 1, limit: -1}}
+"""
+
+
+def _pod(name: str, queue: str, priority_class: str = "train") -> str:
+    return f"""
+apiVersion: v1
+kind: Pod
+metadata:
+  name: {name}
+  namespace: ml
+  labels: {{kai.scheduler/queue: {queue}}}
+spec:
+  schedulerName: kai-scheduler
+  priorityClassName: {priority_class}
+  containers:
+    - name: main
+      resources: {{limits: {{nvidia.com/gpu: "1", cpu: "1", memory: 1Gi}}}}
+"""
+
+
+def _events(early: list[str], late: list[str], b_quota: int = 2, late_ts: float = 10.0) -> list[ObservedEvent]:
+    base = [NODE, _queue("team-a", 2), _queue("team-b", b_quota)]
+    first = load_scenario("---".join(base + early), ts=0.0)
+    then = [e for e in load_scenario("---".join(base + late), ts=late_ts) if isinstance(e, PodObserved)]
+    return first + then
+
+
+def _history(tmp_path: Path, events: list[ObservedEvent]) -> Path:
+    directory = tmp_path / "history"
+    write_history(directory, [run_engine(events, SchedulerConfig()).log])
+    return directory
+
+
+def test_explain_reclaimed_pod(tmp_path: Path) -> None:
+    # team-b fills the 4 GPUs over its quota of 2; team-a (quota 2) arrives at t=10 and reclaims two of them
+    directory = _history(tmp_path, _events([_pod(f"b-{i}", "team-b") for i in range(4)], [_pod("a-0", "team-a")]))
+    stories = explain_pod(read_history(directory), "ml/b-0") + explain_pod(read_history(directory), "ml/b-1")
+    evicted = [s for s in stories if s.status == "Evicted"]
+    assert len(evicted) == 1
+    story = evicted[0]
+    kinds = [step.kind for step in story.steps]
+    assert kinds == ["Arrived", "BindDecided", "Bound", "EvictionDecided", "Evicted"]
+    eviction = story.steps[3]
+    assert eviction.ts == 10.0 and eviction.data["action"] == "reclaim"
+    assert eviction.data["preemptor"] == "ml/a-0" and eviction.data["preemptor_queue"] == "team-a"
+    assert eviction.standing is not None
+    victim, reclaimer = eviction.standing["team-b"], eviction.standing["team-a"]
+    assert (victim.fair_share_gpu, victim.allocated_gpu, victim.over_fair_share) == (3.0, 4.0, True)
+    assert (reclaimer.fair_share_gpu, reclaimer.allocated_gpu) == (1.0, 0.0)
+    details = eviction.data["details"]  # what the core recorded agrees with what explain recomputed
+    assert float(details["victim_gpu_fair_share"]) == victim.fair_share_gpu
+    assert float(details["victim_gpu_allocated"]) == victim.allocated_gpu
+
+    _register()
+    result = CliRunner().invoke(app, ["explain", story.pod, "--from-history", str(directory), "--json"])
+    assert result.exit_code == 0, result.output
+    (doc,) = orjson.loads(result.output)
+    assert doc["status"] == "Evicted" and doc["steps"][3]["data"]["preemptor"] == "ml/a-0"
+    assert doc["steps"][3]["queues"]["team-b"]["over_fair_share"] is True
+    human = CliRunner().invoke(app, ["explain", story.pod, "--from-history", str(directory)])
+    assert human.exit_code == 0 and "reclaim: eviction decided for ml/a-0 (queue team-a)" in human.output
+    assert "over fair share" in human.output
+
+
+def test_explain_pod_pending_on_full_cluster(tmp_path: Path) -> None:
+    # team-b (quota 4) runs 4 non-preemptible pods within its quota: the cluster is full and nothing can go
+    early = [_pod(f"b-{i}", "team-b", "build") for i in range(4)]
+    directory = _history(tmp_path, _events(early, [_pod("a-0", "team-a")], b_quota=4))
+    (story,) = explain_pod(read_history(directory), "a-0")
+    assert story.status == "Pending"
+    pending = [s for s in story.steps if s.kind == "Pending"]
+    assert pending and pending[0].ts == 10.0
+    assert pending[0].data["code"] in ("NoNodeFits", "NotEnoughOverQuotaShare", "WaitingForReclaim")
+    assert pending[0].standing is not None
+    assert pending[0].standing["team-b"].allocated_gpu == 4.0
+    assert story.steps[0].kind == "Arrived" and story.steps[0].ts == 10.0
+
+    _register()
+    result = CliRunner().invoke(app, ["explain", "ml/a-0", "--from-history", str(directory)])
+    assert result.exit_code == 0, result.output
+    assert "pending:" in result.output and "status: Pending" in result.output
+    missing = CliRunner().invoke(app, ["explain", "ml/nope", "--from-history", str(directory)])
+    assert missing.exit_code == 1 and "no pod" in missing.output

@@ -2,11 +2,12 @@
 
 Per pending job (queue order), when its queue — and every ancestor — stays within fair share with the job
 (a non-preemptible job: its leaf within deserved), victims are preemptible running jobs of other leaf queues
-that the victim filters allow (min-runtime). The next victim always comes from the queue that would be
-scheduled last (reverse queue order), its jobs in reverse job order, and only while that queue is over its fair
-share — or over its deserved quota while the reclaimer stays within its own — on a resource the job requests.
-A victim set is accepted when the job's gang is placed and, at every level of the reclaimer's ancestry, the
-reclaimer side's saturation (allocated / fair share) is not above that of any sibling that lost resources.
+that the victim filters allow (min-runtime). Victim queues are visited in reverse queue order (ranked once
+per search: the queue that would be scheduled last first), each one's jobs in reverse job order, and a queue
+gives victims only while it is over its fair share — or over its deserved quota while the reclaimer stays
+within its own — on a resource the job requests. A victim set is accepted when the job's gang is placed and,
+at every level of the reclaimer's ancestry, the reclaimer side's saturation (allocated / fair share) is not
+above that of any sibling that lost resources.
 
 A job whose queue is past its fair share gets the pending reason ``NotEnoughOverQuotaShare``.
 """
@@ -68,31 +69,16 @@ class _Reclaim:
 
         pools = self.victim_jobs(reclaimer, eligible)
         queues = self.ssn.queues
-        cursor = {name: 0 for name in pools}
-        pending_units: dict[str, list[VictimUnit]] = {name: [] for name in pools}
-
-        while True:
-            best: tuple[tuple[object, ...], str] | None = None
-            for name in sorted(pools):
-                q = queues[name]
-                if not pending_units[name] and cursor[name] >= len(pools[name]):
-                    continue
+        ranked = sorted(pools, key=lambda name: (self.queue_path_key(queues[name], pools[name][0]), name))
+        for name in reversed(ranked):
+            q = queues[name]
+            for job in pools[name]:
+                for unit in victim_units(job):
+                    if not eligible(q):
+                        break
+                    yield unit
                 if not eligible(q):
-                    continue
-                head = pools[name][min(cursor[name], len(pools[name]) - 1)]
-                key = (self.queue_path_key(q, head), name)
-                if best is None or key > best:
-                    best = key
-            if best is None:
-                return
-            name = best[1]
-            if not pending_units[name]:
-                job = pools[name][cursor[name]]
-                cursor[name] += 1
-                pending_units[name] = victim_units(job)
-                if not pending_units[name]:
-                    continue
-            yield pending_units[name].pop(0)
+                    break
 
     def validator(self, reclaimer: JobInfo, request: list[int]) -> SearchSpec:
         leaf = reclaimer.queue

@@ -3,7 +3,8 @@
 The pods are a fixed pseudo-random mix (seeded): whole-GPU pods (1, 2 or 4 GPUs), gangs of 2-8 one-GPU pods,
 and fractional pods (0.25 / 0.5 GPU). Prints the scheduler's placements per second and cycle time, and a
 same-run baseline: a naive first-fit loop (every pod scans the nodes in order, no queues, no gangs) over the
-same pods. Usage: ``python benchmarks/bench_allocate.py [--nodes N] [--pods N]``.
+same pods. The cycle runs the allocate action alone unless ``--actions`` says otherwise.
+Usage: ``python benchmarks/bench_allocate.py [--nodes N] [--pods N] [--actions allocate,reclaim]``.
 """
 
 from __future__ import annotations
@@ -134,12 +135,14 @@ def main() -> None:
     parser.add_argument("--nodes", type=int, default=5000)
     parser.add_argument("--pods", type=int, default=50_000)
     parser.add_argument("--baseline-pods", type=int, default=5000, help="pods given to the naive loop")
+    parser.add_argument("--actions", default="allocate", help="comma-separated actions of the cycle")
     args = parser.parse_args()
 
     t0 = time.perf_counter()
     state, pods = build(args.nodes, args.pods)
     t1 = time.perf_counter()
-    decisions = run_cycle(state, SchedulerConfig(), pool="default", input_offset=state.offset)
+    config = SchedulerConfig(actions=tuple(a.strip() for a in args.actions.split(",")))  # type: ignore[arg-type]
+    decisions = run_cycle(state, config, pool="default", input_offset=state.offset)
     t2 = time.perf_counter()
     bound = sum(1 for d in decisions if isinstance(d, BindRequested))
     pipelined = sum(1 for d in decisions if isinstance(d, PodPipelined))
@@ -148,6 +151,7 @@ def main() -> None:
     rate = bound / cycle
     print(f"cluster: {args.nodes} nodes x 8 GPUs, 100 queues (10 x 10), {len(pods)} pending pods")
     print(f"built in {t1 - t0:.1f} s")
+    print(f"actions: {', '.join(config.actions)}")
     print(f"cycle time: {cycle:.2f} s  bound: {bound}  pipelined: {pipelined}  pending decisions: {pending}")
     print(f"placements/s: {rate:,.0f}")
 

@@ -75,7 +75,10 @@ class NodeInfo:
         return self.mem_alloc - self.mem_used + self.mem_rel - self.mem_pipe
 
     def count_free_whole(self) -> int:
-        return sum(1 for g in range(len(self.healthy)) if self.healthy[g] and self.gpu_free_now(g) == UNIT)
+        """Healthy GPUs with nothing on them and nothing pipelined onto them (``free_now == UNIT``)."""
+        return sum(
+            1 for ok, u, p in zip(self.healthy, self.gpu_used, self.gpu_pipe, strict=True) if ok and not u and not p
+        )
 
 
 @dataclass(slots=True, eq=False)
@@ -152,6 +155,7 @@ class QueueInfo:
     request: list[int] = field(default_factory=lambda: [0, 0, 0])
     fair_share: list[int] = field(default_factory=lambda: [0, 0, 0])
     share_cap: list[int] = field(default_factory=lambda: [0, 0, 0])
+    version: int = 0
     min_runtime_s: float | None = None
     jobs: list[JobInfo] = field(default_factory=list)
 

@@ -82,12 +82,12 @@ class NodeIndex:
     @staticmethod
     def _partial_entries(node: NodeInfo) -> list[tuple[int, int, int]]:
         out = []
-        for g in range(len(node.healthy)):
-            if not node.healthy[g]:
-                continue
-            used = UNIT - node.gpu_free_now(g)
-            if 0 < used < UNIT:
-                out.append((-used, node.idx, g))
+        columns = zip(node.healthy, node.gpu_used, node.gpu_rel, node.gpu_pipe, strict=True)
+        for g, (ok, used, rel, pipe) in enumerate(columns):
+            if ok:
+                taken = used + pipe - rel if pipe > rel else used
+                if 0 < taken < UNIT:
+                    out.append((-taken, node.idx, g))
         return out
 
     def remove(self, node: NodeInfo) -> None:
@@ -310,18 +310,17 @@ class NodeIndex:
         if task.gpu_whole or task.gpu_frac or task.gpu_mem_mib:
             if task.gpu_mem_mib and node.gpu_memory_mib <= 0 and node.healthy:
                 return "InsufficientGPUMemory"
-            portion = task.gpu_frac or (_memory_portion(task, node) if task.gpu_mem_mib else UNIT)
             need = task.gpu_whole or 1
-            whole = bool(task.gpu_whole)
-
-            def enough(g: int) -> bool:
-                free = node.gpu_free_now(g)
-                return free == UNIT if whole else free >= portion
-
-            if sum(1 for g in range(len(node.healthy)) if node.healthy[g] and enough(g)) < need:
-                if sum(1 for g in range(len(node.healthy)) if enough(g)) >= need:
-                    return "UnhealthyGPU"
-                return "InsufficientGPU"
+            if task.gpu_whole:
+                fits_healthy = node.free_whole
+                fits_any = sum(1 for u, p in zip(node.gpu_used, node.gpu_pipe, strict=True) if not u and not p)
+            else:
+                portion = task.gpu_frac or _memory_portion(task, node)
+                free = [node.gpu_free_now(g) >= portion for g in range(len(node.healthy))]
+                fits_healthy = sum(1 for ok, f in zip(node.healthy, free, strict=True) if ok and f)
+                fits_any = sum(free)
+            if fits_healthy < need:
+                return "UnhealthyGPU" if fits_any >= need else "InsufficientGPU"
         if node.cpu_free_now() < task.cpu:
             return "InsufficientCPU"
         if node.mem_free_now() < task.mem:

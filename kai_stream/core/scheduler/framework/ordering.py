@@ -3,7 +3,8 @@
 Each leaf queue with pending jobs has one heap entry keyed by the path of queue keys from the root down to
 the leaf (so siblings are compared at every level, parents first), computed with that leaf's head job.
 Keys only get worse as a cycle allocates (allocation grows), so an entry is checked lazily when it comes
-to the top: if its key went stale it is re-pushed with the fresh key.
+to the top: if a queue on its path changed since the push (``QueueInfo.version``) and its key went stale,
+it is re-pushed with the fresh key.
 """
 
 from __future__ import annotations
@@ -35,15 +36,21 @@ class JobsByQueue:
         for name in self._jobs:
             self._jobs[name].sort(key=hooks.job_key)
             self._next[name] = 0
-        self._heap: list[tuple[SortKey, str]] = []
+        self._heap: list[tuple[SortKey, str, tuple[int, ...]]] = []
+        self._paths: dict[str, list[QueueInfo]] = {}
+        for name, leaf in self._leaves.items():
+            path = leaf.ancestry()
+            path.reverse()
+            self._paths[name] = path
         for name in sorted(self._jobs):
             self._push(name)
 
-    def _key(self, leaf: QueueInfo, job: JobInfo) -> SortKey:
-        path = leaf.ancestry()
-        path.reverse()
+    def _key(self, name: str, job: JobInfo) -> SortKey:
         key = self.ssn.hooks.queue_key
-        return tuple(key(q, job) for q in path)
+        return tuple(key(q, job) for q in self._paths[name])
+
+    def _versions(self, name: str) -> tuple[int, ...]:
+        return tuple(q.version for q in self._paths[name])
 
     def _head(self, name: str) -> JobInfo | None:
         jobs = self._jobs[name]
@@ -53,21 +60,23 @@ class JobsByQueue:
     def _push(self, name: str) -> None:
         job = self._head(name)
         if job is not None:
-            heapq.heappush(self._heap, (self._key(self._leaves[name], job), name))
+            heapq.heappush(self._heap, (self._key(name, job), name, self._versions(name)))
 
     def pop(self) -> JobInfo | None:
         """The next job to try, or None when every queue is exhausted."""
         heap = self._heap
         while heap:
-            key, name = heap[0]
+            key, name, versions = heap[0]
             job = self._head(name)
             if job is None:
                 heapq.heappop(heap)
                 continue
-            fresh = self._key(self._leaves[name], job)
-            if fresh != key:
-                heapq.heapreplace(heap, (fresh, name))
-                continue
+            now = self._versions(name)
+            if now != versions:
+                fresh = self._key(name, job)
+                if fresh != key:
+                    heapq.heapreplace(heap, (fresh, name, now))
+                    continue
             heapq.heappop(heap)
             self._next[name] += 1
             return job

@@ -126,6 +126,7 @@ class Session:
         gpu = len(task.gpus) * task.gpu_portion
         amounts = (gpu, task.cpu, task.mem)
         for q in queue.ancestry():
+            q.version += 1
             for r in (GPU, CPU, MEM):
                 q.allocated[r] += sign * amounts[r]
                 if not task.job.preemptible:

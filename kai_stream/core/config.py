@@ -25,10 +25,11 @@ DEFAULT_PLUGINS: tuple[str, ...] = (
     "nodeorder",
     "proportion",
     "topology",
-    "gang",
     "priority",
+    "gang",
     "minruntime",
 )
+"""Plugin order is hook order: job order is priority, then gang (below minMember first), then age, then uid."""
 
 Strategy = Literal["binpack", "spread"]
 

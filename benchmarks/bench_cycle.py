@@ -157,8 +157,10 @@ def main() -> None:
     args = parser.parse_args()
     t0 = time.perf_counter()
     state = build(args.nodes, args.pods)
-    print(f"built {len(state.nodes)} nodes, {len(state.pods)} pods, {len(state.queues)} queues "
-          f"in {time.perf_counter() - t0:.1f}s")
+    print(
+        f"built {len(state.nodes)} nodes, {len(state.pods)} pods, {len(state.queues)} queues "
+        f"in {time.perf_counter() - t0:.1f}s"
+    )
     full, kinds = timed(state, SchedulerConfig(), args.repeat)
     base, _ = timed(state, SchedulerConfig(actions=("allocate",)), args.repeat)
     print(f"decisions per full cycle: {dict(sorted(kinds.items()))}")

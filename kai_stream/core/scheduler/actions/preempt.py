@@ -12,7 +12,7 @@ from collections.abc import Iterator
 
 from kai_stream.core.scheduler.actions._common.fairness import queue_details
 from kai_stream.core.scheduler.actions._common.solver import SearchSpec, free_gpu, search
-from kai_stream.core.scheduler.actions._common.victims import VictimUnit, victim_units
+from kai_stream.core.scheduler.actions._common.victims import VictimLists, VictimUnit, victim_units
 from kai_stream.core.scheduler.framework.info import JobInfo, TaskInfo
 from kai_stream.core.scheduler.framework.ordering import JobsByQueue
 from kai_stream.core.scheduler.framework.session import Session
@@ -25,21 +25,18 @@ class _Preempt:
         self.ssn = session
         self.pool_free = free_gpu(session)
         self._failed: dict[tuple[object, ...], int] = {}
+        self.lists = VictimLists(session.hooks.job_key)
 
     def victims(self, preemptor: JobInfo) -> list[JobInfo]:
         queue = preemptor.queue
         assert queue is not None
-        hooks = self.ssn.hooks
-        jobs = [
+        may_evict = self.ssn.hooks.may_evict
+        jobs, start = self.lists.live(queue)
+        return [
             j
-            for j in queue.jobs
-            if j is not preemptor
-            and j.preemptible
-            and j.priority < preemptor.priority
-            and hooks.may_evict(NAME, preemptor, j)
+            for j in jobs[start:]
+            if j.priority < preemptor.priority and j is not preemptor and may_evict(NAME, preemptor, j)
         ]
-        jobs.sort(key=hooks.job_key, reverse=True)
-        return jobs
 
     def try_job(self, job: JobInfo) -> None:
         ssn = self.ssn
@@ -58,11 +55,10 @@ class _Preempt:
             for victim in victims:
                 yield from victim_units(victim)
 
+        base = {**queue_details("queue", queue), "preemptor_priority": str(job.priority)}
+
         def details(task: TaskInfo) -> dict[str, str]:
-            out = queue_details("queue", queue)
-            out["preemptor_priority"] = str(job.priority)
-            out["victim_priority"] = str(task.job.priority)
-            return out
+            return {**base, "victim_priority": str(task.job.priority)}
 
         spec = SearchSpec(
             action=NAME,

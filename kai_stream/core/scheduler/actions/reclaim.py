@@ -14,11 +14,11 @@ A job whose queue is past its fair share gets the pending reason ``NotEnoughOver
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 from kai_stream.core.scheduler.actions._common.fairness import over, queue_details, saturation, within
 from kai_stream.core.scheduler.actions._common.solver import SearchSpec, free_gpu, search
-from kai_stream.core.scheduler.actions._common.victims import VictimUnit, victim_units
+from kai_stream.core.scheduler.actions._common.victims import VictimLists, VictimUnit, victim_units
 from kai_stream.core.scheduler.framework.info import JobInfo, QueueInfo, TaskInfo
 from kai_stream.core.scheduler.framework.ordering import JobsByQueue
 from kai_stream.core.scheduler.framework.session import PendingInfo, Session
@@ -31,28 +31,7 @@ class _Reclaim:
         self.ssn = session
         self.pool_free = free_gpu(session)
         self._failed: dict[tuple[object, ...], int] = {}
-        self._victims: dict[str, list[JobInfo]] = {}
-
-    def victim_jobs(self, reclaimer: JobInfo, eligible: Callable[[QueueInfo], bool]) -> dict[str, list[JobInfo]]:
-        """Per eligible victim leaf queue, its candidate jobs in reverse job order.
-
-        A queue's list is built once per action run (victim filters are asked with the first reclaimer that
-        looks at the queue; the built-in ones do not depend on the reclaimer); jobs already evicted simply
-        offer no units."""
-        hooks = self.ssn.hooks
-        leaf = reclaimer.queue
-        out: dict[str, list[JobInfo]] = {}
-        for q in self.ssn.queues.values():
-            if q is leaf or q.children or not q.jobs or not eligible(q):
-                continue
-            jobs = self._victims.get(q.name)
-            if jobs is None:
-                jobs = [j for j in q.jobs if j.preemptible and hooks.may_evict(NAME, reclaimer, j)]
-                jobs.sort(key=hooks.job_key, reverse=True)
-                self._victims[q.name] = jobs
-            if jobs:
-                out[q.name] = jobs
-        return out
+        self.victims = VictimLists(session.hooks.job_key)
 
     def queue_path_key(self, q: QueueInfo, job: JobInfo) -> tuple[object, ...]:
         path = q.ancestry()
@@ -67,18 +46,30 @@ class _Reclaim:
         def eligible(q: QueueInfo) -> bool:
             return over(q, request, q.fair_share) or (within_deserved and over(q, request, q.quota))
 
-        pools = self.victim_jobs(reclaimer, eligible)
         queues = self.ssn.queues
-        ranked = sorted(pools, key=lambda name: (self.queue_path_key(queues[name], pools[name][0]), name))
+        pools: dict[str, tuple[list[JobInfo], int]] = {}
+        for q in queues.values():
+            if q is leaf or q.children or not q.jobs or not eligible(q):
+                continue
+            jobs, start = self.victims.live(q)
+            if start < len(jobs):
+                pools[q.name] = (jobs, start)
+        heads = {name: jobs[start] for name, (jobs, start) in pools.items()}
+        ranked = sorted(pools, key=lambda name: (self.queue_path_key(queues[name], heads[name]), name))
+        may_evict = self.ssn.hooks.may_evict
         for name in reversed(ranked):
             q = queues[name]
-            for job in pools[name]:
+            jobs, start = pools[name]
+            for i in range(start, len(jobs)):
+                if not eligible(q):
+                    break
+                job = jobs[i]
+                if not may_evict(NAME, reclaimer, job):
+                    continue
                 for unit in victim_units(job):
                     if not eligible(q):
                         break
                     yield unit
-                if not eligible(q):
-                    break
 
     def validator(self, reclaimer: JobInfo, request: list[int]) -> SearchSpec:
         leaf = reclaimer.queue
@@ -94,12 +85,18 @@ class _Reclaim:
                         return False
             return True
 
+        reclaimer_details = queue_details("reclaimer", leaf)
+        memo: dict[str, dict[str, str]] = {}
+
         def details(task: TaskInfo) -> dict[str, str]:
             victim_queue = task.job.queue
-            out = queue_details("reclaimer", leaf)
-            if victim_queue is not None:
-                out.update(queue_details("victim", victim_queue))
-            return out
+            if victim_queue is None:
+                return dict(reclaimer_details)
+            out = memo.get(victim_queue.name)
+            if out is None:
+                out = {**reclaimer_details, **queue_details("victim", victim_queue)}
+                memo[victim_queue.name] = out
+            return dict(out)
 
         return SearchSpec(
             action=NAME,

@@ -10,9 +10,7 @@ INF = float("inf")
 
 def within(q: QueueInfo, request: list[int], bound: list[int]) -> bool:
     """allocated + request <= bound on every requested resource (a bound of -1 is unlimited)."""
-    return all(
-        request[r] <= 0 or bound[r] == UNLIMITED or q.allocated[r] + request[r] <= bound[r] for r in range(3)
-    )
+    return all(request[r] <= 0 or bound[r] == UNLIMITED or q.allocated[r] + request[r] <= bound[r] for r in range(3))
 
 
 def over(q: QueueInfo, request: list[int], bound: list[int]) -> bool:

@@ -4,8 +4,9 @@
 (the generator reads the live session, so its filters see the evictions made so far). After each unit, once
 the freed GPU could cover what the pool's free GPU cannot, it tries inside a checkpoint: place the preemptor's
 whole gang (pipelined onto the capacity being released), re-place every moved victim on free capacity when the
-action moves rather than kills (consolidation), and ask the action's validator. A failed try rolls back to the
-checkpoint and the next unit is added; the first accepted set is then pruned of units on nodes the preemptor
+action moves rather than kills (consolidation), and ask the action's validator. A try is skipped while the last
+unit's nodes could not host even the preemptor's smallest pod. A failed try rolls back to the checkpoint and
+the next unit is added; the first accepted set is then pruned of units on nodes the preemptor
 does not use (re-simulated; the full set is kept if the pruned one fails) and committed. Nothing accepted ->
 everything is rolled back.
 
@@ -153,6 +154,10 @@ class _Search:
         jobs: set[str] = set()
         freed = 0
         tries = 0
+        index = self.ssn.index
+        index.allowed = None
+        pending = spec.preemptor.pending_tasks()
+        smallest = min(pending, key=lambda t: (t.gpu_whole * UNIT + t.gpu_frac, t.cpu, t.mem)) if pending else None
         for unit in spec.candidates():
             if unit.job.key not in jobs:
                 if spec.max_victim_jobs is not None and len(jobs) >= spec.max_victim_jobs:
@@ -161,7 +166,8 @@ class _Search:
             self.evict(unit)
             taken.append(unit)
             freed += unit.gpu
-            if freed < need:
+            useless = smallest is not None and index.find_among(smallest, unit.nodes()) is None
+            if freed < need or useless:
                 if len(taken) >= spec.max_units:
                     break
                 continue

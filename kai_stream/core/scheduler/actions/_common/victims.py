@@ -8,9 +8,11 @@ running when the cycle started are offered (pods placed during this cycle are no
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
-from kai_stream.core.scheduler.framework.info import RUNNING, UNIT, JobInfo, TaskInfo
+from kai_stream.core.scheduler.framework.info import RUNNING, UNIT, JobInfo, NodeInfo, QueueInfo, TaskInfo
 
 
 @dataclass(slots=True)
@@ -21,6 +23,13 @@ class VictimUnit:
     @property
     def gpu(self) -> int:
         return sum(len(t.gpus) * t.gpu_portion for t in self.tasks)
+
+    def nodes(self) -> list[NodeInfo]:
+        seen: dict[str, NodeInfo] = {}
+        for t in self.tasks:
+            if t.node is not None:
+                seen.setdefault(t.node.name, t.node)
+        return list(seen.values())
 
     def node_names(self) -> set[str]:
         return {t.node.name for t in self.tasks if t.node is not None}
@@ -42,3 +51,26 @@ def victim_units(job: JobInfo) -> list[VictimUnit]:
 
 def gpu_devices(milli: int) -> str:
     return f"{milli / UNIT:g}"
+
+
+class VictimLists:
+    """Per queue, its preemptible jobs that were running when the action started, in reverse job order, built
+    once per action run. ``live`` skips the leading jobs whose evictions were committed (no running pod left),
+    so later searches of the same action do not walk them again."""
+
+    def __init__(self, job_key: Callable[[JobInfo], Any]) -> None:
+        self.job_key = job_key
+        self._lists: dict[str, list[JobInfo]] = {}
+        self._start: dict[str, int] = {}
+
+    def live(self, queue: QueueInfo) -> tuple[list[JobInfo], int]:
+        jobs = self._lists.get(queue.name)
+        if jobs is None:
+            jobs = [j for j in queue.jobs if j.preemptible and any(t.status == RUNNING for t in j.tasks)]
+            jobs.sort(key=self.job_key, reverse=True)
+            self._lists[queue.name] = jobs
+        i = self._start.get(queue.name, 0)
+        while i < len(jobs) and not any(t.status == RUNNING for t in jobs[i].tasks):
+            i += 1
+        self._start[queue.name] = i
+        return jobs, i

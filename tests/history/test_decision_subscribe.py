@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 
+import orjson
+
 from kai_stream.core.events import BindRequested, Decision, EvictionRequested, PodPending, dumps, stable_id
 from kai_stream.kafka import make_producer, send_keyed
 from kai_stream.settings import KafkaSettings
@@ -72,3 +74,24 @@ async def test_subscribe_filters_and_starts_at_the_end(kafka_settings: KafkaSett
     got_live = await asyncio.wait_for(pending, 20)
     await live.aclose()
     assert [d.decision_id for d in got_live] == [d.decision_id for d in later]
+
+
+def test_tail_decisions_cli_filters_by_kind(kafka_settings: KafkaSettings, topic_prefix: str) -> None:
+    from typer.testing import CliRunner
+
+    from kai_stream.cli import _register, app
+    from kai_stream.topics import create_topics
+
+    names = TopicNames.with_prefix(topic_prefix)
+    asyncio.run(create_topics(kafka_settings, names=names))
+    decisions = [_decision(i, "q0", "ns", ["bind", "evict", "pending"][i % 3]) for i in range(9)]
+    asyncio.run(_publish(kafka_settings, names.decisions, decisions))
+    _register()
+    args = ["tail", "decisions", "--from-beginning", "--kind", "evict", "--limit", "3", "--json"]
+    args += ["--bootstrap-servers", kafka_settings.bootstrap_servers, "--topic-prefix", topic_prefix]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    lines = [orjson.loads(line) for line in result.output.splitlines() if line.startswith("{")]
+    assert [d["decision_id"] for d in lines] == [d.decision_id for d in decisions if isinstance(d, EvictionRequested)]
+    bad = CliRunner().invoke(app, ["tail", "decisions", "--kind", "delete"])
+    assert bad.exit_code != 0 and "unknown kind" in bad.output

@@ -1,5 +1,5 @@
-"""Properties over random clusters: no over-commit, gangs all-or-nothing, non-preemptible within deserved,
-byte-identical reruns, and manifest order never matters."""
+"""Properties over random clusters (all default actions): no over-commit, gangs all-or-nothing, non-preemptible
+within deserved, every pending pod has a pending reason, byte-identical reruns, manifest order never matters."""
 
 from __future__ import annotations
 
@@ -155,6 +155,8 @@ def test_invariants(case: tuple[list[dict[str, Any]], dict[str, Any]]) -> None:
     assert all(v <= 1 for v in whole.values()), whole
     for node, cpu in used_cpu.items():
         assert cpu <= facts["nodes"][node][1]
+    explained = {f"{d['namespace']}/{d['name']}" for d in result["decisions"] if d["type"] == "PodPending"}
+    assert {k for k, p in pods.items() if p["status"] == "Pending"} <= explained
     for minimum, members in facts["gangs"].values():
         running = sum(1 for m in members if pods[m]["status"] == "Running")
         assert running == 0 or running >= minimum

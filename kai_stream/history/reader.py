@@ -11,6 +11,7 @@ import asyncio
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from operator import itemgetter
 from pathlib import Path
 
 import orjson
@@ -145,19 +146,25 @@ def decode_decisions_records(values: Sequence[Raw]) -> tuple[list[DecisionsRecor
 
 def build_history(events: Iterable[RawRecord], records: Iterable[RawRecord], source: str) -> History:
     """Group raw (partition, offset, value) records of cluster-events and decisions into pool logs."""
-    ev_sorted = sorted(events, key=lambda r: (r[0], r[1]))
-    rec_sorted = sorted(records, key=lambda r: (r[0], r[1]))
+    ev_sorted = sorted(events, key=itemgetter(0, 1))
+    rec_sorted = sorted(records, key=itemgetter(0, 1))
     decoded_events, bad_events = decode_cluster_events([r[2] for r in ev_sorted])
     decoded_records, bad_records = decode_decisions_records([r[2] for r in rec_sorted])
 
     by_partition: dict[int, list[tuple[int, ClusterEvent]]] = defaultdict(list)
-    pool_partitions: dict[str, Counter[int]] = defaultdict(Counter)
+    pools_in: dict[int, set[str]] = defaultdict(set)
     for (partition, offset, _), event in zip(ev_sorted, decoded_events, strict=True):
-        if event is None:
-            continue
-        by_partition[partition].append((offset, event))
-        if event.pool != ALL_POOLS:
-            pool_partitions[event.pool][partition] += 1
+        if event is not None:
+            by_partition[partition].append((offset, event))
+            pools_in[partition].add(event.pool)
+    pool_partitions: dict[str, Counter[int]] = defaultdict(Counter)
+    for partition, names in pools_in.items():
+        for name in names - {ALL_POOLS}:
+            pool_partitions[name][partition] = 0
+    for name, spread in pool_partitions.items():
+        if len(spread) > 1:
+            for partition in spread:
+                spread[partition] = sum(1 for _, e in by_partition[partition] if e.pool == name)
 
     pools: dict[str, PoolLog] = {}
     for (_, offset, _), record in zip(rec_sorted, decoded_records, strict=True):
@@ -177,9 +184,9 @@ def build_history(events: Iterable[RawRecord], records: Iterable[RawRecord], sou
     partitions = len(by_partition) and max(by_partition) + 1
     for pool in sorted(pools):
         log = pools[pool]
-        counts = pool_partitions.get(pool)
-        if counts:
-            log.partition = min(counts, key=lambda p: (-counts[p], p))
+        found = pool_partitions.get(pool)
+        if found:
+            log.partition = min(found, key=lambda p: (-found[p], p))
         elif partitions:
             log.partition = partition_for(pool, partitions)
         for offset, event in by_partition.get(log.partition, []) if log.partition is not None else []:

@@ -169,3 +169,21 @@ def test_nominated_node_and_gpus_are_kept() -> None:
     apply(state, nomination, state.offset + 1)
     binds = [d for d in cycle(state) if isinstance(d, BindRequested)]
     assert [(d.node, d.gpu_indices) for d in binds] == [("n2", (2,))]
+
+
+def test_live_pods_wait_for_their_pod_group_and_a_leaf_queue() -> None:
+    events = load_scenario("---\n".join([NODE.format(name="n1", gpus=4), QUEUE, pod("a"), pod("b", created=1)]))
+    parent = "apiVersion: scheduling.run.ai/v2\nkind: Queue\nmetadata: {name: top}\nspec: {}\n"
+    child = "apiVersion: scheduling.run.ai/v2\nkind: Queue\nmetadata: {name: q}\nspec: {parentQueue: top}\n"
+    state = fold(events)
+    a = state.pod_by_key("t", "a")
+    b = state.pod_by_key("t", "b")
+    assert a is not None and b is not None
+    state.pods[a.uid] = a.model_copy(update={"pod_group": "late"})
+    state.pods[b.uid] = b.model_copy(update={"queue": "top"})
+    for event in load_scenario(parent + "---\n" + child.replace("name: q", "name: leaf")):
+        apply(state, event, state.offset + 1)
+    decisions = {d.name: d for d in cycle(state)}
+    assert isinstance(decisions["a"], PodPending) and decisions["a"].code == "GangIncomplete"
+    assert "not observed" in decisions["a"].reason
+    assert isinstance(decisions["b"], PodPending) and decisions["b"].code == "UnknownQueue"

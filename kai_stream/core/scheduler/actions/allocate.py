@@ -47,6 +47,10 @@ class _Allocator:
         pending = job.pending_tasks()
         if not pending:
             return
+        if job.group_missing:
+            reason = f"PodGroup {job.key} not observed yet: its gang size is unknown"
+            self.mark(pending, PendingInfo("GangIncomplete", reason, {}, {"podGroup": job.key}))
+            return
         alive = sum(1 for t in job.tasks if t.status != RELEASING)
         if alive < job.min_member:
             info = PendingInfo(
@@ -105,7 +109,7 @@ def run(session: Session) -> None:
         if job.queue is None:
             allocator.mark(
                 job.pending_tasks(),
-                PendingInfo("UnknownQueue", f"queue {job.queue_name!r} does not exist", {}, {}),
+                PendingInfo("UnknownQueue", f"queue {job.queue_name!r} does not exist or is not a leaf", {}, {}),
             )
     order = JobsByQueue(session, [j for j in session.jobs if j.queue is not None and j.pending_tasks()])
     while (nxt := order.pop()) is not None:

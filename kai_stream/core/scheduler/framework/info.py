@@ -130,6 +130,7 @@ class JobInfo:
     topology: TopologyConstraint | None = None
     changed: float = 0.0
     succeeded: int = 0
+    group_missing: bool = False
 
     def active_count(self) -> int:
         return sum(1 for t in self.tasks if t.status in (RUNNING, ALLOCATED, PIPELINED))

@@ -427,19 +427,21 @@ def open_session(
             if explicit is None:
                 explicit = pod.preemptible
             queue_name = pod.queue or (group.queue if group is not None else "") or config.default_queue
+            leaf = queues.get(queue_name)
             job = JobInfo(
                 key=job_key,
                 namespace=pod.namespace,
                 name=job_name,
                 uid=(group.uid or job_key) if group is not None else pod.uid,
                 queue_name=queue_name,
-                queue=queues.get(queue_name),
+                queue=leaf if leaf is not None and not leaf.children else None,
                 priority=priority,
                 preemptible=explicit if explicit is not None else priority < 100,
                 min_member=group.min_member if group is not None else 1,
                 created=group.created if group is not None else pod.created,
                 topology=group.topology_constraint if group is not None else None,
                 changed=state.group_changed.get(job_key, 0.0),
+                group_missing=bool(pod.pod_group) and group is None,
             )
             jobs[job_key] = job
         sig_key = (tuple(sorted(pod.node_selector.items())), pod.affinity, pod.tolerations)
@@ -507,6 +509,8 @@ def open_session(
     job_list = sorted(jobs.values(), key=lambda j: (j.created, j.uid, j.key))
     ssn.reference_memory = max((n.gpu_memory_mib for n in nodes), default=0)
     for job in job_list:
+        if job.group_missing:
+            job.min_member = len(job.tasks) + 1
         job.succeeded = succeeded.get(job.key, 0)
         job.tasks.sort(key=lambda t: (t.created, t.name, t.uid))
         if job.queue is None:

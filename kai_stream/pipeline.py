@@ -83,6 +83,7 @@ class PipelineOptions:
     binder_group_id: str | None = None
     processor_env: dict[str, str] = field(default_factory=dict)
     binder_subprocess: bool = False
+    tail: bool = True
 
 
 def pin_identity(objs: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -222,8 +223,9 @@ class Pipeline:
             servers = opts.bootstrap_servers
         self.kafka = KafkaSettings(bootstrap_servers=servers, session_timeout_ms=2000, heartbeat_interval_ms=300)
         await create_topics(self.kafka, names=self.names)
-        self.tail = LogTail(self.kafka, self.names)
-        await self.tail.start()
+        if opts.tail:
+            self.tail = LogTail(self.kafka, self.names)
+            await self.tail.start()
         url = await self.cluster.start()
         if opts.scenario is not None:
             objs = sim_scenario.read_documents(opts.scenario)
@@ -391,6 +393,10 @@ class Pipeline:
 
     async def committed(self, group: str, topic: str) -> int:
         """Sum of a consumer group's committed offsets on ``topic`` (read without joining the group)."""
+        return sum((await self.committed_by_partition(group, topic)).values())
+
+    async def committed_by_partition(self, group: str, topic: str) -> dict[int, int]:
+        """A consumer group's committed offset per partition of ``topic`` (0 where none)."""
         assert self.kafka is not None
         consumer = make_consumer(self.kafka, group_id=group)
         await consumer.start()
@@ -399,13 +405,13 @@ class Pipeline:
             if not partitions:
                 await consumer.topics()
                 partitions = sorted(consumer.partitions_for_topic(topic) or ())
-            total = 0
-            for partition in partitions:
-                offset = await consumer.committed(TopicPartition(topic, partition))
-                total += offset or 0
-            return total
+            return {p: (await consumer.committed(TopicPartition(topic, p))) or 0 for p in partitions}
         finally:
             await consumer.stop()
+
+    def tail_ends(self, topic: str) -> dict[TopicPartition, int]:
+        assert self.tail is not None
+        return {tp: off for tp, off in sorted(self.tail.positions.items()) if tp.topic == topic}
 
     def tail_position(self, topic: str) -> int:
         assert self.tail is not None
@@ -418,7 +424,12 @@ class Pipeline:
         events_end = self.tail_position(self.names.cluster_events)
         while await self.committed(self.processor_app_id, self.names.cluster_events) < events_end:
             if time.monotonic() > deadline:
-                raise TimeoutError(f"processor did not catch up within {timeout_s}s:\n{self.processor_output()}")
+                committed = await self.committed_by_partition(self.processor_app_id, self.names.cluster_events)
+                ends = {tp.partition: o for tp, o in self.tail_ends(self.names.cluster_events).items()}
+                raise TimeoutError(
+                    f"processor did not catch up within {timeout_s}s: committed {committed}, log ends {ends}\n"
+                    + self.processor_output()
+                )
             await asyncio.sleep(0.25)
         await asyncio.sleep(0.5)
         decisions_end = self.tail_position(self.names.decisions)

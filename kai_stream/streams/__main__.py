@@ -5,14 +5,14 @@ from __future__ import annotations
 import logging
 
 from kai_stream.streams import agents  # noqa: F401  (registers the agent)
-from kai_stream.streams.app import app
+from kai_stream.streams.app import app, settings
 
 
 def main() -> None:
     from faust.worker import Worker
 
-    logging.getLogger("faust").setLevel(logging.WARNING)
-    Worker(app, loglevel="WARNING", quiet=True).execute_from_commandline()
+    logging.getLogger("faust").setLevel(settings.log_level)
+    Worker(app, loglevel=settings.log_level, quiet=True).execute_from_commandline()
 
 
 if __name__ == "__main__":

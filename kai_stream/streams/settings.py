@@ -25,3 +25,4 @@ class ProcessorSettings(BaseSettings):
     commit_interval_s: float = 0.5
     data_dir: str = ".kai-stream/faust"
     fair_share_table: bool = True
+    log_level: str = "WARNING"

@@ -25,18 +25,13 @@ class _Preempt:
         self.ssn = session
         self.pool_free = free_gpu(session)
         self._failed: dict[tuple[object, ...], int] = {}
-        self.lists = VictimLists(session.hooks.job_key)
+        self.lists = VictimLists(session.hooks.job_key, lambda j: session.hooks.may_evict(NAME, j, j))
 
     def victims(self, preemptor: JobInfo) -> list[JobInfo]:
         queue = preemptor.queue
         assert queue is not None
-        may_evict = self.ssn.hooks.may_evict
         jobs, start = self.lists.live(queue)
-        return [
-            j
-            for j in jobs[start:]
-            if j.priority < preemptor.priority and j is not preemptor and may_evict(NAME, preemptor, j)
-        ]
+        return [j for j in jobs[start:] if j.priority < preemptor.priority and j is not preemptor]
 
     def try_job(self, job: JobInfo) -> None:
         ssn = self.ssn

@@ -9,7 +9,9 @@ within its own — on a resource the job requests. A victim set is accepted when
 at every level of the reclaimer's ancestry, the reclaimer side's saturation (allocated / fair share) is not
 above that of any sibling that lost resources.
 
-A job whose queue is past its fair share gets the pending reason ``NotEnoughOverQuotaShare``.
+A job whose queue is past its fair share gets the pending reason ``NotEnoughOverQuotaShare``. Once a search
+fails, jobs of the same shape in the same queue are not searched again in this action run (later reclaims only
+lower the other queues' excess).
 """
 
 from __future__ import annotations
@@ -30,8 +32,8 @@ class _Reclaim:
     def __init__(self, session: Session) -> None:
         self.ssn = session
         self.pool_free = free_gpu(session)
-        self._failed: dict[tuple[object, ...], int] = {}
-        self.victims = VictimLists(session.hooks.job_key)
+        self.victims = VictimLists(session.hooks.job_key, lambda j: session.hooks.may_evict(NAME, j, j))
+        self._gave_up: set[tuple[object, ...]] = set()
 
     def queue_path_key(self, q: QueueInfo, job: JobInfo) -> tuple[object, ...]:
         path = q.ancestry()
@@ -56,17 +58,13 @@ class _Reclaim:
                 pools[q.name] = (jobs, start)
         heads = {name: jobs[start] for name, (jobs, start) in pools.items()}
         ranked = sorted(pools, key=lambda name: (self.queue_path_key(queues[name], heads[name]), name))
-        may_evict = self.ssn.hooks.may_evict
         for name in reversed(ranked):
             q = queues[name]
             jobs, start = pools[name]
             for i in range(start, len(jobs)):
                 if not eligible(q):
                     break
-                job = jobs[i]
-                if not may_evict(NAME, reclaimer, job):
-                    continue
-                for unit in victim_units(job):
+                for unit in victim_units(jobs[i]):
                     if not eligible(q):
                         break
                     yield unit
@@ -135,11 +133,10 @@ class _Reclaim:
                 ssn.set_pending(task, info)
             return
         shape = (tuple(t.shape for t in pending), job.min_member, leaf.name, job.preemptible, job.topology)
-        if self._failed.get(shape) == ssn.state_id:
+        if shape in self._gave_up:
             return
-        start = ssn.state_id
         if not search(ssn, self.validator(job, request)):
-            self._failed[shape] = start
+            self._gave_up.add(shape)
 
 
 def run(session: Session) -> None:

@@ -54,19 +54,23 @@ def gpu_devices(milli: int) -> str:
 
 
 class VictimLists:
-    """Per queue, its preemptible jobs that were running when the action started, in reverse job order, built
-    once per action run. ``live`` skips the leading jobs whose evictions were committed (no running pod left),
-    so later searches of the same action do not walk them again."""
+    """Per queue, its preemptible jobs that were running when the action started and that the victim filters
+    allow (asked once per action run: the built-in filters depend on the victim and event time only), in reverse
+    job order. ``live`` skips the leading jobs whose evictions were committed (no running pod left), so later
+    searches of the same action do not walk them again."""
 
-    def __init__(self, job_key: Callable[[JobInfo], Any]) -> None:
+    def __init__(self, job_key: Callable[[JobInfo], Any], allowed: Callable[[JobInfo], bool]) -> None:
         self.job_key = job_key
+        self.allowed = allowed
         self._lists: dict[str, list[JobInfo]] = {}
         self._start: dict[str, int] = {}
 
     def live(self, queue: QueueInfo) -> tuple[list[JobInfo], int]:
         jobs = self._lists.get(queue.name)
         if jobs is None:
-            jobs = [j for j in queue.jobs if j.preemptible and any(t.status == RUNNING for t in j.tasks)]
+            jobs = [
+                j for j in queue.jobs if j.preemptible and any(t.status == RUNNING for t in j.tasks) and self.allowed(j)
+            ]
             jobs.sort(key=self.job_key, reverse=True)
             self._lists[queue.name] = jobs
         i = self._start.get(queue.name, 0)

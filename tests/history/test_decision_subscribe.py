@@ -6,6 +6,7 @@ import asyncio
 from collections.abc import AsyncIterator
 
 import orjson
+import pytest
 
 from kai_stream.core.events import BindRequested, Decision, EvictionRequested, PodPending, dumps, stable_id
 from kai_stream.kafka import make_producer, send_keyed
@@ -76,7 +77,9 @@ async def test_subscribe_filters_and_starts_at_the_end(kafka_settings: KafkaSett
     assert [d.decision_id for d in got_live] == [d.decision_id for d in later]
 
 
-def test_tail_decisions_cli_filters_by_kind(kafka_settings: KafkaSettings, topic_prefix: str) -> None:
+def test_tail_decisions_cli_filters_by_kind(
+    kafka_settings: KafkaSettings, topic_prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from typer.testing import CliRunner
 
     from kai_stream.cli import _register, app
@@ -86,6 +89,8 @@ def test_tail_decisions_cli_filters_by_kind(kafka_settings: KafkaSettings, topic
     asyncio.run(create_topics(kafka_settings, names=names))
     decisions = [_decision(i, "q0", "ns", ["bind", "evict", "pending"][i % 3]) for i in range(9)]
     asyncio.run(_publish(kafka_settings, names.decisions, decisions))
+    monkeypatch.setenv("KAI_STREAM_KAFKA_SESSION_TIMEOUT_MS", "2000")  # quick group join on the embedded broker
+    monkeypatch.setenv("KAI_STREAM_KAFKA_HEARTBEAT_INTERVAL_MS", "300")
     _register()
     args = ["tail", "decisions", "--from-beginning", "--kind", "evict", "--limit", "3", "--json"]
     args += ["--bootstrap-servers", kafka_settings.bootstrap_servers, "--topic-prefix", topic_prefix]

@@ -29,12 +29,21 @@ from kai_stream.core.events import (
     ClusterEvent,
     Decision,
     EvictionRequested,
+    GpuHealthObserved,
+    NodeObserved,
+    NodeRemoved,
     ObservedEvent,
     PodEvicted,
+    PodGroupObserved,
+    PodGroupRemoved,
     PodObserved,
     PodRemoved,
+    PriorityClassObserved,
     QueueObserved,
+    QueueRemoved,
     QueueSpec,
+    Tick,
+    TopologyObserved,
 )
 from kai_stream.core.manifests import object_to_events
 from kai_stream.history.reader import History, PoolLog
@@ -54,18 +63,18 @@ __all__ = [
 ]
 
 _OBSERVED = (
-    "NodeObserved",
-    "NodeRemoved",
-    "PodObserved",
-    "PodRemoved",
-    "QueueObserved",
-    "QueueRemoved",
-    "PodGroupObserved",
-    "PodGroupRemoved",
-    "PriorityClassObserved",
-    "TopologyObserved",
-    "GpuHealthObserved",
-    "Tick",
+    NodeObserved,
+    NodeRemoved,
+    PodObserved,
+    PodRemoved,
+    QueueObserved,
+    QueueRemoved,
+    PodGroupObserved,
+    PodGroupRemoved,
+    PriorityClassObserved,
+    TopologyObserved,
+    GpuHealthObserved,
+    Tick,
 )
 
 
@@ -113,7 +122,7 @@ def observed_only(log: PoolLog) -> list[ObservedEvent]:
     seen: set[str] = set()
     out: list[ObservedEvent] = []
     for event in log.events:
-        if event.type not in _OBSERVED:
+        if not isinstance(event, _OBSERVED):
             continue
         if isinstance(event, PodObserved) and event.pod.managed:
             if event.pod.uid in seen:
@@ -121,7 +130,7 @@ def observed_only(log: PoolLog) -> list[ObservedEvent]:
             seen.add(event.pod.uid)
         if isinstance(event, PodRemoved) and event.uid in released:
             continue
-        out.append(event)  # type: ignore[arg-type]
+        out.append(event)
     return out
 
 

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from kai_stream.core.config import SchedulerConfig, config_hash
 from kai_stream.core.events import (
     DEFAULT_POOL,
+    ActionName,
     Decision,
     PendingCode,
     PodPending,
@@ -61,10 +62,13 @@ class CycleContext:
 
 @dataclass
 class PendingInfo:
+    """Why a task stays pending; ``action`` is the action that gave the reason (stamped on the PodPending)."""
+
     code: PendingCode
     reason: str
     predicates: dict[str, int]
     details: dict[str, str]
+    action: ActionName = "allocate"
 
 
 @dataclass(eq=False)
@@ -228,7 +232,7 @@ class Session:
                 input_offset=self.ctx.input_offset,
                 config_hash=self.ctx.config_hash,
                 code_version=self.ctx.code_version,
-                action="allocate",
+                action=info.action,
                 namespace=task.namespace,
                 name=task.name,
                 uid=uid,

@@ -2,7 +2,9 @@
 
 5,000 nodes x 8 GPUs, 100 leaf queues (10 departments x 10 teams), 50,000 pods: a seeded mix of 45,000 running
 pods (whole-GPU and half-GPU, mostly preemptible 'train', some 'build') filling ~95% of the GPUs, with one
-over-quota team (team-0-0) holding ~20% of them far above its deserved share, and 5,000 pending pods (single
+over-quota team (team-0-0) holding ~20% of them far above its deserved share (packed on the first fifth of the
+nodes, as bin-packing placed it when it borrowed idle capacity; ``--scatter`` interleaves it with the others,
+the worst case for reclaim), and 5,000 pending pods (single
 pods of 0.5-4 GPUs, gangs of 2-4, some 'build'/'inference') in the other queues, so that reclaim and preempt
 have work. Prints seconds per full cycle and, as the same-run baseline, the allocate-only cycle on the same
 state (ratio = full / allocate-only). Usage: ``python benchmarks/bench_cycle.py [--nodes N] [--pods N]``.
@@ -38,7 +40,7 @@ GIB = 2**30
 GPUS_PER_NODE = 8
 
 
-def build(nodes: int, pods: int, seed: int = 11) -> ClusterState:
+def build(nodes: int, pods: int, seed: int = 11, scatter: bool = False) -> ClusterState:
     rng = random.Random(seed)
     events: list[AnyEvent] = []
     for i in range(nodes):
@@ -69,24 +71,34 @@ def build(nodes: int, pods: int, seed: int = 11) -> ClusterState:
     running = pods * 9 // 10
     pending = pods - running
     # running pods: walk the nodes' GPUs in order; 30% are half-GPU pods sharing a device
-    node, gpu = 0, 0
-    half_slot: tuple[int, int] | None = None
+    # Two packing cursors: the over-quota team's pods fill the first nodes (bin-packed when it borrowed idle
+    # capacity), everyone else's the rest; with scatter=True all pods share one cursor (worst case for reclaim).
+    hog_nodes = 0 if scatter else nodes // 5
+    cursors = {"hog": [0, 0, None], "rest": [hog_nodes, 0, None]}
+    limits = {"hog": hog_nodes, "rest": nodes}
     uid = 0
     for _ in range(running):
         queue = "team-0-0" if rng.random() < 0.2 else rng.choice(leaves[1:])
         pclass = "build" if rng.random() < 0.05 else "train"
         half = rng.random() < 0.3
-        if half and half_slot is not None:
-            (at, device), half_slot = half_slot, None
-        else:
-            if node >= nodes:
+        lane = "hog" if queue == "team-0-0" and not scatter else "rest"
+        cur = cursors[lane]
+        if cur[0] >= limits[lane]:
+            lane = "rest" if lane == "hog" else "hog"
+            cur = cursors[lane]
+            if cur[0] >= limits[lane]:
                 break
+        node, gpu, half_slot = cur
+        if half and half_slot is not None:
+            (at, device), cur[2] = half_slot, None
+        else:
             at, device = node, gpu
             gpu += 1
             if gpu >= GPUS_PER_NODE:
                 node, gpu = node + 1, 0
+            cur[0], cur[1] = node, gpu
             if half:
-                half_slot = (at, device)
+                cur[2] = (at, device)
         milli = 500 if half else 1000
         uid += 1
         spec = PodSpec(
@@ -154,9 +166,12 @@ def main() -> None:
     parser.add_argument("--nodes", type=int, default=5000)
     parser.add_argument("--pods", type=int, default=50_000)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument(
+        "--scatter", action="store_true", help="interleave the over-quota team's pods with everyone else's"
+    )
     args = parser.parse_args()
     t0 = time.perf_counter()
-    state = build(args.nodes, args.pods)
+    state = build(args.nodes, args.pods, scatter=args.scatter)
     print(
         f"built {len(state.nodes)} nodes, {len(state.pods)} pods, {len(state.queues)} queues "
         f"in {time.perf_counter() - t0:.1f}s"

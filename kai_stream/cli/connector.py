@@ -14,6 +14,7 @@ from kubernetes_asyncio import client
 from connectors.kubernetes import KubernetesConnector
 from kai_stream.cli import app
 from kai_stream.cli.binder import load_kube_config
+from kai_stream.observability import Health, HealthSettings, serve_health
 from kai_stream.settings import KafkaSettings
 from kai_stream.topics import TopicNames
 
@@ -27,6 +28,9 @@ async def _serve(
     tick_interval: float,
 ) -> None:
     configuration = await load_kube_config(api_url, kubeconfig)
+    health = Health("connector")
+    health_settings = HealthSettings()
+    runner = await serve_health(health, health_settings) if health_settings.enabled and health_settings.port else None
     async with client.ApiClient(configuration=configuration) as api:
         connector = KubernetesConnector(
             api,
@@ -39,8 +43,16 @@ async def _serve(
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, task.cancel)
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+        health.set_condition("synced", False, "listing")
+        synced = asyncio.create_task(connector.synced.wait())
+        synced.add_done_callback(lambda _: health.set_condition("synced", True))
+        try:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        finally:
+            synced.cancel()
+            if runner is not None:
+                await runner.cleanup()
 
 
 @app.command()

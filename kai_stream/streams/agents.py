@@ -12,6 +12,7 @@ from typing import Any
 from faust.types import TP, EventT
 from mode.types.signals import BaseSignalT
 
+from kai_stream.observability import Health, HealthSettings, serve_health
 from kai_stream.streams import tables, topics
 from kai_stream.streams.app import PARTITIONS, app, kafka, names, settings
 from kai_stream.streams.codecs import CODEC
@@ -42,11 +43,33 @@ def _record(event: EventT[Any]) -> InRecord:
     return InRecord(message.partition, message.offset, message.key, message.value, int(message.timestamp * 1000))
 
 
+health = Health("processor", stale_after_s=60)
+health.set_condition("assigned", False, "waiting for partitions")
+
+
 @app.agent(topics.cluster_events)
 async def schedule(stream: Any) -> AsyncIterator[None]:
     async for batch in stream.take_events(settings.batch_max, within=settings.batch_within_s):
         await runtime.process([_record(event) for event in batch])
+        health.beat()
         yield None
+
+
+@app.task  # type: ignore[untyped-decorator]
+async def _serve_health() -> None:
+    health_settings = HealthSettings()
+    if health_settings.enabled and health_settings.port:
+        await serve_health(health, health_settings)
+
+
+@app.timer(5.0)  # type: ignore[untyped-decorator]
+async def _alive() -> None:
+    health.beat()
+
+
+@app.on_partitions_assigned.connect
+async def _assigned(sender: Any, /, *args: Any, signal: BaseSignalT[Any], **kwargs: Any) -> None:
+    health.set_condition("assigned", True)
 
 
 @app.on_partitions_revoked.connect

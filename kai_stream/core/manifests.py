@@ -9,7 +9,8 @@ naming the object (kind, namespace/name) and the field.
 Conventions (documented in ``events.PodSpec`` too):
 
 * a Pod is ours when ``spec.schedulerName`` equals the configured scheduler name; a foreign pod is emitted
-  only when bound (``managed=False``, ``queue=""``) because it still consumes its node's resources;
+  only when bound (``managed=False``, ``queue=""``, any phase, so that its end is seen) because it still
+  consumes its node's resources while it runs;
 * a Pod with ``spec.nodeName`` is already running there (phase ``Running`` unless ``status.phase`` says
   otherwise); annotation ``kai.scheduler/gpu-indices`` ("0,1") names its GPUs when known;
 * queue: label ``kai.scheduler/queue``, else the PodGroup's queue (resolved by the scheduler), else the
@@ -463,7 +464,7 @@ def _pod(o: _Obj, ts: float, scheduler_name: str) -> list[ObservedEvent]:
     if phase not in ("Pending", "Running", "Succeeded", "Failed"):
         raise o.error("status.phase", f"expected Pending | Running | Succeeded | Failed, got {phase!r}")
     managed = o.get("spec.schedulerName", "default-scheduler") == scheduler_name
-    if not managed and (not node_name or phase in ("Succeeded", "Failed")):
+    if not managed and not node_name:
         return []
     requests = _pod_requests(o)
     fraction: int | None = None

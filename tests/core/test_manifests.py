@@ -105,6 +105,8 @@ def test_foreign_pods_only_when_bound() -> None:
     assert object_to_events(_pod(schedulerName="default-scheduler"), ts=0.0) == []
     pod = _one(_pod(schedulerName="default-scheduler", nodeName="n1")).pod
     assert (pod.managed, pod.queue) == (False, "")
+    finished = _one({**_pod(schedulerName="default-scheduler", nodeName="n1"), "status": {"phase": "Succeeded"}}).pod
+    assert finished.phase == "Succeeded"
     custom = _one(_pod(schedulerName="mine"), scheduler_name="mine").pod
     assert custom.managed
 

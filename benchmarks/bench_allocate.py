@@ -3,7 +3,9 @@
 The pods are a fixed pseudo-random mix (seeded): whole-GPU pods (1, 2 or 4 GPUs), gangs of 2-8 one-GPU pods,
 and fractional pods (0.25 / 0.5 GPU). Prints the scheduler's placements per second and cycle time, and a
 same-run baseline: a naive first-fit loop (every pod scans the nodes in order, no queues, no gangs) over the
-same pods. The cycle runs the allocate action alone unless ``--actions`` says otherwise.
+first ``--baseline-pods`` of the same pods (all 50,000 would take it hours: its scans grow as nodes fill).
+Rates are given per wall second and per CPU-second of this process (fair on a shared, loaded machine).
+The cycle runs the allocate action alone unless ``--actions`` says otherwise.
 Usage: ``python benchmarks/bench_allocate.py [--nodes N] [--pods N] [--actions allocate,reclaim]``.
 """
 

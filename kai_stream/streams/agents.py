@@ -50,7 +50,12 @@ health.set_condition("assigned", False, "waiting for partitions")
 @app.agent(topics.cluster_events)
 async def schedule(stream: Any) -> AsyncIterator[None]:
     async for batch in stream.take_events(settings.batch_max, within=settings.batch_within_s):
-        await runtime.process([_record(event) for event in batch])
+        try:
+            await runtime.process([_record(event) for event in batch])
+        except Exception:
+            # state may hold decisions that never reached the topic: rebuild from the log on the next record
+            runtime.forget(sorted(runtime.engines))
+            raise
         health.beat()
         yield None
 

@@ -120,12 +120,17 @@ class SchedulerRuntime:
                 continue
         events: list[tuple[int, ClusterEvent]] = []
         last = -1
+        letters: list[Awaitable[Any]] = []
         for record in await self._read_partition(self.names.cluster_events, partition):
             last = record.offset
             try:
                 events.append((record.offset, loads_cluster_event(record.value or b"")))
-            except MalformedEvent:
-                continue
+            except MalformedEvent as exc:
+                if record.offset >= before:  # not delivered to an earlier instance, so not dead-lettered yet
+                    raw = InRecord(partition, record.offset, record.key, record.value, record.timestamp)
+                    letters.append(await self._dead_letter(raw, f"malformed cluster event: {exc}"))
+        if letters:
+            await asyncio.gather(*letters)
         engine.rebuild(events, recorded)
         engine.offset = max(engine.offset, last, before - 1, engine.needed_until(recorded))
         log.info(

@@ -1,0 +1,63 @@
+"""SchedulerRuntime over the real broker, without faust: dead letters, publish, restart without re-deciding."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from aiokafka import AIOKafkaProducer
+
+from kai_stream.core.config import SchedulerConfig
+from kai_stream.core.events import ALL_POOLS, DeadLetter, Model, dumps, loads_decisions_record
+from kai_stream.core.manifests import load_scenario
+from kai_stream.kafka import make_producer, partition_for, read_topic
+from kai_stream.settings import KafkaSettings
+from kai_stream.streams.runtime import InRecord, SchedulerRuntime
+from kai_stream.topics import TopicNames
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _runtime(kafka: KafkaSettings, topics: TopicNames, producer: AIOKafkaProducer) -> SchedulerRuntime:
+    async def send(topic: str, partition: int, key: bytes, record: Model) -> Any:
+        return await producer.send(topic, dumps(record), key=key, partition=partition)
+
+    return SchedulerRuntime(kafka, topics, SchedulerConfig(), send, partitions=8)
+
+
+async def test_dead_letters_publishes_and_does_not_decide_twice_after_restart(
+    kafka_settings: KafkaSettings, topics: TopicNames
+) -> None:
+    partition = partition_for("default", 8)
+    producer = make_producer(kafka_settings)
+    await producer.start()
+    try:
+        await producer.send_and_wait(topics.cluster_events, b"{not json", key=b"default", partition=partition)
+        for event in load_scenario((ROOT / "examples" / "fair-share.yaml").read_text()):
+            assert event.pool in ("default", ALL_POOLS)
+            await producer.send_and_wait(topics.cluster_events, dumps(event), key=b"default", partition=partition)
+        records = [
+            InRecord(r.partition, r.offset, r.key, r.value, r.timestamp)
+            for r in await read_topic(kafka_settings, topics.cluster_events)
+        ]
+        first = _runtime(kafka_settings, topics, producer)
+        published = await first.process(records[:10])
+        published += await first.process(records[10:])
+        assert published
+
+        decisions = [loads_decisions_record(r.value or b"") for r in await read_topic(kafka_settings, topics.decisions)]
+        assert decisions[0].type == "ConfigRecorded"
+        assert len(decisions) == len(published)
+        dead = await read_topic(kafka_settings, topics.dead_letter)
+        letters = [DeadLetter.model_validate_json(r.value or b"") for r in dead]
+        assert [(d.offset, d.value_text) for d in letters] == [(0, "{not json")]
+        assert "malformed" in letters[0].reason
+
+        restarted = _runtime(kafka_settings, topics, producer)
+        assert await restarted.process(records) == []
+        again = await read_topic(kafka_settings, topics.decisions)
+        assert len(again) == len(decisions)
+        engine = restarted.engines[partition]
+        assert engine.pools["default"].head == first.engines[partition].pools["default"].head
+    finally:
+        await producer.stop()

@@ -39,7 +39,7 @@ def _fmt(r: int, value: int) -> str:
 
 def queue_details(prefix: str, q: QueueInfo) -> dict[str, str]:
     """A queue's numbers for an eviction's details (GPU in devices, CPU millicores, memory bytes)."""
-    out = {f"{prefix}_queue": q.name}
+    out = {"queue" if prefix == "queue" else f"{prefix}_queue": q.name}
     for r, name in enumerate(RESOURCES):
         out[f"{prefix}_{name}_fair_share"] = _fmt(r, q.fair_share[r])
         out[f"{prefix}_{name}_allocated"] = _fmt(r, q.allocated[r])

@@ -137,10 +137,26 @@ class _Search:
 
     def commit(self) -> None:
         moved_to = {t.uid: t for t in self.moved}
-        for op in self.stmt.ops:
+        placed = {t.uid for t in self.placed}
+        evicted = [op for op in self.stmt.ops if op.kind == "evict"]
+        victims = len({op.task.job.key for op in evicted})
+        moved_from: dict[str, str] = {}
+        for op in evicted:
             copy = moved_to.get(op.task.uid)
-            if op.kind == "evict" and copy is not None and copy.node is not None:
+            if copy is not None and copy.node is not None and op.task.node is not None:
                 op.details = {**op.details, "move_to": copy.node.name, "move_gpus": ",".join(map(str, copy.gpus))}
+                moved_from[op.task.uid] = op.task.node.name
+        for op in self.stmt.ops:
+            if op.kind == "evict":
+                continue
+            if op.task.uid in moved_from:
+                op.reason = (
+                    f"{self.spec.action}: moved from {moved_from[op.task.uid]} so that {self.spec.preemptor.key} fits"
+                )
+            elif op.task.uid in placed:
+                op.reason = (
+                    f"{self.spec.action}: placed on capacity of {len(evicted)} evicted pod(s) of {victims} job(s)"
+                )
         to_pipeline = list(self.moved)
         if self.spec.move_victims or any(op.kind == "pipeline" for op in self.stmt.ops):
             to_pipeline.extend(self.placed)

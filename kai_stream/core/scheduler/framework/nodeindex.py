@@ -224,11 +224,15 @@ class NodeIndex:
         host = self._whole(task, 1, spread=True)
         if host is not None:
             return Placement(host, self._free_gpus(host, 1), portion)
-        for i in range(len(partial) - 1, start - 1, -1):
-            _, idx, g = partial[i]
-            node = nodes[idx]
-            if self._fits_host(task, node):
-                return Placement(node, (g,), portion)
+        end = len(partial)
+        while end > start:
+            lo = max(start, bisect_left(partial, (partial[end - 1][0], -1, -1)))
+            for i in range(lo, end):
+                _, idx, g = partial[i]
+                node = nodes[idx]
+                if self._fits_host(task, node):
+                    return Placement(node, (g,), portion)
+            end = lo
         return None
 
     def _fit_on(self, task: TaskInfo, node: NodeInfo, *, future: bool) -> Placement | None:

@@ -21,6 +21,8 @@ T0 = datetime(2026, 1, 1, tzinfo=UTC).timestamp()
         "consolidation-move-fraction.yaml",
         "elastic-surplus.yaml",
         "topology-one-rack.yaml",
+        "topology-preferred-host.yaml",
+        "reclaim-smallest-set.yaml",
     ],
 )
 def test_scenario(name: str) -> None:

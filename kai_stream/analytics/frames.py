@@ -24,7 +24,6 @@ from kai_stream.history.schema import HISTORY_SCHEMA
 
 __all__ = [
     "allocation_steps",
-    "jobs_of_pods",
     "lifecycle",
     "node_capacity",
     "pods",
@@ -33,9 +32,7 @@ __all__ = [
     "step_sample",
 ]
 
-START_TYPES = ("BindRequested", "PodBound")
 RELEASE_TYPES = ("PodEvicted", "BindFailed", "PodRemoved")
-_TERMINAL = r'"phase":"(?:Succeeded|Failed)"'
 
 
 def scan(directory: str | Path) -> pl.LazyFrame:
@@ -63,75 +60,121 @@ def node_capacity(lf: pl.LazyFrame) -> pl.LazyFrame:
     )
 
 
-def pods(lf: pl.LazyFrame) -> pl.LazyFrame:
-    """uid -> submit (first pending observation), GPU request, queue (decisions' queue, else the pod's label)."""
-    observed = (
-        lf.filter(pl.col("type") == "PodObserved")
-        .group_by("uid")
-        .agg(
-            submit=pl.col("ts").filter(pl.col("node").is_null()).min(),
-            gpu_milli=pl.col("gpu_milli").max(),
-            pod_queue=pl.col("queue").filter(pl.col("queue") != "").first(),
-        )
-    )
-    decided = (
-        lf.filter(pl.col("type").is_in(["BindRequested", "PodPending", "EvictionRequested", "PodPipelined"]))
-        .group_by("uid")
-        .agg(decided_queue=pl.col("queue").first())
-    )
-    return observed.join(decided, on="uid", how="left").select(
-        "uid", "submit", "gpu_milli", queue=pl.coalesce("decided_queue", "pod_queue", pl.lit("(none)"))
-    )
+def _order(partition: pl.Expr, offset: pl.Expr, after: int) -> pl.Expr:
+    """Causal order within a partition: a cluster event at offset o (after=0), then decisions made on it (1)."""
+    return partition.cast(pl.Int64) * (1 << 41) + offset.cast(pl.Int64) * 2 + after
 
 
-def jobs_of_pods(lf: pl.LazyFrame) -> pl.LazyFrame:
-    """uid -> job (the ``job`` of its decisions)."""
-    return (
-        lf.filter(pl.col("type").is_in(["BindRequested", "PodPending"]))
-        .group_by("uid")
-        .agg(pl.col("value").first())
-        .select("uid", job=pl.col("value").str.extract(r'"job":"([^"]*)"', 1))
+def _part(
+    lf: pl.LazyFrame, where: pl.Expr, rank: int, hold: pl.Expr, finish: pl.Expr, order: pl.Expr, **extra: pl.Expr
+) -> pl.LazyFrame:
+    columns = {
+        "node": pl.col("node"),
+        "queue": pl.when(pl.col("queue") != "").then(pl.col("queue")),
+        "gpu_milli": pl.col("gpu_milli"),
+        "job": pl.lit(None, pl.Utf8),
+    }
+    columns.update(extra)
+    return lf.filter(where).select(
+        "uid",
+        "ts",
+        "type",
+        order=order,
+        rank=pl.lit(rank, pl.Int8),
+        hold=hold.cast(pl.Int8),
+        finish=finish,
+        **columns,
     )
 
 
 def lifecycle(lf: pl.LazyFrame) -> pl.LazyFrame:
-    """Per pod, in time order: holding state (1/0), its change, node, and whether a release is a finish."""
-    bound_obs = pl.col("type") == "PodObserved"
-    rows = lf.filter(
-        pl.col("type").is_in([*START_TYPES, *RELEASE_TYPES]) | (bound_obs & pl.col("node").is_not_null())
-    ).select("uid", "ts", "type", "node", "value")
-    terminal = bound_obs & pl.col("value").str.contains(_TERMINAL)
-    holding = (
-        pl.when(pl.col("type").is_in(RELEASE_TYPES) | terminal).then(pl.lit(0, pl.Int8)).otherwise(pl.lit(1, pl.Int8))
+    """Every pod row that matters, in causal order per pod (the log's order, not only time).
+
+    Order: a cluster-events row by (partition, offset); a decision right after the event at its
+    ``input_offset``; an outcome found only on bind-results right after the decision it answers.
+    Columns: uid, ts, type, rank (0 pending, 1 bind decision, 2 bound, 3 observed on a node, 4 release), hold
+    (1 while the pod holds resources), change (hold minus the pod's previous hold), finish (a release that
+    ends the pod's work), and, carried forward per pod, node, queue, gpu_milli and job (from its
+    ``BindRequested``).
+    """
+    kind = pl.col("type")
+    events = lf.filter(pl.col("topic") == "cluster-events")
+    observed = kind == "PodObserved"
+    terminal = pl.col("value").str.contains('"phase":"Succeeded"', literal=True) | pl.col("value").str.contains(
+        '"phase":"Failed"', literal=True
     )
-    rank = (
-        pl.when(pl.col("type") == "BindRequested")
-        .then(0)
-        .when(pl.col("type") == "PodBound")
-        .then(1)
-        .when(pl.col("type") == "PodObserved")
-        .then(2)
-        .otherwise(3)
+    here = _order(pl.col("partition"), pl.col("offset"), 0)
+    decided = _order(pl.col("partition"), pl.col("value").str.extract(r'"input_offset":(-?\d+)', 1).cast(pl.Int64), 1)
+    decisions = lf.filter(kind.is_in(["BindRequested", "EvictionRequested"])).select(
+        "uid", decision_id="id", order=decided, job=pl.col("value").str.extract(r'"job":"([^"]*)"', 1)
     )
-    finish = (pl.col("type") == "PodRemoved") | terminal
-    return (
-        rows.with_columns(hold=holding, rank=rank, finish=finish)
-        .drop("value")
-        .sort("uid", "ts", "rank")
+    outcomes = ["PodBound", *RELEASE_TYPES]
+    forwarded = events.filter(kind.is_in(outcomes)).select("id")
+    answered = (
+        lf.filter((pl.col("topic") == "bind-results") & kind.is_in(outcomes))
+        .join(forwarded, on="id", how="anti")
         .with_columns(
-            change=(pl.col("hold") - pl.col("hold").shift(1, fill_value=0).over("uid")).cast(pl.Int8),
-            node=pl.col("node").forward_fill().over("uid"),
+            decision_id=pl.col("value").str.extract(r'"decision_id":"([^"]*)"', 1),
         )
+        .join(decisions.select("decision_id", decision_order="order"), on="decision_id", how="left")
+    )
+    parts = [
+        _part(events, observed & pl.col("node").is_null(), 0, pl.lit(0), pl.lit(False), here),
+        _part(
+            lf.filter(kind == "BindRequested"),
+            pl.lit(True),
+            1,
+            pl.lit(1),
+            pl.lit(False),
+            decided,
+            job=pl.col("value").str.extract(r'"job":"([^"]*)"', 1),
+        ),
+        _part(events, kind == "PodBound", 2, pl.lit(1), pl.lit(False), here),
+        _part(
+            events, observed & pl.col("node").is_not_null(), 3, pl.when(terminal).then(0).otherwise(1), terminal, here
+        ),
+        _part(events, kind.is_in(RELEASE_TYPES), 4, pl.lit(0), kind == "PodRemoved", here),
+        _part(
+            answered,
+            pl.lit(True),
+            2,
+            pl.when(kind == "PodBound").then(1).otherwise(0),
+            kind == "PodRemoved",
+            pl.col("decision_order").fill_null(pl.col("offset")),
+        ),
+    ]
+    rows = pl.concat(parts, how="vertical").sort("order", maintain_order=True)
+    return rows.with_columns(
+        change=(pl.col("hold") - pl.col("hold").shift(1, fill_value=0).over("uid")).cast(pl.Int8),
+        node=pl.col("node").forward_fill().over("uid"),
+        queue=pl.col("queue").forward_fill().over("uid"),
+        gpu_milli=pl.col("gpu_milli").forward_fill().over("uid"),
     )
 
 
-def allocation_steps(life: pl.LazyFrame, pod_info: pl.LazyFrame) -> pl.LazyFrame:
+def pods(life: pl.LazyFrame) -> pl.LazyFrame:
+    """Per pod: submit (first pending observation), first bind, last finish, GPU request, queue, job."""
+    return life.group_by("uid").agg(
+        submit=pl.col("ts").filter(pl.col("rank") == 0).min(),
+        bind=pl.col("ts").filter(pl.col("rank").is_in([1, 2])).min(),
+        finish=pl.col("ts").filter((pl.col("change") == -1) & pl.col("finish")).max(),
+        gpu_milli=pl.col("gpu_milli").max(),
+        queue=pl.col("queue").filter(pl.col("rank") == 1).first().fill_null(pl.col("queue").drop_nulls().first()),
+        job=pl.col("job").drop_nulls().first(),
+    )
+
+
+def allocation_steps(life: pl.LazyFrame) -> pl.LazyFrame:
     """Only the rows that change allocation: ts, uid, queue, node, GPU delta (milli), finish flag."""
-    return (
-        life.filter(pl.col("change") != 0)
-        .join(pod_info.select("uid", "gpu_milli", "queue"), on="uid", how="left")
-        .with_columns(delta=pl.col("change").cast(pl.Int64) * pl.col("gpu_milli").fill_null(0))
-        .select("ts", "rank", "uid", "queue", "node", "change", "delta", "finish")
+    return life.filter(pl.col("change") != 0).select(
+        "ts",
+        "order",
+        "uid",
+        queue=pl.col("queue").fill_null("(none)"),
+        node="node",
+        change="change",
+        delta=pl.col("change").cast(pl.Int64) * pl.col("gpu_milli").fill_null(0),
+        finish="finish",
     )
 
 

@@ -142,20 +142,11 @@ def _series(
 def summarize(directory: str | Path, *, bins: int = 400) -> Summary:
     """Read the history under ``directory`` and compute the summary (see module docs for definitions)."""
     lf = F.scan(directory)
-    pod_info = F.pods(lf)
     life = F.lifecycle(lf)
-    steps_lf = F.allocation_steps(life, pod_info)
-    bound_lf = life.filter(pl.col("type").is_in(F.START_TYPES)).group_by("uid").agg(bind=pl.col("ts").min())
-    finished_lf = (
-        life.filter((pl.col("change") == -1) & pl.col("finish")).group_by("uid").agg(finish=pl.col("ts").max())
-    )
     (
         totals,
         pods_df,
         steps,
-        bound,
-        finished,
-        jobs_map,
         caps,
         pending,
         evictions,
@@ -164,11 +155,8 @@ def summarize(directory: str | Path, *, bins: int = 400) -> Summary:
     ) = pl.collect_all(
         [
             lf.select(events=pl.len(), last=pl.col("ts").max()),
-            pod_info,
-            steps_lf,
-            bound_lf,
-            finished_lf,
-            F.jobs_of_pods(lf),
+            F.pods(life),
+            F.allocation_steps(life),
             F.node_capacity(lf),
             lf.filter(pl.col("type") == "PodPending")
             .group_by("code")
@@ -186,12 +174,12 @@ def summarize(directory: str | Path, *, bins: int = 400) -> Summary:
     end = float(totals["last"][0] or 0.0)
     span = max(end - start, 0.0)
 
-    steps = steps.sort("ts", "rank", maintain_order=True).with_columns(
+    steps = steps.sort("ts", maintain_order=True).with_columns(
         alloc=pl.col("delta").cum_sum(), queue_alloc=pl.col("delta").cum_sum().over("queue")
     )
     cap_map = caps.select("node", cap=pl.col("cap"))
     per_node = (
-        steps.select("ts", "rank", "node", "delta")
+        steps.select("ts", "node", "delta")
         .join(cap_map, on="node", how="left", maintain_order="left")
         .with_columns(used=pl.col("delta").cum_sum().over("node"))
         .with_columns(
@@ -206,11 +194,10 @@ def summarize(directory: str | Path, *, bins: int = 400) -> Summary:
     avg_stranded = F.step_average(stranded["ts"], stranded["stranded"], start, end) if stranded.height else 0.0
     avg_free = capacity - avg_alloc
 
-    pods_full = (
-        pods_df.join(bound, on="uid", how="left")
-        .join(finished, on="uid", how="left")
-        .join(jobs_map, on="uid", how="left")
-        .with_columns(job=pl.coalesce("job", "uid"), delay=pl.col("bind") - pl.col("submit"))
+    pods_full = pods_df.with_columns(
+        job=pl.coalesce("job", "uid"),
+        queue=pl.col("queue").fill_null("(none)"),
+        delay=pl.col("bind") - pl.col("submit"),
     )
     jobs = pods_full.group_by("job").agg(
         queue=pl.col("queue").first(),

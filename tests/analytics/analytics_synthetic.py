@@ -157,6 +157,8 @@ def write_history(directory: Path, *, split: int = 2) -> None:
     for event in events():
         topic = topic_of(event)
         rows = by_topic.setdefault(topic, [])
+        if hasattr(event, "input_offset"):
+            event = event.model_copy(update={"input_offset": len(by_topic.get("cluster-events", [])) - 1})
         rows.append(event_row(topic, 0, len(rows), event))
     for topic, rows in by_topic.items():
         size = -(-len(rows) // split)

@@ -64,7 +64,7 @@ def test_every_job_runs_to_completion_within_capacity(history: Path, slice_trace
 def test_pods_run_exactly_their_duration(history: Path, slice_trace: Trace) -> None:
     life = lifecycle(scan(history)).filter(pl.col("change") != 0).collect()
     held = life.group_by("uid").agg(
-        start=pl.col("ts").filter(pl.col("change") == 1).first(), end=pl.col("ts").filter(pl.col("change") == -1).last()
+        start=pl.col("ts").filter(pl.col("change") == 1).last(), end=pl.col("ts").filter(pl.col("change") == -1).last()
     )
     pods = (
         scan(history)
@@ -86,7 +86,9 @@ def test_history_layout_is_what_the_sink_writes_and_the_reader_reads(history: Pa
     log = read_history(history).pools["default"]
     assert log.offsets == list(range(len(log.offsets)))
     assert log.configs and log.fair_shares
-    assert sum(1 for d in log.decisions if d.type == "BindRequested") == 80
+    binds = sum(1 for d in log.decisions if d.type == "BindRequested")
+    evictions = sum(1 for d in log.decisions if d.type == "EvictionRequested")
+    assert binds == 80 + evictions
     assert all(d.input_offset <= log.offsets[-1] for d in log.decisions)
 
 
@@ -154,8 +156,8 @@ def test_gangs_and_restart_after_eviction(cluster: Path) -> None:
 def test_compare_policies_side_by_side(cluster: Path, slice_trace: Trace) -> None:
     base = cluster_events(cluster)
     head = Trace(slice_trace.jobs.head(30), slice_trace.source, slice_trace.format)
-    rows = compare(head, base, ["kai", "fifo", "spread"], auto_queues=True)
-    assert [r["policy"] for r in rows] == ["kai", "fifo", "spread"]
+    rows = compare(head, base, ["kai", "no-reclaim", "fifo"], auto_queues=True)
+    assert [r["policy"] for r in rows] == ["kai", "no-reclaim", "fifo"]
     assert all(r["jobs_completed"] == 30 for r in rows)
     assert all(0 < r["utilization"] <= 1 for r in rows)
 

@@ -3,7 +3,8 @@
 Per pending job (queue order), victims are running preemptible jobs of the same leaf queue whose priority is
 strictly lower and that the victim filters allow (min-runtime), taken in reverse job order (lowest priority,
 then newest, first). A victim set is accepted when the job's whole gang is placed within its queue's limits
-(and, for a non-preemptible job, its deserved quota).
+(and, for a non-preemptible job, its deserved quota). Once a search fails, jobs of the same shape and priority
+in the same queue are not searched again in this action run.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ class _Preempt:
     def __init__(self, session: Session) -> None:
         self.ssn = session
         self.pool_free = free_gpu(session)
-        self._failed: dict[tuple[object, ...], int] = {}
+        self._gave_up: set[tuple[object, ...]] = set()
         self.lists = VictimLists(session.hooks.job_key, lambda j: session.hooks.may_evict(NAME, j, j))
 
     def victims(self, preemptor: JobInfo) -> list[JobInfo]:
@@ -43,7 +44,7 @@ class _Preempt:
         if not victims:
             return
         shape = (tuple(t.shape for t in pending), job.min_member, queue.name, job.priority, job.topology)
-        if self._failed.get(shape) == ssn.state_id:
+        if shape in self._gave_up:
             return
 
         def candidates() -> Iterator[VictimUnit]:
@@ -64,9 +65,8 @@ class _Preempt:
             reason=f"preempted by higher-priority {job.key} (priority {job.priority}) in queue {queue.name}",
             pool_free_gpu=self.pool_free,
         )
-        start = ssn.state_id
         if not search(ssn, spec):
-            self._failed[shape] = start
+            self._gave_up.add(shape)
 
 
 def run(session: Session) -> None:

@@ -37,7 +37,7 @@ class SearchSpec:
     reason: str
     move_victims: bool = False
     max_victim_jobs: int | None = None
-    max_units: int = 128
+    max_units: int = 64
     max_tries: int = 24
     pool_free_gpu: int = 0
 

@@ -53,6 +53,7 @@ class SimulationResult:
     decisions: list[Decision]
     evicted: dict[str, tuple[str, str]] = field(default_factory=dict)
     cycles: int = 0
+    settled: bool = False
 
     def _queue_of(self, namespace: str, pod_group: str | None, label: str) -> str:
         if label:
@@ -182,6 +183,7 @@ def simulate(events: list[ObservedEvent], config: SchedulerConfig, *, cycles: in
             decided.extend(linked)
         result.cycles += 1
         if not decided:
+            result.settled = True
             break
         moves = _moves(decided, state)
         for decision in decided:

@@ -88,7 +88,10 @@ def simulate_command(
 
         result = asyncio.run(simulate_live(scenario, settings, config_path=config)).to_json()
     else:
-        result = run_simulation(events, settings, cycles=cycles).to_json()
+        simulated = run_simulation(events, settings, cycles=cycles)
+        if not simulated.settled:
+            err.print(f"[yellow]warning:[/] decisions still changing after {cycles} cycles (result is the last state)")
+        result = simulated.to_json()
     if json_out:
         sys.stdout.buffer.write(orjson.dumps(result, option=orjson.OPT_SORT_KEYS | orjson.OPT_INDENT_2) + b"\n")
         sys.stdout.flush()

@@ -63,3 +63,11 @@ def test_bad_config_exits_nonzero(tmp_path: Path) -> None:
     out = runner.invoke(app, ["simulate", str(EXAMPLES / "fair-share.yaml"), "--config", str(config)])
     assert out.exit_code == 2
     assert "placement.gpu" in out.output
+
+
+def test_unsettled_run_warns(tmp_path: Path) -> None:
+    out = runner.invoke(app, ["simulate", str(EXAMPLES / "fair-share.yaml"), "--json", "--cycles", "1"])
+    assert out.exit_code == 0
+    assert "still changing after 1 cycles" in out.stderr
+    settled = runner.invoke(app, ["simulate", str(EXAMPLES / "fair-share.yaml"), "--json"])
+    assert "still changing" not in settled.stderr

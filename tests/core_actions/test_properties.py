@@ -18,7 +18,7 @@ from kai_stream.core.config import SchedulerConfig
 from kai_stream.core.manifests import load_scenario
 from kai_stream.simulate import simulate
 
-from .harness import MAX_CYCLES, assert_stable
+from .harness import MAX_CYCLES, assert_stable, settle_with_restarts
 
 CLASSES = ("train", "build-preemptible", "build", "inference")
 NON_PREEMPTIBLE = ("build", "inference")
@@ -142,3 +142,11 @@ def test_invariants_after_every_action_and_no_oscillation(case: tuple[list[Any],
             if q == queue and pclass in NON_PREEMPTIBLE and pods[key]["status"] == "Running"
         )
         assert held <= quota + 1e-9, (queue, held, quota)
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(clusters())
+def test_no_oscillation_when_evicted_pods_come_back(case: tuple[list[Any], dict[str, Any]]) -> None:
+    docs, _ = case
+    cycles = settle_with_restarts(load_scenario(yaml.safe_dump_all(docs)), SchedulerConfig(), cycles=30)
+    assert cycles <= 30, "still deciding after 30 cycles with restarted victims"

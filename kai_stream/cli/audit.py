@@ -12,7 +12,7 @@ from rich.table import Table
 
 from kai_stream.audit import verify_chain
 from kai_stream.cli import app
-from kai_stream.history.reader import open_history
+from kai_stream.history.reader import SOURCE_ERRORS, open_history
 
 audit_app = typer.Typer(no_args_is_help=True, help="Tamper evidence over the decisions log")
 app.add_typer(audit_app, name="audit")
@@ -30,7 +30,7 @@ def verify(
     """Exit 1 when a decision's prev_hash does not match the hash of the decision before it."""
     try:
         history = open_history(from_history, bootstrap_servers=bootstrap_servers, topic_prefix=topic_prefix)
-    except (ValueError, FileNotFoundError, LookupError, TimeoutError) as exc:
+    except SOURCE_ERRORS as exc:
         Console(stderr=True).print(f"[red]error:[/] {exc}")
         raise typer.Exit(2) from None
     decisions = [d for log in history.pools.values() for d in log.decisions]

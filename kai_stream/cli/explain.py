@@ -11,8 +11,8 @@ from rich.table import Table
 
 from kai_stream.cli import app
 from kai_stream.core.config import load_config
-from kai_stream.explain import PodNotFound, QueueStanding, Story, explain_pod, stories_json
-from kai_stream.history.reader import open_history
+from kai_stream.explain import QueueStanding, Story, explain_pod, stories_json
+from kai_stream.history.reader import SOURCE_ERRORS, open_history
 
 
 def _standing_table(standing: dict[str, QueueStanding], own: str) -> Table:
@@ -65,7 +65,7 @@ def explain(
         history = open_history(from_history, bootstrap_servers=bootstrap_servers, topic_prefix=topic_prefix)
         config = load_config(assume_config) if assume_config is not None else None
         stories = explain_pod(history, pod, config=config)
-    except (PodNotFound, ValueError, FileNotFoundError, LookupError, TimeoutError) as exc:
+    except SOURCE_ERRORS as exc:  # PodNotFound is a LookupError
         Console(stderr=True).print(f"[red]error:[/] {exc}")
         raise typer.Exit(1) from None
     if as_json:

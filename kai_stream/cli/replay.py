@@ -12,7 +12,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from kai_stream.cli import app
 from kai_stream.core.config import SchedulerConfig, load_config
-from kai_stream.history.reader import History, open_history
+from kai_stream.history.reader import SOURCE_ERRORS, History, open_history
 from replay.report import render_replay, render_whatif
 from replay.runner import replay_history
 from replay.whatif import load_whatif, run_whatif
@@ -48,7 +48,7 @@ def replay(
     try:
         history = open_history(from_history, bootstrap_servers=bootstrap_servers, topic_prefix=topic_prefix)
         fallback = load_config(assume_config) if assume_config is not None else None
-    except (ValueError, FileNotFoundError, LookupError, TimeoutError) as exc:
+    except SOURCE_ERRORS as exc:
         Console(stderr=True).print(f"[red]error:[/] {exc}")
         raise typer.Exit(2) from None
     if config is not None:

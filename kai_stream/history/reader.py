@@ -16,6 +16,7 @@ from pathlib import Path
 
 import orjson
 import polars as pl
+from aiokafka.errors import KafkaError
 from pydantic import TypeAdapter, ValidationError
 
 from kai_stream.core.events import (
@@ -41,6 +42,7 @@ __all__ = [
     "DEAD_LETTER_TOPIC",
     "DECISIONS_TOPIC",
     "DEFAULT_HISTORY_DIR",
+    "SOURCE_ERRORS",
     "History",
     "PoolLog",
     "build_history",
@@ -56,6 +58,8 @@ DECISIONS_TOPIC = "decisions"
 BIND_RESULTS_TOPIC = "bind-results"
 DEAD_LETTER_TOPIC = "dead-letter"
 DEFAULT_HISTORY_DIR = Path(".kai-stream/history")
+SOURCE_ERRORS: tuple[type[Exception], ...] = (ValueError, LookupError, TimeoutError, OSError, KafkaError)
+"""What ``open_history`` raises for a bad directory, an unreachable broker or a missing topic."""
 ALL_TOPICS: tuple[str, ...] = (CLUSTER_EVENTS_TOPIC, DECISIONS_TOPIC, BIND_RESULTS_TOPIC, DEAD_LETTER_TOPIC)
 
 _EVENTS_LIST: TypeAdapter[list[ClusterEvent]] = TypeAdapter(list[ClusterEvent])

@@ -25,8 +25,22 @@ async def _send(topic: str, partition: int, key: bytes, record: Any) -> Any:
 
 
 runtime = SchedulerRuntime(
-    kafka, names, load_scheduler_config(settings.config_path), _send, partitions=PARTITIONS["decisions"]
+    kafka,
+    names,
+    load_scheduler_config(settings.config_path),
+    _send,
+    partitions=PARTITIONS["decisions"],
+    max_cycle_delay_s=settings.max_cycle_delay_s,
 )
+
+
+def _backlog(partition: int, last_offset: int) -> int:
+    """Records of the partition known (from fetch high-watermarks) to follow ``last_offset``."""
+    try:
+        high = app.consumer.highwater(TP(names.cluster_events, partition))
+    except Exception:
+        return 0
+    return max(0, (high or 0) - last_offset - 1)
 
 
 def _remember_fair_share(pool: str, shares: dict[str, dict[str, float]]) -> None:
@@ -51,7 +65,7 @@ health.set_condition("assigned", False, "waiting for partitions")
 async def schedule(stream: Any) -> AsyncIterator[None]:
     async for batch in stream.take_events(settings.batch_max, within=settings.batch_within_s):
         try:
-            await runtime.process([_record(event) for event in batch])
+            await runtime.process([_record(event) for event in batch], _backlog)
         except Exception:
             # state may hold decisions that never reached the topic: rebuild from the log on the next record
             runtime.forget(sorted(runtime.engines))

@@ -68,6 +68,7 @@ class SchedulerRuntime:
         *,
         partitions: int,
         code_version: str = kai_stream.__version__,
+        max_cycle_delay_s: float = 0.0,
     ) -> None:
         self.kafka = kafka
         self.names = names
@@ -78,6 +79,9 @@ class SchedulerRuntime:
         self.send = send
         self.partitions = partitions
         self.engines: dict[int, PartitionEngine] = {}
+        self.max_cycle_delay_s = max_cycle_delay_s
+        self._deferred: dict[int, set[str]] = defaultdict(set)
+        self._last_cycle: dict[int, float] = {}
         self.on_decisions: list[Callable[[list[Outgoing]], None]] = []
         self.on_fair_share: list[Callable[[str, dict[str, dict[str, float]]], None]] = []
 
@@ -85,6 +89,7 @@ class SchedulerRuntime:
         """Drop the state of revoked partitions; a later assignment rebuilds it."""
         for partition in partitions:
             self.engines.pop(partition, None)
+            self._deferred.pop(partition, None)
 
     def _new_engine(self, partition: int) -> PartitionEngine:
         return PartitionEngine(
@@ -153,8 +158,27 @@ class SchedulerRuntime:
         DEAD_LETTERS.labels(component=COMPONENT, topic=self.names.cluster_events).inc()
         return await self.send(self.names.dead_letter, 0, record.key or b"", letter)
 
-    async def process(self, batch: Sequence[InRecord]) -> list[Outgoing]:
-        """Fold a batch, run the touched pools' cycles, publish; return what was published."""
+    def _defer(self, partition: int, pools: set[str], backlog: Callable[[int, int], int] | None) -> bool:
+        """Under a backlog, fold more before deciding (at most ``max_cycle_delay_s`` since the last cycle)."""
+        if backlog is None or self.max_cycle_delay_s <= 0:
+            return False
+        engine = self.engines[partition]
+        now = time.monotonic()
+        waited = now - self._last_cycle.setdefault(partition, now)
+        if backlog(partition, engine.offset) > 0 and waited < self.max_cycle_delay_s:
+            self._deferred[partition].update(pools)
+            return True
+        return False
+
+    async def process(
+        self, batch: Sequence[InRecord], backlog: Callable[[int, int], int] | None = None
+    ) -> list[Outgoing]:
+        """Fold a batch, run the touched pools' cycles, publish; return what was published.
+
+        ``backlog(partition, last_offset)`` says how many records of the partition are known to follow; while
+        there are, cycles wait for them (up to ``max_cycle_delay_s``), so a busy partition decides on bigger
+        batches. Which offsets get a cycle does not matter to replay: decisions record their input offset.
+        """
         deliveries: list[Awaitable[Any]] = []
         touched: dict[int, set[str]] = defaultdict(set)
         ticked: dict[int, set[str]] = defaultdict(set)
@@ -172,18 +196,25 @@ class SchedulerRuntime:
                 deliveries.append(await self._dead_letter(record, f"malformed cluster event: {exc}"))
                 continue
             EVENTS_CONSUMED.labels(component=COMPONENT, topic=self.names.cluster_events, type=event.type).inc()
-            pools = engine.fold(record.offset, event)
-            touched[record.partition].update(pools)
+            folded = engine.fold(record.offset, event)
+            touched[record.partition].update(folded)
             if isinstance(event, Tick):
-                ticked[record.partition].update(pools)
+                ticked[record.partition].update(folded)
         published: list[Outgoing] = []
-        for partition in sorted(touched):
-            engine = self.engines[partition]
+        for partition in sorted(set(touched) | set(self._deferred)):
+            engine = self.engines.get(partition)
+            if engine is None:
+                continue
+            pools: set[str] = touched.get(partition, set()) | self._deferred.get(partition, set())
+            if self._defer(partition, pools, backlog):
+                continue
+            self._deferred.pop(partition, None)
+            self._last_cycle[partition] = time.monotonic()
             started = time.perf_counter()
-            out = engine.cycle(touched[partition])
+            out = engine.cycle(pools)
             elapsed = time.perf_counter() - started
-            for pool in touched[partition]:
-                CYCLE_DURATION.labels(pool=pool).observe(elapsed / max(len(touched[partition]), 1))
+            for pool in pools:
+                CYCLE_DURATION.labels(pool=pool).observe(elapsed / max(len(pools), 1))
             for item in out:
                 target = partition_for(item.pool, self.partitions)
                 deliveries.append(await self.send(self.names.decisions, target, item.pool.encode(), item.record))

@@ -10,6 +10,7 @@ class ProcessorSettings(BaseSettings):
 
     ``app_id`` is the faust app id and Kafka consumer group; ``topic_prefix`` isolates a deployment (or a
     test) on a shared broker; ``config_path`` is a scheduler config YAML (defaults when unset).
+    ``max_cycle_delay_s``: while more records are known to be waiting, a cycle waits for them up to this long.
     ``fetch_max_wait_ms``: Tansu answers a fetch only when its wait expires, so a short wait is the
     latency floor of every hop (faust hard-codes 1500 ms; the app overrides it).
     """
@@ -21,6 +22,7 @@ class ProcessorSettings(BaseSettings):
     config_path: str | None = None
     batch_max: int = 5000
     batch_within_s: float = 0.005
+    max_cycle_delay_s: float = 0.25
     fetch_max_wait_ms: int = 5
     commit_interval_s: float = 0.5
     data_dir: str = ".kai-stream/faust"

@@ -24,15 +24,20 @@ from kai_stream.history.schema import HISTORY_SCHEMA
 
 __all__ = [
     "allocation_steps",
+    "decided",
     "lifecycle",
     "node_capacity",
+    "pod_labels",
+    "pod_rows",
     "pods",
+    "runs",
     "scan",
     "step_average",
     "step_sample",
 ]
 
 RELEASE_TYPES = ("PodEvicted", "BindFailed", "PodRemoved")
+CLUSTER = "cluster-events"
 
 
 def scan(directory: str | Path) -> pl.LazyFrame:
@@ -60,121 +65,159 @@ def node_capacity(lf: pl.LazyFrame) -> pl.LazyFrame:
     )
 
 
-def _order(partition: pl.Expr, offset: pl.Expr, after: int) -> pl.Expr:
-    """Causal order within a partition: a cluster event at offset o (after=0), then decisions made on it (1)."""
-    return partition.cast(pl.Int64) * (1 << 41) + offset.cast(pl.Int64) * 2 + after
-
-
-def _part(
-    lf: pl.LazyFrame, where: pl.Expr, rank: int, hold: pl.Expr, finish: pl.Expr, order: pl.Expr, **extra: pl.Expr
-) -> pl.LazyFrame:
-    columns = {
-        "node": pl.col("node"),
-        "queue": pl.when(pl.col("queue") != "").then(pl.col("queue")),
-        "gpu_milli": pl.col("gpu_milli"),
-        "job": pl.lit(None, pl.Utf8),
-    }
-    columns.update(extra)
+def _part(lf: pl.LazyFrame, where: pl.Expr, rank: int, hold: pl.Expr, finish: pl.Expr) -> pl.LazyFrame:
     return lf.filter(where).select(
         "uid",
         "ts",
-        "type",
-        order=order,
+        order=pl.col("partition").cast(pl.Int64) * (1 << 41) + pl.col("offset") * 2 + (pl.col("topic") != CLUSTER),
         rank=pl.lit(rank, pl.Int8),
         hold=hold.cast(pl.Int8),
         finish=finish,
-        **columns,
+        node=pl.col("node"),
+        gpu_milli=pl.col("gpu_milli"),
     )
 
 
-def lifecycle(lf: pl.LazyFrame) -> pl.LazyFrame:
-    """Every pod row that matters, in causal order per pod (the log's order, not only time).
-
-    Order: a cluster-events row by (partition, offset); a decision right after the event at its
-    ``input_offset``; an outcome found only on bind-results right after the decision it answers.
-    Columns: uid, ts, type, rank (0 pending, 1 bind decision, 2 bound, 3 observed on a node, 4 release), hold
-    (1 while the pod holds resources), change (hold minus the pod's previous hold), finish (a release that
-    ends the pod's work), and, carried forward per pod, node, queue, gpu_milli and job (from its
-    ``BindRequested``).
+def pod_rows(lf: pl.LazyFrame) -> pl.LazyFrame:
+    """The rows that say what a pod holds, unsorted: pending observations (rank 0, hold 0), ``PodBound`` (2, hold
+    1), observations on a node (3, hold 1 unless Succeeded/Failed), releases (4, hold 0). From cluster-events,
+    plus outcomes found only on bind-results (not forwarded to cluster-events).
     """
     kind = pl.col("type")
-    events = lf.filter(pl.col("topic") == "cluster-events")
+    events = lf.filter(pl.col("topic") == CLUSTER)
     observed = kind == "PodObserved"
     terminal = pl.col("value").str.contains('"phase":"Succeeded"', literal=True) | pl.col("value").str.contains(
         '"phase":"Failed"', literal=True
     )
-    here = _order(pl.col("partition"), pl.col("offset"), 0)
-    decided = _order(pl.col("partition"), pl.col("value").str.extract(r'"input_offset":(-?\d+)', 1).cast(pl.Int64), 1)
-    decisions = lf.filter(kind.is_in(["BindRequested", "EvictionRequested"])).select(
-        "uid", decision_id="id", order=decided, job=pl.col("value").str.extract(r'"job":"([^"]*)"', 1)
-    )
     outcomes = ["PodBound", *RELEASE_TYPES]
-    forwarded = events.filter(kind.is_in(outcomes)).select("id")
-    answered = (
-        lf.filter((pl.col("topic") == "bind-results") & kind.is_in(outcomes))
-        .join(forwarded, on="id", how="anti")
-        .with_columns(
-            decision_id=pl.col("value").str.extract(r'"decision_id":"([^"]*)"', 1),
-        )
-        .join(decisions.select("decision_id", decision_order="order"), on="decision_id", how="left")
+    only_results = lf.filter((pl.col("topic") == "bind-results") & kind.is_in(outcomes)).join(
+        events.filter(kind.is_in(outcomes)).select("id"), on="id", how="anti"
     )
-    parts = [
-        _part(events, observed & pl.col("node").is_null(), 0, pl.lit(0), pl.lit(False), here),
-        _part(
-            lf.filter(kind == "BindRequested"),
-            pl.lit(True),
-            1,
-            pl.lit(1),
-            pl.lit(False),
-            decided,
-            job=pl.col("value").str.extract(r'"job":"([^"]*)"', 1),
-        ),
-        _part(events, kind == "PodBound", 2, pl.lit(1), pl.lit(False), here),
-        _part(
-            events, observed & pl.col("node").is_not_null(), 3, pl.when(terminal).then(0).otherwise(1), terminal, here
-        ),
-        _part(events, kind.is_in(RELEASE_TYPES), 4, pl.lit(0), kind == "PodRemoved", here),
-        _part(
-            answered,
-            pl.lit(True),
-            2,
-            pl.when(kind == "PodBound").then(1).otherwise(0),
-            kind == "PodRemoved",
-            pl.col("decision_order").fill_null(pl.col("offset")),
-        ),
-    ]
-    rows = pl.concat(parts, how="vertical").sort("order", maintain_order=True)
-    return rows.with_columns(
+    return pl.concat(
+        [
+            _part(events, observed & pl.col("node").is_null(), 0, pl.lit(0), pl.lit(False)),
+            _part(events, kind == "PodBound", 2, pl.lit(1), pl.lit(False)),
+            _part(events, observed & pl.col("node").is_not_null(), 3, pl.when(terminal).then(0).otherwise(1), terminal),
+            _part(events, kind.is_in(RELEASE_TYPES), 4, pl.lit(0), kind == "PodRemoved"),
+            _part(only_results, pl.lit(True), 2, (kind == "PodBound").cast(pl.Int8), kind == "PodRemoved"),
+        ],
+        how="vertical",
+    )
+
+
+def runs(rows: pl.LazyFrame) -> pl.LazyFrame:
+    """Per pod, assuming one run (true unless ``restarted``): submit, start, end, whether the end is a finish.
+
+    Simple aggregations per kind of row (cheap at ten million rows); a pod evicted, whose bind failed, or
+    observed pending more than once is ``restarted`` and gets replayed row by row by ``lifecycle``.
+    """
+    pending = (
+        rows.filter(pl.col("rank") == 0)
+        .group_by("uid")
+        .agg(submit=pl.col("ts").min(), pendings=pl.len(), asked_gpu=pl.col("gpu_milli").max())
+    )
+    held = (
+        rows.filter(pl.col("hold") == 1)
+        .group_by("uid")
+        .agg(start=pl.col("ts").min(), node=pl.col("node").first(), held_gpu=pl.col("gpu_milli").max())
+    )
+    released = (
+        rows.filter((pl.col("hold") == 0) & (pl.col("rank") >= 3))
+        .group_by("uid")
+        .agg(
+            end=pl.col("ts").min(),
+            finished=pl.col("finish").any(),
+            interrupted=((pl.col("rank") == 4) & pl.col("finish").not_()).any(),
+        )
+    )
+    return (
+        pending.join(held, on="uid", how="full", coalesce=True)
+        .join(released, on="uid", how="full", coalesce=True)
+        .select(
+            "uid",
+            "submit",
+            "start",
+            end=pl.when(pl.col("end") >= pl.col("start")).then(pl.col("end")),
+            finished=pl.col("finished").fill_null(False),
+            node="node",
+            gpu_milli=pl.coalesce("held_gpu", "asked_gpu"),
+            restarted=pl.col("interrupted").fill_null(False) | (pl.col("pendings").fill_null(0) > 1),
+        )
+    )
+
+
+def lifecycle(rows: pl.LazyFrame) -> pl.LazyFrame:
+    """Pod rows in log order (time, then offset) with per-pod state: change (hold minus the pod's previous hold),
+    node and gpu_milli carried forward. Window functions per pod: use it on the pods that restarted only.
+    """
+    ordered = rows.sort("ts", "order")
+    return ordered.with_columns(
         change=(pl.col("hold") - pl.col("hold").shift(1, fill_value=0).over("uid")).cast(pl.Int8),
         node=pl.col("node").forward_fill().over("uid"),
-        queue=pl.col("queue").forward_fill().over("uid"),
         gpu_milli=pl.col("gpu_milli").forward_fill().over("uid"),
     )
 
 
-def pods(life: pl.LazyFrame) -> pl.LazyFrame:
-    """Per pod: submit (first pending observation), first bind, last finish, GPU request, queue, job."""
-    return life.group_by("uid").agg(
-        submit=pl.col("ts").filter(pl.col("rank") == 0).min(),
-        bind=pl.col("ts").filter(pl.col("rank").is_in([1, 2])).min(),
-        finish=pl.col("ts").filter((pl.col("change") == -1) & pl.col("finish")).max(),
-        gpu_milli=pl.col("gpu_milli").max(),
-        queue=pl.col("queue").filter(pl.col("rank") == 1).first().fill_null(pl.col("queue").drop_nulls().first()),
-        job=pl.col("job").drop_nulls().first(),
+def decided(lf: pl.LazyFrame) -> pl.LazyFrame:
+    """Per pod, from its ``BindRequested`` decisions: first bind decision time, resolved queue, job."""
+    return (
+        lf.filter(pl.col("type") == "BindRequested")
+        .group_by("uid")
+        .agg(decided=pl.col("ts").min(), decided_queue=pl.col("queue").first(), value=pl.col("value").first())
+        .select("uid", "decided", "decided_queue", job=pl.col("value").str.extract(r'"job":"([^"]*)"', 1))
     )
 
 
-def allocation_steps(life: pl.LazyFrame) -> pl.LazyFrame:
-    """Only the rows that change allocation: ts, uid, queue, node, GPU delta (milli), finish flag."""
-    return life.filter(pl.col("change") != 0).select(
-        "ts",
-        "order",
-        "uid",
-        queue=pl.col("queue").fill_null("(none)"),
-        node="node",
-        change="change",
-        delta=pl.col("change").cast(pl.Int64) * pl.col("gpu_milli").fill_null(0),
-        finish="finish",
+def pods(
+    per_pod: pl.LazyFrame, complex_life: pl.LazyFrame, decisions: pl.LazyFrame, labels: pl.LazyFrame
+) -> pl.LazyFrame:
+    """Per pod: submit (first pending observation), first bind, last finish, GPU request, queue, job."""
+    replayed = complex_life.group_by("uid").agg(
+        first_start=pl.col("ts").filter(pl.col("change") == 1).min(),
+        last_finish=pl.col("ts").filter((pl.col("change") == -1) & pl.col("finish")).max(),
+    )
+    return (
+        per_pod.join(replayed, on="uid", how="left")
+        .join(decisions, on="uid", how="left")
+        .join(labels, on="uid", how="left")
+        .select(
+            "uid",
+            "submit",
+            bind=pl.min_horizontal(
+                pl.when(pl.col("restarted")).then(pl.col("first_start")).otherwise(pl.col("start")), "decided"
+            ),
+            finish=pl.when(pl.col("restarted"))
+            .then(pl.col("last_finish"))
+            .otherwise(pl.when(pl.col("finished")).then(pl.col("end"))),
+            gpu_milli="gpu_milli",
+            queue=pl.coalesce("decided_queue", "label_queue", pl.lit("(none)")),
+            job="job",
+        )
+    )
+
+
+def pod_labels(lf: pl.LazyFrame) -> pl.LazyFrame:
+    """uid -> the queue label of its first observation (when set)."""
+    return (
+        lf.filter((pl.col("type") == "PodObserved") & pl.col("node").is_null() & (pl.col("queue") != ""))
+        .group_by("uid")
+        .agg(label_queue=pl.col("queue").first())
+    )
+
+
+def allocation_steps(per_pod: pl.LazyFrame, complex_life: pl.LazyFrame) -> pl.LazyFrame:
+    """The rows that change allocation (unsorted): ts, uid, node, GPU delta (milli)."""
+    simple = per_pod.filter(pl.col("restarted").not_() & pl.col("start").is_not_null())
+    gpu = pl.col("gpu_milli").fill_null(0)
+    return pl.concat(
+        [
+            simple.select("uid", "node", ts="start", delta=gpu),
+            simple.filter(pl.col("end").is_not_null()).select("uid", "node", ts="end", delta=-gpu),
+            complex_life.filter(pl.col("change") != 0).select(
+                "uid", "node", "ts", delta=pl.col("change").cast(pl.Int64) * gpu
+            ),
+        ],
+        how="vertical",
     )
 
 

@@ -142,11 +142,11 @@ def _series(
 def summarize(directory: str | Path, *, bins: int = 400) -> Summary:
     """Read the history under ``directory`` and compute the summary (see module docs for definitions)."""
     lf = F.scan(directory)
-    life = F.lifecycle(lf)
     (
+        rows_df,
+        decided,
+        labels,
         totals,
-        pods_df,
-        steps,
         caps,
         pending,
         evictions,
@@ -154,9 +154,10 @@ def summarize(directory: str | Path, *, bins: int = 400) -> Summary:
         queue_rows,
     ) = pl.collect_all(
         [
+            F.pod_rows(lf),
+            F.decided(lf),
+            F.pod_labels(lf),
             lf.select(events=pl.len(), last=pl.col("ts").max()),
-            F.pods(life),
-            F.allocation_steps(life),
             F.node_capacity(lf),
             lf.filter(pl.col("type") == "PodPending")
             .group_by("code")
@@ -168,15 +169,27 @@ def summarize(directory: str | Path, *, bins: int = 400) -> Summary:
             lf.filter(pl.col("type") == "QueueObserved").select("value"),
         ]
     )
+    rows = rows_df.lazy()
+    per_pod = F.runs(rows).collect()
+    restarted = per_pod.lazy().filter(pl.col("restarted")).select("uid")
+    complex_life = F.lifecycle(rows.join(restarted, on="uid", how="semi")).collect().lazy()
+    pods_df, steps = pl.collect_all(
+        [
+            F.pods(per_pod.lazy(), complex_life, decided.lazy(), labels.lazy()),
+            F.allocation_steps(per_pod.lazy(), complex_life),
+        ]
+    )
     notes: list[str] = []
     capacity = int(caps["cap"].sum() or 0)
     start = float(pods_df["submit"].min() or 0.0)  # type: ignore[arg-type]
     end = float(totals["last"][0] or 0.0)
     span = max(end - start, 0.0)
 
-    steps = steps.sort("ts", maintain_order=True).with_columns(
-        alloc=pl.col("delta").cum_sum(), queue_alloc=pl.col("delta").cum_sum().over("queue")
-    )
+    steps = (
+        steps.join(pods_df.select("uid", "queue"), on="uid", how="left", maintain_order="left")
+        .with_columns(queue=pl.col("queue").fill_null("(none)"))
+        .sort("ts", maintain_order=True)
+    ).with_columns(alloc=pl.col("delta").cum_sum(), queue_alloc=pl.col("delta").cum_sum().over("queue"))
     cap_map = caps.select("node", cap=pl.col("cap"))
     per_node = (
         steps.select("ts", "node", "delta")
@@ -219,42 +232,55 @@ def summarize(directory: str | Path, *, bins: int = 400) -> Summary:
     if not shares.height:
         notes.append("no FairShareRecorded in this history: fair share unknown, deserved from Queue quotas")
 
-    job_queue = dict(jobs.select("job", "queue").iter_rows())
-    uid_queue = dict(pods_full.select("uid", "queue").iter_rows())
-    evictions = evictions.with_columns(
-        preemptor_queue=pl.col("preemptor").replace_strict(
-            {**uid_queue, **job_queue}, default=None, return_dtype=pl.Utf8
-        )
+    by_job = jobs.select(preemptor="job", preemptor_queue="queue")
+    by_uid = pods_full.select(preemptor="uid", uid_queue="queue")
+    evictions = (
+        evictions.join(by_job, on="preemptor", how="left")
+        .join(by_uid, on="preemptor", how="left")
+        .with_columns(preemptor_queue=pl.coalesce("preemptor_queue", "uid_queue"))
     )
     suffered = evictions.group_by("queue", "action").len()
     caused = evictions.filter(pl.col("preemptor_queue").is_not_null()).group_by("preemptor_queue", "action").len()
 
-    queue_names = sorted(
-        set(pods_full["queue"].drop_nulls().to_list()) | set(quotas) | set(shares["queue"].unique().to_list())
-    )
+    def counts(frame: pl.DataFrame, key: str) -> dict[str, dict[str, int]]:
+        out: dict[str, dict[str, int]] = {}
+        for q, a, n in frame.sort(key, "action").iter_rows():
+            out.setdefault(q, {})[a] = int(n)
+        return out
+
+    def quantiles_by_queue(frame: pl.DataFrame, column: str) -> dict[str, dict[str, float | None]]:
+        agg = frame.group_by("queue").agg(
+            n=pl.len(),
+            avg=pl.col(column).mean(),
+            p50=pl.col(column).quantile(0.5, "linear"),
+            p90=pl.col(column).quantile(0.9, "linear"),
+            p99=pl.col(column).quantile(0.99, "linear"),
+        )
+        return {r["queue"]: {k: r[k] for k in ("avg", "p50", "p90", "p99")} for r in agg.iter_rows(named=True)}
+
+    suffered_by, caused_by = counts(suffered, "queue"), counts(caused, "preemptor_queue")
+    delay_by, jct_by = quantiles_by_queue(delays, "delay"), quantiles_by_queue(done, "jct")
+    pods_by = dict(pods_full.group_by("queue").len().iter_rows())
+    done_by = dict(done.group_by("queue").len().iter_rows())
+    empty = _quantiles(pl.Series([], dtype=pl.Float64))
+    queue_names = sorted(set(pods_by) | set(quotas) | set(shares["queue"].unique().to_list()))
     queues: list[dict[str, Any]] = []
     for q in queue_names:
-        qdelay = delays.filter(pl.col("queue") == q)["delay"]
-        qjct = done.filter(pl.col("queue") == q)["jct"]
         deserved = deserved_avg.get(q)
         if deserved is None and q in quotas:
             deserved = float(quotas[q]) if quotas[q] >= 0 else None
         queues.append(
             {
                 "queue": q,
-                "pods": int(pods_full.filter(pl.col("queue") == q).height),
-                "jobs_completed": int(qjct.len()),
+                "pods": int(pods_by.get(q, 0)),
+                "jobs_completed": int(done_by.get(q, 0)),
                 "avg_allocated_gpus": alloc_avg.get(q, 0.0) / 1000,
                 "avg_fair_share_gpus": fair_avg[q] / 1000 if q in fair_avg else None,
                 "avg_deserved_gpus": deserved / 1000 if deserved is not None else None,
-                "queueing_delay_s": _quantiles(qdelay),
-                "jct_s": _quantiles(qjct),
-                "evictions_suffered": {
-                    a: int(n) for _, a, n in suffered.filter(pl.col("queue") == q).sort("action").iter_rows()
-                },
-                "evictions_caused": {
-                    a: int(n) for _, a, n in caused.filter(pl.col("preemptor_queue") == q).sort("action").iter_rows()
-                },
+                "queueing_delay_s": delay_by.get(q, empty),
+                "jct_s": jct_by.get(q, empty),
+                "evictions_suffered": suffered_by.get(q, {}),
+                "evictions_caused": caused_by.get(q, {}),
             }
         )
     ratios = [d["avg_allocated_gpus"] / d["avg_fair_share_gpus"] for d in queues if (d["avg_fair_share_gpus"] or 0) > 0]

@@ -11,7 +11,7 @@ import yaml
 from typer.testing import CliRunner
 
 from kai_stream.analytics import summarize
-from kai_stream.analytics.frames import lifecycle, scan
+from kai_stream.analytics.frames import lifecycle, pod_rows, scan
 from kai_stream.cli import _register, app
 from kai_stream.core.config import SchedulerConfig
 from kai_stream.core.events import EvictionRequested, PodObserved, stable_id
@@ -62,7 +62,7 @@ def test_every_job_runs_to_completion_within_capacity(history: Path, slice_trace
 
 
 def test_pods_run_exactly_their_duration(history: Path, slice_trace: Trace) -> None:
-    life = lifecycle(scan(history)).filter(pl.col("change") != 0).collect()
+    life = lifecycle(pod_rows(scan(history))).filter(pl.col("change") != 0).collect()
     held = life.group_by("uid").agg(
         start=pl.col("ts").filter(pl.col("change") == 1).last(), end=pl.col("ts").filter(pl.col("change") == -1).last()
     )

@@ -269,7 +269,8 @@ def bench_analyze(rows: int) -> None:
         summary = summarize(tmp)
         analyze_s = time.perf_counter() - t
         print(
-            f"analyze: {written:,}-row synthetic history (generated in {generate_s:.1f} s, {summary.cluster['pods']:,} pods)"
+            f"analyze: {written:,}-row synthetic history "
+            f"(generated in {generate_s:.1f} s, {summary.cluster['pods']:,} pods)"
         )
         print(
             f"  full summary {analyze_s:.2f} s (target <= 5 s); baseline raw polars scan of all columns but value "

@@ -8,6 +8,7 @@ ones, with their offsets) plus its records on the decisions topic (decisions, ``
 from __future__ import annotations
 
 import asyncio
+import re
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -28,6 +29,7 @@ from kai_stream.core.events import (
     Decision,
     DecisionsRecord,
     FairShareRecorded,
+    GpuHealthObserved,
     Tick,
 )
 from kai_stream.history.schema import HISTORY_SCHEMA
@@ -102,9 +104,9 @@ def _joined(values: Sequence[Raw]) -> bytes:
     return b"[" + b",".join(v.encode() if isinstance(v, str) else v for v in values) + b"]"
 
 
-def _tick(value: Raw) -> Tick | None:
+def _tick(value: bytes) -> Tick | None:
     """A ``Tick`` (the bulk of a live log) validated as that model directly, skipping the union dispatch."""
-    if b'"Tick"' not in (value if isinstance(value, bytes) else value.encode()):
+    if b'"Tick"' not in value:
         return None
     try:
         data = orjson.loads(value)
@@ -113,9 +115,52 @@ def _tick(value: Raw) -> Tick | None:
         return None
 
 
+_HEALTH_TYPE = b',"type":"GpuHealthObserved"'
+_NUMBER = re.compile(rb"-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?")
+_HEALTH_CACHE_SIZE = 4096
+
+
+def _health(value: bytes, cache: dict[bytes, GpuHealthObserved]) -> GpuHealthObserved | None:
+    """A canonical ``GpuHealthObserved`` decoded once per distinct reading (agents resend the same readings).
+
+    The key is the record's bytes without ``event_id`` and ``ts`` (a bare ``"`` cannot occur inside a JSON
+    string, so the top-level keys are found exactly); a hit is the cached event with those two replaced. A
+    miss is validated in full and cached only if the extracted id and time agree with the validator's.
+    """
+    if not value.startswith(b'{"event_id":"'):
+        return None
+    id_end = value.find(b'","gpus":')
+    ts_at = value.find(b',"ts":')
+    type_at = value.find(_HEALTH_TYPE)
+    if id_end < 0 or not id_end < ts_at < type_at:
+        return None
+    event_id = value[13:id_end]
+    stamp = value[ts_at + 6 : type_at]
+    if b"\\" in event_id or b'"' in event_id or _NUMBER.fullmatch(stamp) is None:
+        return None
+    key = value[id_end + 2 : ts_at] + value[type_at:]
+    cached = cache.get(key)
+    if cached is not None:
+        return cached.model_copy(update={"event_id": event_id.decode(), "ts": float(stamp)})
+    try:
+        event = GpuHealthObserved.model_validate_json(value)
+    except ValidationError:
+        return None
+    if event.event_id == event_id.decode() and event.ts == float(stamp):
+        if len(cache) >= _HEALTH_CACHE_SIZE:
+            cache.clear()
+        cache[key] = event
+    return event
+
+
 def decode_cluster_events(values: Sequence[Raw]) -> tuple[list[ClusterEvent | None], int]:
-    """Decode many cluster-events values (ticks directly, the rest in one parser call); None = malformed."""
-    out: list[ClusterEvent | None] = [_tick(value) for value in values]
+    """Decode many cluster-events values (ticks and repeated GPU readings directly, the rest in one parser
+    call); None marks a malformed one."""
+    health: dict[bytes, GpuHealthObserved] = {}
+    out: list[ClusterEvent | None] = []
+    for value in values:
+        raw = value if isinstance(value, bytes) else value.encode()
+        out.append(_tick(raw) or (_health(raw, health) if _HEALTH_TYPE in raw else None))
     rest = [i for i, event in enumerate(out) if event is None]
     if not rest:
         return out, 0

@@ -126,7 +126,7 @@ def compare_command(
     cluster: ClusterOpt,
     configs: Annotated[
         str, typer.Option("--configs", help="comma list: kai, no-reclaim, fifo, binpack, spread, or config files")
-    ] = "kai,no-reclaim,fifo,spread",
+    ] = "kai,no-reclaim,fifo",
     fmt: FormatOpt = "generic",
     columns: ColumnsOpt = None,
     window: WindowOpt = None,

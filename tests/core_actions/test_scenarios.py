@@ -23,6 +23,8 @@ T0 = datetime(2026, 1, 1, tzinfo=UTC).timestamp()
         "topology-one-rack.yaml",
         "topology-preferred-host.yaml",
         "reclaim-smallest-set.yaml",
+        "reclaim-gang-whole-or-nothing.yaml",
+        "consolidation-budget.yaml",
     ],
 )
 def test_scenario(name: str) -> None:
@@ -69,3 +71,18 @@ def test_min_runtime_protects_until_it_passes() -> None:
     assert pods["ml/b1"]["status"] == "Running" and pods["ml/a1"]["status"] == "Pending"
     late, expect = run("min-runtime.yaml", tick=T0 + 16 * 60)
     check(late, expect)
+
+
+def test_consolidation_within_budget_moves_both_quarters() -> None:
+    from kai_stream.core.config import SchedulerConfig
+    from kai_stream.simulate import simulate
+
+    from .harness import SCENARIOS, assert_stable, events_of
+
+    config = SchedulerConfig()
+    result = simulate(events_of((SCENARIOS / "consolidation-budget.yaml").read_text(), config), config, cycles=20)
+    assert_stable(result)
+    pods = result.to_json()["pods"]
+    assert pods["ml/whole"] == {"status": "Running", "queue": "default-queue", "node": "n1", "gpu_indices": [0]}
+    assert {pods["ml/qa"]["node"], pods["ml/qb"]["node"]} == {"n2", "n3"}
+    assert sum(1 for d in result.decisions if d.type == "EvictionRequested") == 2

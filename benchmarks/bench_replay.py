@@ -17,6 +17,7 @@ speed replay keeps. Usage: ``python benchmarks/bench_replay.py [--events N] [--w
 from __future__ import annotations
 
 import argparse
+import hashlib
 import shutil
 import time
 from pathlib import Path
@@ -109,6 +110,14 @@ def generate(directory: Path, target_events: int) -> None:
     write_history(directory, [run.log], segment_records=100_000)
 
 
+def core_fingerprint() -> str:
+    """The scheduler core's sources: a history recorded by other code is regenerated, not replayed."""
+    digest = hashlib.sha256()
+    for path in sorted((ROOT / "kai_stream" / "core").rglob("*.py")):
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
 def baseline(directory: Path) -> tuple[float, int]:
     """Read the Parquet history and decode every record (what replay starts with), nothing more."""
     start = time.perf_counter()
@@ -124,9 +133,11 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=1, help="processes rebuilding cycles (fork)")
     args = parser.parse_args()
     directory = Path(".kai-stream/bench") / f"replay-{args.events}"
-    if args.regenerate or not directory.exists():
+    stamp = directory / "core-fingerprint"
+    if args.regenerate or not stamp.is_file() or stamp.read_text() != core_fingerprint():
         t = time.perf_counter()
         generate(directory, args.events)
+        stamp.write_text(core_fingerprint())
         print(f"generated {directory} in {time.perf_counter() - t:.1f}s")
 
     base_s, base_events = baseline(directory)
@@ -137,7 +148,8 @@ def main() -> None:
     report = replay_history(history, workers=args.workers)
     total_s = time.perf_counter() - start
     if not report.ok:
-        raise SystemExit(f"replay diverged: {report.first_divergence}")
+        first = report.first_divergence
+        raise SystemExit(f"replay diverged: {first.headline() if first else report.errors}")
     assert report.events == base_events == args.events, (report.events, base_events)
 
     rate = report.events / total_s

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 
 import orjson
 
+import kai_stream
 from kai_stream.core.config import SchedulerConfig, config_hash
 from kai_stream.core.events import (
     BindRequested,
@@ -43,7 +44,7 @@ from kai_stream.history.reader import PoolLog
 
 __all__ = ["CODE_VERSION", "EngineRun", "run_engine"]
 
-CODE_VERSION = "replay-engine"
+CODE_VERSION = kai_stream.__version__
 
 
 @dataclass

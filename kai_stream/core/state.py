@@ -94,6 +94,8 @@ class ClusterState:
     last_pending: dict[str, str] = field(default_factory=dict)
     evicted: dict[str, str] = field(default_factory=dict)
     group_changed: dict[str, float] = field(default_factory=dict)
+    evicting_for: dict[str, str] = field(default_factory=dict)
+    """Per releasing pod (uid) evicted for a preemptor: that preemptor's job key, until the pod is gone."""
     """Per job key ("ns/podgroup", or "ns/pod" for a lone pod): event time its set of pods last changed."""
 
     def pod_by_key(self, namespace: str, name: str) -> PodSpec | None:
@@ -136,6 +138,7 @@ def _observe_pod(state: ClusterState, pod: PodSpec, ts: float) -> None:
         state.last_pending.pop(pod.uid, None)
     if pod.phase in ("Succeeded", "Failed"):
         state.evicting.pop(pod.uid, None)
+        state.evicting_for.pop(pod.uid, None)
 
 
 def _forget_pod(state: ClusterState, uid: str) -> None:
@@ -143,6 +146,7 @@ def _forget_pod(state: ClusterState, uid: str) -> None:
     state.assumed.pop(uid, None)
     state.pipelined.pop(uid, None)
     state.evicting.pop(uid, None)
+    state.evicting_for.pop(uid, None)
     state.last_pending.pop(uid, None)
 
 
@@ -187,8 +191,10 @@ def apply(state: ClusterState, event: AnyEvent, offset: int | None = None) -> bo
         case PodPipelined(uid=uid, node=node, gpu_indices=gpu_indices, decision_id=decision_id):
             state.pipelined[uid] = Pipelined(node, gpu_indices, decision_id)
             state.last_pending.pop(uid, None)
-        case EvictionRequested(uid=uid, decision_id=decision_id):
+        case EvictionRequested(uid=uid, decision_id=decision_id, preemptor=preemptor):
             state.evicting[uid] = decision_id
+            if preemptor:
+                state.evicting_for[uid] = preemptor
         case PodPending(uid=uid):
             state.last_pending[uid] = _pending_signature(event)
             state.pipelined.pop(uid, None)
@@ -213,6 +219,7 @@ def apply(state: ClusterState, event: AnyEvent, offset: int | None = None) -> bo
             _forget_pod(state, uid)
         case EvictionFailed(uid=uid):
             state.evicting.pop(uid, None)
+            state.evicting_for.pop(uid, None)
     return True
 
 

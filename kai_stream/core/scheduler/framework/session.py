@@ -90,6 +90,8 @@ class Session:
     releasing_tasks: dict[str, list[TaskInfo]] = field(default_factory=dict)
     reference_memory: int = 0
     topologies: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    awaited: dict[str, int] = field(default_factory=dict)
+    """Per preemptor job key: how many pods evicted for it (in an earlier cycle) are still releasing."""
     state_id: int = 0
     _stamp: int = 0
 
@@ -510,6 +512,10 @@ def open_session(
             task.status = RELEASING
             ssn.releasing_tasks.setdefault(node.name, []).append(task)
 
+    for uid, preemptor in sorted(state.evicting_for.items()):
+        victim = tasks.get(uid)
+        if victim is not None and victim.node is not None:
+            ssn.awaited[preemptor] = ssn.awaited.get(preemptor, 0) + 1
     job_list = sorted(jobs.values(), key=lambda j: (j.created, j.uid, j.key))
     ssn.reference_memory = max((n.gpu_memory_mib for n in nodes), default=0)
     for job in job_list:

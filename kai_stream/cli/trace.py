@@ -71,6 +71,9 @@ def run_command(
     queues: QueuesOpt = "auto",
     teams: TeamsOpt = 4,
     report: Annotated[Path | None, typer.Option("--report", help="also write the analyze report here")] = None,
+    cycle_every: Annotated[
+        float, typer.Option("--cycle-every", help="run cycles only every N simulated seconds (0: on every event)")
+    ] = 0.0,
     json_out: Annotated[bool, typer.Option("--json", help="print simulation stats and summary as JSON")] = False,
 ) -> None:
     """Simulate the trace on the cluster through the pure core and write a history that analyze reads."""
@@ -95,7 +98,7 @@ def run_command(
             jobs.notes.append(f"--queues auto: {len(added)} queues with equal GPU quota ({', '.join(jobs.teams)})")
         base += added
     with console.status(f"simulating {jobs.jobs.height:,} jobs"):
-        stats = simulate_trace(jobs, base, scheduler_config, history)
+        stats = simulate_trace(jobs, base, scheduler_config, history, cycle_every=cycle_every)
     summary = summarize(history)
     summary.notes = [*stats.notes, *summary.notes]
     if report is not None:

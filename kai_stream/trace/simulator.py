@@ -12,6 +12,8 @@ Rules of the simulated world (the same reactions as ``kai_stream.simulate``'s em
    pod); ``EvictionRequested`` -> ``PodEvicted`` and the pod is observed pending again (restarted from
    scratch). After evictions or pipelining the cycle is repeated at the same time (at most
    ``max_cycles_per_batch``).
+   With ``cycle_every`` = P > 0, cycles run only at multiples of P (a ``Tick`` there), like KAI's periodic
+   loop at a coarser period: fewer cycles, binds delayed to the next boundary.
 4. History: observed events and outcomes go to ``cluster-events`` (the log the scheduler folds, so replay
    works), outcomes also to ``bind-results``; decisions (hash-chained), ``ConfigRecorded`` and
    ``FairShareRecorded`` (whenever a queue's fair share changed) to ``decisions``. Layout
@@ -55,6 +57,7 @@ from kai_stream.core.events import (
     QueueShare,
     QueueSpec,
     Resources,
+    Tick,
     chain,
     stable_id,
 )
@@ -435,7 +438,10 @@ class _Simulation:
 
     # ------------------------------------------------------------------ the loop
 
-    def run(self, trace: Trace) -> None:
+    def run(self, trace: Trace, cycle_every: float = 0.0) -> None:
+        """Event-driven: a batch per distinct timestamp. With ``cycle_every`` > 0, the events up to the next
+        multiple of it are folded at their own times, then a ``Tick`` at that boundary and one cycle (KAI's
+        periodic scheduling, at a coarser period)."""
         jobs = trace.jobs.to_dicts()
         t0 = float(jobs[0]["submit"]) if jobs else 0.0
         self.stats.t0 = t0
@@ -445,14 +451,23 @@ class _Simulation:
             arrival = float(jobs[nxt]["submit"]) - t0 if nxt < len(jobs) else math.inf
             completion = self.finishing[0][0] if self.finishing else math.inf
             now = min(arrival, completion)
-            while self.finishing and self.finishing[0][0] == now:
-                _, _, uid, generation = heapq.heappop(self.finishing)
-                pod = self.pods.get(uid)
-                if pod is not None and pod.generation == generation and pod.running:
-                    self.finish(uid, now)
-            while nxt < len(jobs) and float(jobs[nxt]["submit"]) - t0 == now:
-                self.arrive(nxt, jobs[nxt], now)
-                nxt += 1
+            if cycle_every > 0:
+                now = math.ceil(now / cycle_every) * cycle_every
+            while True:
+                arrival = float(jobs[nxt]["submit"]) - t0 if nxt < len(jobs) else math.inf
+                completion = self.finishing[0][0] if self.finishing else math.inf
+                if min(arrival, completion) > now:
+                    break
+                if completion <= arrival:
+                    _, _, uid, generation = heapq.heappop(self.finishing)
+                    pod = self.pods.get(uid)
+                    if pod is not None and pod.generation == generation and pod.running:
+                        self.finish(uid, completion)
+                else:
+                    self.arrive(nxt, jobs[nxt], arrival)
+                    nxt += 1
+            if cycle_every > 0:
+                self.observe(Tick(event_id=stable_id("tick", str(now)), ts=now, pool=self.pool))
             self.stats.batches += 1
             self.cycle(now)
         self.stats.simulated_s = now
@@ -467,11 +482,12 @@ def simulate_trace(
     *,
     pool: str = DEFAULT_POOL,
     max_cycles_per_batch: int = 8,
+    cycle_every: float = 0.0,
 ) -> SimulationStats:
     """Run ``trace`` on the cluster ``base`` (Nodes, Queues … as observed events) and write the history."""
     started = time.perf_counter()
     sim = _Simulation(base, config, pool=pool, max_cycles=max_cycles_per_batch)
-    sim.run(trace)
+    sim.run(trace, cycle_every)
     stats = sim.stats
     write_started = time.perf_counter()
     sim.log.write(Path(history))

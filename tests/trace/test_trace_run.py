@@ -198,3 +198,16 @@ def test_cli_trace_run_and_analyze_report(tmp_path: Path, cluster: Path) -> None
         ["trace", "run", str(SLICE), "--format", "nope", "--cluster", str(cluster), "--history", str(tmp_path / "x")],
     )
     assert bad.exit_code == 2 and "--format" in bad.output
+
+
+def test_periodic_cycles_bind_only_at_boundaries(tmp_path: Path, cluster: Path, slice_trace: Trace) -> None:
+    base = cluster_events(cluster)
+    head = Trace(slice_trace.jobs.head(20), slice_trace.source, slice_trace.format)
+    stats = simulate_trace(
+        head, base + auto_queue_events(base, head.teams), SchedulerConfig(), tmp_path, cycle_every=60
+    )
+    assert stats.jobs == 20 and stats.unfinished_pods == 0
+    binds = scan(tmp_path).filter(pl.col("type") == "BindRequested").select("ts").collect()["ts"]
+    assert binds.len() >= 20
+    assert (binds % 60 == 0).all()
+    assert summarize(tmp_path).cluster["jobs_completed"] == 20

@@ -29,6 +29,7 @@ from kai_stream.core.events import (
     ConfigRecorded,
     Decision,
     EvictionRequested,
+    GpuHealthObserved,
     ObservedEvent,
     PodBound,
     PodEvicted,
@@ -194,6 +195,12 @@ class _Loop:
             self.settle()
 
 
+def _only_time(event: ObservedEvent, state: ClusterState) -> bool:
+    if isinstance(event, Tick):
+        return True
+    return isinstance(event, GpuHealthObserved) and state.gpus.get(event.node) == event.gpus
+
+
 def _batches(events: Sequence[ObservedEvent]) -> Iterable[list[ObservedEvent]]:
     batch: list[ObservedEvent] = []
     for event in events:
@@ -220,8 +227,9 @@ def run_engine(
 
     ``drain``: after the last event, let running pods finish (and pending ones start) until nothing changes.
     ``remove_finished``: delete a pod once it succeeded (as a Job's TTL controller would), keeping state small.
-    ``tick_cycles=False`` skips the cycle after a batch of only ticks (faster generation of long logs; only
-    time-driven decisions such as stale-gang eviction can then come later than a live processor's).
+    ``tick_cycles=False`` skips the cycle after a batch that only advances time (ticks, GPU readings equal to
+    the node's last ones): faster generation of long logs; only time-driven decisions such as stale-gang
+    eviction can then come later than a live processor's.
     """
     loop = _Loop(config, pool, code_version, max_cycles, remove_finished)
     loop.log.configs.append(
@@ -236,9 +244,10 @@ def run_engine(
     ordered = sorted(observed, key=lambda e: e.ts)
     for batch in _batches(ordered):
         loop.finish_until(batch[0].ts)
+        only_time = not tick_cycles and all(_only_time(event, loop.state) for event in batch)
         for event in batch:
             loop.emit(event)
-        if tick_cycles or not all(isinstance(event, Tick) for event in batch):
+        if not only_time:
             loop.settle()
     if drain:
         loop.finish_until(None)

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from kai_stream.core.scheduler.actions._common.fairness import queue_details
-from kai_stream.core.scheduler.actions._common.solver import SearchSpec, free_gpu, search
+from kai_stream.core.scheduler.actions._common.solver import SearchSpec, awaiting, free_gpu, search
 from kai_stream.core.scheduler.actions._common.victims import VictimUnit, victim_units
 from kai_stream.core.scheduler.framework.info import GPU, RUNNING, UNIT, JobInfo, NodeInfo, TaskInfo
 from kai_stream.core.scheduler.framework.ordering import JobsByQueue
@@ -53,6 +53,8 @@ class _Consolidation:
         ssn = self.ssn
         pending = job.pending_tasks()
         if not pending or job.queue is None or not job.preemptible or not self.movable:
+            return
+        if awaiting(ssn, job):
             return
         request = ssn.job_request(job)
         if self._free is None or self._free[0] != ssn.state_id:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from kai_stream.core.scheduler.actions._common.fairness import queue_details
-from kai_stream.core.scheduler.actions._common.solver import SearchSpec, free_gpu, search
+from kai_stream.core.scheduler.actions._common.solver import SearchSpec, awaiting, free_gpu, search
 from kai_stream.core.scheduler.actions._common.victims import VictimLists, VictimUnit, victim_units
 from kai_stream.core.scheduler.framework.info import JobInfo, TaskInfo
 from kai_stream.core.scheduler.framework.ordering import JobsByQueue
@@ -39,6 +39,8 @@ class _Preempt:
         pending = job.pending_tasks()
         queue = job.queue
         if not pending or queue is None:
+            return
+        if awaiting(ssn, job):
             return
         victims = self.victims(job)
         if not victims:

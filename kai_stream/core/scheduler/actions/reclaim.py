@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from kai_stream.core.scheduler.actions._common.fairness import over, queue_details, saturation, within
-from kai_stream.core.scheduler.actions._common.solver import SearchSpec, free_gpu, search
+from kai_stream.core.scheduler.actions._common.solver import SearchSpec, awaiting, free_gpu, search
 from kai_stream.core.scheduler.actions._common.victims import VictimLists, VictimUnit, victim_units
 from kai_stream.core.scheduler.framework.info import JobInfo, QueueInfo, TaskInfo
 from kai_stream.core.scheduler.framework.ordering import JobsByQueue
@@ -111,6 +111,8 @@ class _Reclaim:
         pending = job.pending_tasks()
         leaf = job.queue
         if not pending or leaf is None:
+            return
+        if awaiting(ssn, job):
             return
         request = ssn.job_request(job)
         if ssn.hooks.check_job(job, request) is not None:

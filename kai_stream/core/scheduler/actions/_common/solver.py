@@ -21,10 +21,10 @@ from dataclasses import dataclass, replace
 
 from kai_stream.core.scheduler.actions._common.victims import VictimUnit
 from kai_stream.core.scheduler.framework.info import GPU, PENDING, UNIT, JobInfo, NodeInfo, TaskInfo
-from kai_stream.core.scheduler.framework.session import Session
+from kai_stream.core.scheduler.framework.session import PendingInfo, Session
 from kai_stream.core.scheduler.framework.statement import Statement
 
-__all__ = ["SearchSpec", "free_gpu", "place_job", "search"]
+__all__ = ["SearchSpec", "awaiting", "free_gpu", "place_job", "search"]
 
 
 @dataclass
@@ -204,6 +204,23 @@ class _Search:
             return
         if not self.replay(kept) and not self.replay(taken):
             raise AssertionError("a victim set accepted once must be accepted again")
+
+
+def awaiting(session: Session, job: JobInfo) -> bool:
+    """True (and the job's pending pods say ``WaitingForReclaim``) while pods evicted for it in an earlier cycle
+    are still releasing: the job waits for them instead of evicting more."""
+    count = session.awaited.get(job.key, 0)
+    if not count:
+        return False
+    info = PendingInfo(
+        "WaitingForReclaim",
+        f"waiting for {count} evicted pod(s) to release their resources",
+        {},
+        {"releasing": str(count)},
+    )
+    for task in job.pending_tasks():
+        session.set_pending(task, info)
+    return True
 
 
 def search(session: Session, spec: SearchSpec) -> bool:

@@ -65,14 +65,30 @@ def node_capacity(lf: pl.LazyFrame) -> pl.LazyFrame:
     )
 
 
-def _part(lf: pl.LazyFrame, where: pl.Expr, rank: int, hold: pl.Expr, finish: pl.Expr) -> pl.LazyFrame:
-    return lf.filter(where).select(
+def _classified(frame: pl.LazyFrame) -> pl.LazyFrame:
+    kind = pl.col("type")
+    on_node = (kind == "PodObserved") & pl.col("node").is_not_null()
+    terminal = on_node & (
+        pl.col("value").str.contains('"phase":"Succeeded"', literal=True)
+        | pl.col("value").str.contains('"phase":"Failed"', literal=True)
+    )
+    rank = (
+        pl.when((kind == "PodObserved") & pl.col("node").is_null())
+        .then(0)
+        .when(kind == "PodBound")
+        .then(2)
+        .when(kind == "PodObserved")
+        .then(3)
+        .otherwise(4)
+        .cast(pl.Int8)
+    )
+    return frame.select(
         "uid",
         "ts",
         order=pl.col("partition").cast(pl.Int64) * (1 << 41) + pl.col("offset") * 2 + (pl.col("topic") != CLUSTER),
-        rank=pl.lit(rank, pl.Int8),
-        hold=hold.cast(pl.Int8),
-        finish=finish,
+        rank=rank,
+        hold=((kind == "PodBound") | (on_node & terminal.not_())).cast(pl.Int8),
+        finish=terminal | (kind == "PodRemoved"),
         node=pl.col("node"),
         gpu_milli=pl.col("gpu_milli"),
     )
@@ -80,29 +96,16 @@ def _part(lf: pl.LazyFrame, where: pl.Expr, rank: int, hold: pl.Expr, finish: pl
 
 def pod_rows(lf: pl.LazyFrame) -> pl.LazyFrame:
     """The rows that say what a pod holds, unsorted: pending observations (rank 0, hold 0), ``PodBound`` (2, hold
-    1), observations on a node (3, hold 1 unless Succeeded/Failed), releases (4, hold 0). From cluster-events,
-    plus outcomes found only on bind-results (not forwarded to cluster-events).
+    1), observations on a node (3, hold 1 unless Succeeded/Failed), releases (4, hold 0). From cluster-events
+    (one scan), plus outcomes found only on bind-results (not forwarded to cluster-events).
     """
     kind = pl.col("type")
-    events = lf.filter(pl.col("topic") == CLUSTER)
-    observed = kind == "PodObserved"
-    terminal = pl.col("value").str.contains('"phase":"Succeeded"', literal=True) | pl.col("value").str.contains(
-        '"phase":"Failed"', literal=True
-    )
     outcomes = ["PodBound", *RELEASE_TYPES]
+    events = lf.filter((pl.col("topic") == CLUSTER) & kind.is_in(["PodObserved", *outcomes]))
     only_results = lf.filter((pl.col("topic") == "bind-results") & kind.is_in(outcomes)).join(
-        events.filter(kind.is_in(outcomes)).select("id"), on="id", how="anti"
+        lf.filter((pl.col("topic") == CLUSTER) & kind.is_in(outcomes)).select("id"), on="id", how="anti"
     )
-    return pl.concat(
-        [
-            _part(events, observed & pl.col("node").is_null(), 0, pl.lit(0), pl.lit(False)),
-            _part(events, kind == "PodBound", 2, pl.lit(1), pl.lit(False)),
-            _part(events, observed & pl.col("node").is_not_null(), 3, pl.when(terminal).then(0).otherwise(1), terminal),
-            _part(events, kind.is_in(RELEASE_TYPES), 4, pl.lit(0), kind == "PodRemoved"),
-            _part(only_results, pl.lit(True), 2, (kind == "PodBound").cast(pl.Int8), kind == "PodRemoved"),
-        ],
-        how="vertical",
-    )
+    return pl.concat([_classified(events), _classified(only_results)], how="vertical")
 
 
 def runs(rows: pl.LazyFrame) -> pl.LazyFrame:

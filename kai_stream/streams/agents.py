@@ -52,6 +52,25 @@ if settings.fair_share_table:
     runtime.on_fair_share.append(_remember_fair_share)
 
 
+async def _commit(batch: list[EventT[Any]]) -> None:
+    """Commit the batch's offsets now that its decisions are on the broker.
+
+    Done here rather than by faust's periodic committer: faust commits the longest run of acknowledged offsets
+    and, after a restart with re-deliveries, that run can stop at a gap for good (seen on Tansu), which
+    would leave the group's offsets behind forever. faust's own bookkeeping is moved along so it never
+    commits an older offset over ours.
+    """
+    offsets: dict[TP, int] = {}
+    for event in batch:
+        tp = event.message.tp
+        offsets[tp] = max(offsets.get(tp, 0), event.message.offset + 1)
+    consumer: Any = app.consumer
+    if await consumer._commit(offsets):
+        for tp, offset in offsets.items():
+            if (consumer._committed_offset.get(tp) or -1) < offset:
+                consumer._committed_offset[tp] = offset
+
+
 def _record(event: EventT[Any]) -> InRecord:
     message = event.message
     return InRecord(message.partition, message.offset, message.key, message.value, int(message.timestamp * 1000))
@@ -70,6 +89,7 @@ async def schedule(stream: Any) -> AsyncIterator[None]:
             # state may hold decisions that never reached the topic: rebuild from the log on the next record
             runtime.forget(sorted(runtime.engines))
             raise
+        await _commit(batch)
         health.beat()
         yield None
 

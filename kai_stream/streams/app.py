@@ -4,18 +4,25 @@ Faust-streaming 0.15.3 runs on the embedded Tansu broker with two adjustments ma
 
 * the consumer's ``fetch_max_wait_ms`` (hard-coded to 1500 in faust) is lowered: Tansu does not answer a
   long-poll fetch early when data arrives, so the wait is the latency of every hop;
-* tables are caches only (``tables.py``): scheduler state is rebuilt from cluster-events on assignment
-  (``runtime.py``), because changelog recovery trusts end offsets, which Tansu reports wrongly.
+* table recovery reads the end of each changelog partition from a fetch's high-watermark instead of
+  ``end_offsets()`` (which Tansu answers wrongly, so recovery could wait forever or stop early); tables
+  are caches only anyway (``tables.py``): scheduler state is rebuilt from cluster-events on assignment
+  (``runtime.py``).
 """
 
 from __future__ import annotations
 
+import time
+from collections.abc import Mapping
 from typing import Any
 
 import faust
+from aiokafka import TopicPartition
 from faust.auth import SASLCredentials, SSLCredentials
 from faust.transport.drivers import aiokafka as faust_aiokafka
+from faust.types import TP
 
+from kai_stream.kafka import make_consumer
 from kai_stream.settings import KafkaSettings
 from kai_stream.streams.settings import ProcessorSettings
 from kai_stream.topics import TopicNames, load_specs
@@ -31,6 +38,21 @@ class _ConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
         consumer = super()._create_worker_consumer(transport)
         consumer._fetch_max_wait_ms = settings.fetch_max_wait_ms
         return consumer
+
+    async def _highwaters(self, partitions: list[TP]) -> Mapping[TP, int]:
+        """End offsets from fetch responses (what table recovery waits for), not ``end_offsets()``."""
+        probe = make_consumer(kafka, group_id=None, fetch_max_wait_ms=20)
+        await probe.start()
+        try:
+            tps = [TopicPartition(tp.topic, tp.partition) for tp in partitions]
+            probe.assign(tps)
+            await probe.seek_to_beginning(*tps)
+            deadline = time.monotonic() + 30.0
+            while any(probe.highwater(tp) is None for tp in tps) and time.monotonic() < deadline:
+                await probe.getmany(timeout_ms=100, max_records=1)
+            return {tp: probe.highwater(TopicPartition(tp.topic, tp.partition)) or 0 for tp in partitions}
+        finally:
+            await probe.stop()
 
 
 class _Consumer(faust_aiokafka.Consumer):

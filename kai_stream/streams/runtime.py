@@ -209,10 +209,10 @@ class SchedulerRuntime:
             if self._defer(partition, pools, backlog):
                 continue
             self._deferred.pop(partition, None)
-            self._last_cycle[partition] = time.monotonic()
             started = time.perf_counter()
             out = engine.cycle(pools)
             elapsed = time.perf_counter() - started
+            self._last_cycle[partition] = time.monotonic()
             for pool in pools:
                 CYCLE_DURATION.labels(pool=pool).observe(elapsed / max(len(pools), 1))
             for item in out:

@@ -9,7 +9,7 @@ faust scheduler processor (subprocess), binder. Prints:
 * the same-run baseline: raw aiokafka consume throughput on the same broker (records of the same size),
   and the ratio pipeline / raw (target >= 0.5).
 
-Usage: ``python benchmarks/bench_pipeline.py [--nodes 1000] [--pods 10000] [--rate 500]`` (rate in pods/s).
+Usage: ``python benchmarks/bench_pipeline.py [--nodes 1000] [--pods 10000] [--rate 100]`` (rate in pods/s).
 """
 
 from __future__ import annotations
@@ -164,7 +164,7 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", type=int, default=1000)
     parser.add_argument("--pods", type=int, default=10_000)
-    parser.add_argument("--rate", type=float, default=500.0, help="pods created per second (0: as fast as possible)")
+    parser.add_argument("--rate", type=float, default=100.0, help="pods created per second (0: as fast as possible)")
     parser.add_argument("--gpus", type=int, default=16, help="GPUs per node")
     args = parser.parse_args()
     asyncio.run(main(args.nodes, args.pods, args.rate, args.gpus))

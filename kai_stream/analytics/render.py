@@ -60,7 +60,7 @@ def print_summary(summary: Summary, console: Console | None = None) -> None:
     for name, justify in (
         ("queue", "left"),
         ("pods", "right"),
-        ("done", "right"),
+        ("jobs", "right"),
         ("alloc", "right"),
         ("fair share", "right"),
         ("deserved", "right"),
@@ -85,8 +85,8 @@ def print_summary(summary: Summary, console: Console | None = None) -> None:
             duration(d["p90"]),
             duration(d["p99"]),
             duration(q["jct_s"]["avg"]),
-            _evictions(q["evictions_suffered"]),
-            _evictions(q["evictions_caused"]),
+            str(sum(q["evictions_suffered"].values())),
+            str(sum(q["evictions_caused"].values())),
         )
     out.print(queues)
 

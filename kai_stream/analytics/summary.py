@@ -107,16 +107,17 @@ def _fair_shares(rows: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def _queue_quotas(rows: pl.DataFrame) -> dict[str, int]:
+def _queue_quotas(rows: pl.DataFrame) -> tuple[dict[str, int], set[str]]:
+    """Leaf queue -> GPU quota (milli), and the names of parent queues (they hold no jobs)."""
     if rows.height == 0:
-        return {}
+        return {}, set()
     frame = rows.select(
         queue=pl.col("value").str.json_path_match("$.queue.name"),
         quota=pl.col("value").str.json_path_match("$.queue.resources.gpu.quota").cast(pl.Int64),
         parent=pl.col("value").str.json_path_match("$.queue.parent"),
     )
     parents = set(frame["parent"].drop_nulls().to_list())
-    return {q: int(v) for q, v, _ in frame.iter_rows() if q not in parents}
+    return {q: int(v) for q, v, _ in frame.iter_rows() if q not in parents}, parents
 
 
 def _series(
@@ -225,7 +226,7 @@ def summarize(directory: str | Path, *, bins: int = 400) -> Summary:
     delays = pods_full.filter(pl.col("delay").is_not_null())
 
     shares = _fair_shares(shares_raw)
-    quotas = _queue_quotas(queue_rows)
+    quotas, parents = _queue_quotas(queue_rows)
     alloc_avg = _group_step_average(steps, "queue", "queue_alloc", start, end)
     fair_avg = _group_step_average(shares, "queue", "fair", start, end) if shares.height else {}
     deserved_avg = _group_step_average(shares, "queue", "deserved", start, end) if shares.height else {}
@@ -263,7 +264,9 @@ def summarize(directory: str | Path, *, bins: int = 400) -> Summary:
     pods_by = dict(pods_full.group_by("queue").len().iter_rows())
     done_by = dict(done.group_by("queue").len().iter_rows())
     empty = _quantiles(pl.Series([], dtype=pl.Float64))
-    queue_names = sorted(set(pods_by) | set(quotas) | set(shares["queue"].unique().to_list()))
+    queue_names = sorted((set(pods_by) | set(quotas) | set(shares["queue"].unique().to_list())) - parents)
+    if parents:
+        notes.append(f"parent queues (no jobs of their own, left out of the per-queue figures): {sorted(parents)}")
     queues: list[dict[str, Any]] = []
     for q in queue_names:
         deserved = deserved_avg.get(q)

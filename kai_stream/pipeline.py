@@ -208,6 +208,7 @@ class Pipeline:
         self._binder_stop: asyncio.Event | None = None
         self._processor: subprocess.Popen[bytes] | None = None
         self._binder: subprocess.Popen[bytes] | None = None
+        self._extra_processors: list[subprocess.Popen[bytes]] = []
         self._workdir = tempfile.TemporaryDirectory(prefix="kai-stream-pipeline-")
         self._processor_log: Any = None
 
@@ -242,6 +243,10 @@ class Pipeline:
         await self.stop_binder()
         await self._cancel("connector")
         self.stop_processor()
+        for extra in self._extra_processors:
+            if extra.poll() is None:
+                extra.terminate()
+                await asyncio.to_thread(extra.wait, 15)
         if self.tail is not None:
             await self.tail.stop()
         if self._api is not None:
@@ -327,6 +332,18 @@ class Pipeline:
             stdout=self._processor_log,
             stderr=subprocess.STDOUT,
         )
+
+    def add_processor(self) -> subprocess.Popen[bytes]:
+        """Another processor in the same consumer group (the group spreads the partitions over them)."""
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "kai_stream.streams"],
+            env=self.processor_env(),
+            stdin=subprocess.DEVNULL,
+            stdout=self._log_file(),
+            stderr=subprocess.STDOUT,
+        )
+        self._extra_processors.append(proc)
+        return proc
 
     def stop_processor(self, *, kill: bool = False) -> None:
         """Stop the processor (SIGTERM, or SIGKILL with ``kill``: a crash, nothing flushed or committed)."""

@@ -336,8 +336,14 @@ def _recorded_config(log: PoolLog) -> SchedulerConfig:
     return SchedulerConfig()
 
 
-def run_whatif(history: History, spec: WhatIfSpec, *, baseline: SchedulerConfig | None = None) -> WhatIfReport:
-    """Re-simulate every pool under the recorded config and under ``spec``; compare outcomes."""
+def run_whatif(
+    history: History, spec: WhatIfSpec, *, baseline: SchedulerConfig | None = None, tick_cycles: bool = False
+) -> WhatIfReport:
+    """Re-simulate every pool under the recorded config and under ``spec``; compare outcomes.
+
+    ``tick_cycles`` (off by default, for speed on long logs): also run a cycle after batches that only
+    advance time; see ``replay.engine.run_engine``.
+    """
     pools: dict[str, WhatIfPool] = {}
     base_hash = other_hash = ""
     for name, log in sorted(history.pools.items()):
@@ -347,8 +353,8 @@ def run_whatif(history: History, spec: WhatIfSpec, *, baseline: SchedulerConfig 
         base_config = baseline or _recorded_config(log)
         other_config = spec.config or base_config
         base_hash, other_hash = config_hash(base_config), config_hash(other_config)
-        before = run_engine(observed, base_config, pool=name)
-        after = run_engine(_override(observed, spec.queues), other_config, pool=name)
+        before = run_engine(observed, base_config, pool=name, tick_cycles=tick_cycles)
+        after = run_engine(_override(observed, spec.queues), other_config, pool=name, tick_cycles=tick_cycles)
         end = max(
             before.log.events[-1].ts if before.log.events else 0.0,
             after.log.events[-1].ts if after.log.events else 0.0,

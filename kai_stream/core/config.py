@@ -23,13 +23,15 @@ DEFAULT_PLUGINS: tuple[str, ...] = (
     "predicates",
     "gpusharing",
     "nodeorder",
+    "nomination",
     "proportion",
     "topology",
     "priority",
     "gang",
     "minruntime",
 )
-"""Plugin order is hook order: job order is priority, then gang (below minMember first), then age, then uid."""
+"""Plugin order is hook order: jobs already nominated (pipelined) by an earlier cycle first (queues too), then
+job order is priority, then gang (below minMember first), then age, then uid."""
 
 Strategy = Literal["binpack", "spread"]
 

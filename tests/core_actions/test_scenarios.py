@@ -25,6 +25,7 @@ T0 = datetime(2026, 1, 1, tzinfo=UTC).timestamp()
         "reclaim-smallest-set.yaml",
         "reclaim-gang-whole-or-nothing.yaml",
         "consolidation-budget.yaml",
+        "reclaim-within-department.yaml",
     ],
 )
 def test_scenario(name: str) -> None:

@@ -1,13 +1,14 @@
 """reclaim: a pending job takes resources from other queues that hold more than their share.
 
-Per pending job (queue order), when its queue — and every ancestor — stays within fair share with the job
-(a non-preemptible job: its leaf within deserved), victims are preemptible running jobs of other leaf queues
+Per pending job (queue order), when its leaf queue stays within fair share with the job (a non-preemptible
+job: within deserved), victims are preemptible running jobs of other leaf queues
 that the victim filters allow (min-runtime). Victim queues are visited in reverse queue order (ranked once
 per search: the queue that would be scheduled last first), each one's jobs in reverse job order, and a queue
 gives victims only while it is over its fair share — or over its deserved quota while the reclaimer stays
 within its own — on a resource the job requests. A victim set is accepted when the job's gang is placed and,
 at every level of the reclaimer's ancestry, the reclaimer side's saturation (allocated / fair share) is not
-above that of any sibling that lost resources.
+above that of any sibling that lost resources; a preemptible reclaimer's ancestors must also end within their
+fair share (net of victims inside them, so a leaf may reclaim from a sibling of its own department).
 
 A job whose queue is past its fair share gets the pending reason ``NotEnoughOverQuotaShare``. Once a search
 fails, jobs of the same shape in the same queue are not searched again in this action run (later reclaims only
@@ -75,6 +76,8 @@ class _Reclaim:
 
         def validate(taken: list[VictimUnit]) -> bool:
             losers = {q.name for u in taken if u.job.queue is not None for q in u.job.queue.ancestry()}
+            if reclaimer.preemptible and any(over(q, request, q.fair_share) for q in leaf.ancestry()[1:]):
+                return False
             for side in leaf.ancestry():
                 siblings = side.parent.children if side.parent is not None else self.ssn.roots
                 mine = saturation(side, request)
@@ -118,7 +121,7 @@ class _Reclaim:
         if ssn.hooks.check_job(job, request) is not None:
             return
         if job.preemptible:
-            fits = all(within(q, request, q.fair_share) for q in leaf.ancestry())
+            fits = within(leaf, request, leaf.fair_share)
             bound = "fair share"
         else:
             fits = within(leaf, request, leaf.quota)

@@ -25,6 +25,7 @@ def registry() -> dict[str, PluginBuilder]:
         gpusharing,
         minruntime,
         nodeorder,
+        nomination,
         predicates,
         priority,
         proportion,
@@ -40,4 +41,5 @@ def registry() -> dict[str, PluginBuilder]:
         "priority": priority.PriorityPlugin,
         "topology": topology.TopologyPlugin,
         "minruntime": minruntime.MinRuntimePlugin,
+        "nomination": nomination.NominationPlugin,
     }

@@ -81,7 +81,7 @@ class KubernetesConnector:
 
     async def run(self) -> None:
         """Run until cancelled; raises if the broker rejects a record or the API fails for good."""
-        self._producer = make_producer(self.kafka, linger_ms=2)
+        self._producer = make_producer(self.kafka, linger_ms=2, max_batch_size=1 << 20)
         await self._producer.start()
         try:
             partitions = await self._producer.partitions_for(self.topics.cluster_events)

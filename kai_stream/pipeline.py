@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -98,6 +99,16 @@ def pin_identity(objs: list[dict[str, Any]]) -> list[dict[str, Any]]:
         meta.setdefault("creationTimestamp", EPOCH)
         pinned.append({**obj, "metadata": meta})
     return pinned
+
+
+def _without_sigint(start: Callable[[], object]) -> None:
+    """Run ``start`` (which spawns processes) with SIGINT blocked in this thread, so the children inherit
+    the block: a Ctrl-C in the terminal reaches only us, and we stop them in order."""
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        start()
+    finally:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 
 
 class LogTail:
@@ -218,7 +229,7 @@ class Pipeline:
         opts = self.options
         if opts.bootstrap_servers is None:
             self.broker = EmbeddedBroker(memory=not opts.durable, data_dir=opts.data_dir)
-            await asyncio.to_thread(self.broker.start)
+            await asyncio.to_thread(_without_sigint, self.broker.start)
             servers = self.broker.bootstrap_servers
         else:
             servers = opts.bootstrap_servers
@@ -273,8 +284,12 @@ class Pipeline:
         task = self._tasks.pop(name, None)
         if task is not None:
             task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
+            try:
                 await task
+            except asyncio.CancelledError:
+                pass
+            except Exception as exc:  # it failed earlier; stopping goes on
+                log.warning("pipeline: %s had failed: %r", name, exc)
 
     def failed(self) -> str | None:
         """Why a component died, if one did."""
@@ -331,6 +346,7 @@ class Pipeline:
             stdin=subprocess.DEVNULL,
             stdout=self._processor_log,
             stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
 
     def add_processor(self) -> subprocess.Popen[bytes]:
@@ -341,6 +357,7 @@ class Pipeline:
             stdin=subprocess.DEVNULL,
             stdout=self._log_file(),
             stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
         self._extra_processors.append(proc)
         return proc
@@ -376,7 +393,7 @@ class Pipeline:
             ]
             self._binder = subprocess.Popen(
                 argv, env=self.processor_env(), stdin=subprocess.DEVNULL,
-                stdout=self._log_file(), stderr=subprocess.STDOUT,
+                stdout=self._log_file(), stderr=subprocess.STDOUT, start_new_session=True,
             )
             return
         self._binder_stop = asyncio.Event()

@@ -57,6 +57,8 @@ def make_consumer(
 ) -> AIOKafkaConsumer:
     """A manual-commit consumer that starts from the earliest record when the group has no offset.
 
+    Its fetch wait is ``settings.fetch_max_wait_ms`` (short by default: Tansu never answers a fetch early).
+
     With ``topics`` it subscribes (optionally with a rebalance ``listener``); without, assign partitions.
     """
     kwargs: dict[str, Any] = {
@@ -66,6 +68,7 @@ def make_consumer(
         "auto_offset_reset": "earliest",
         "session_timeout_ms": settings.session_timeout_ms,
         "heartbeat_interval_ms": settings.heartbeat_interval_ms,
+        "fetch_max_wait_ms": settings.fetch_max_wait_ms,
     }
     kwargs.update(overrides)
     consumer = AIOKafkaConsumer(**kwargs)

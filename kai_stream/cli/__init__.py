@@ -9,13 +9,24 @@ app = typer.Typer(no_args_is_help=True, add_completion=False, help="kai-stream: 
 
 def _register() -> None:
     """Import command modules explicitly, in a fixed order (no import-time discovery)."""
-    from kai_stream.cli import simulate  # noqa: F401
-    from kai_stream.cli import binder, broker, topics  # noqa: F401
-    from kai_stream.cli import cluster  # noqa: F401
-    from kai_stream.cli import gpu_agent  # noqa: F401
-    from kai_stream.cli import audit, explain, history, replay, tail  # noqa: F401
-    from kai_stream.cli import connector, processor, run  # noqa: F401
-    from kai_stream.cli import analyze, trace  # noqa: F401
+    from kai_stream.cli import (  # noqa: F401
+        analyze,
+        audit,
+        binder,
+        broker,
+        cluster,
+        connector,
+        explain,
+        gpu_agent,
+        history,
+        processor,
+        replay,
+        run,
+        simulate,
+        tail,
+        topics,
+        trace,
+    )
 
 
 def main() -> None:

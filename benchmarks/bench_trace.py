@@ -88,7 +88,9 @@ def bench_trace(window: str) -> None:
     base = cluster_events(ROOT / "examples" / "clusters" / "gpu256.yaml")
     base += auto_queue_events(base, trace.teams)
     with tempfile.TemporaryDirectory(prefix="bench-trace-") as tmp:
+        cpu = time.process_time()
         stats = simulate_trace(trace, base, SchedulerConfig(), Path(tmp) / "h")
+        sim_cpu = time.process_time() - cpu
         t = time.perf_counter()
         summary = summarize(Path(tmp) / "h")
         analyze_s = time.perf_counter() - t
@@ -100,7 +102,7 @@ def bench_trace(window: str) -> None:
     )
     print(
         f"  wall {stats.wall_s:.1f} s -> {stats.jobs / stats.wall_s:,.0f} simulated jobs/s "
-        f"({stats.simulated_s / 3600 / stats.wall_s:,.0f} simulated h/s)"
+        f"({stats.simulated_s / 3600 / stats.wall_s:,.0f} simulated h/s; {sim_cpu:.1f} CPU s)"
     )
     print(
         f"  cycles {stats.cycles:,} ({stats.cycle_wall_s:.1f} s in the core, "

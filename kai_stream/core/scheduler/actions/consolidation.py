@@ -35,24 +35,41 @@ class _Consolidation:
         self.ssn = session
         self._failed: dict[tuple[object, ...], int] = {}
         self._free: tuple[int, int] | None = None
-        hooks = session.hooks
-        movable = [
-            j
-            for j in session.jobs
-            if j.queue is not None and j.preemptible and any(t.status == RUNNING for t in j.tasks)
-        ]
-        by_job = sorted(movable, key=hooks.job_key, reverse=True)
-        rank = {j.key: i for i, j in enumerate(by_job)}
+        self._movable: list[JobInfo] | None = None
 
-        def emptiest(job: JobInfo) -> int:
-            return max((_node_free(t.node) for t in job.tasks if t.node is not None), default=0)
+    @property
+    def movable(self) -> list[JobInfo]:
+        """Candidate jobs, ordered as of the session when consolidation began: built on first need only (every
+        earlier ``try_job`` returned before searching, so nothing has moved), as it costs O(running pods)."""
+        if self._movable is None:
+            session = self.ssn
+            movable = [
+                j
+                for j in session.jobs
+                if j.queue is not None and j.preemptible and any(t.status == RUNNING for t in j.tasks)
+            ]
+            by_job = sorted(movable, key=session.hooks.job_key, reverse=True)
+            rank = {j.key: i for i, j in enumerate(by_job)}
+            node_free: dict[int, int] = {}
 
-        self.movable = sorted(by_job, key=lambda j: (-emptiest(j), rank[j.key]))
+            def free(node: NodeInfo) -> int:
+                value = node_free.get(node.idx)
+                if value is None:
+                    value = node_free[node.idx] = _node_free(node)
+                return value
+
+            def emptiest(job: JobInfo) -> int:
+                return max((free(t.node) for t in job.tasks if t.node is not None), default=0)
+
+            self._movable = sorted(by_job, key=lambda j: (-emptiest(j), rank[j.key]))
+        return self._movable
 
     def try_job(self, job: JobInfo) -> None:
         ssn = self.ssn
         pending = job.pending_tasks()
-        if not pending or job.queue is None or not job.preemptible or not self.movable:
+        if not pending or job.queue is None or not job.preemptible:
+            return
+        if ssn.awaited.get(job.key, 0) and not self.movable:
             return
         if awaiting(ssn, job):
             return
@@ -60,7 +77,7 @@ class _Consolidation:
         if self._free is None or self._free[0] != ssn.state_id:
             self._free = (ssn.state_id, free_gpu(ssn))
         pool_free = self._free[1]
-        if request[GPU] <= 0 or pool_free < request[GPU]:
+        if request[GPU] <= 0 or pool_free < request[GPU] or not self.movable:
             return
         shape = (tuple(t.shape for t in pending), job.min_member, job.queue.name, job.topology)
         if self._failed.get(shape) == ssn.state_id:

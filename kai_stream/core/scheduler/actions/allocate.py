@@ -111,7 +111,7 @@ def run(session: Session) -> None:
                 job.pending_tasks(),
                 PendingInfo("UnknownQueue", f"queue {job.queue_name!r} does not exist or is not a leaf", {}, {}),
             )
-    order = JobsByQueue(session, [j for j in session.jobs if j.queue is not None and j.pending_tasks()])
+    order = JobsByQueue(session, [j for j in session.pending_jobs if j.queue is not None and j.pending_tasks()])
     while (nxt := order.pop()) is not None:
         allocator.allocate_job(nxt)
         order.requeue(nxt)

@@ -116,7 +116,7 @@ def run(session: Session) -> None:
     if session.config.max_consolidation_preemptees <= 0:
         return
     consolidation = _Consolidation(session)
-    jobs = [j for j in session.jobs if j.queue is not None and j.preemptible and j.pending_tasks()]
+    jobs = [j for j in session.pending_jobs if j.queue is not None and j.preemptible and j.pending_tasks()]
     order = JobsByQueue(session, jobs)
     while (job := order.pop()) is not None:
         consolidation.try_job(job)

@@ -72,8 +72,10 @@ class _Preempt:
 
 
 def run(session: Session) -> None:
+    jobs = [j for j in session.pending_jobs if j.queue is not None and j.pending_tasks()]
+    if not jobs:
+        return
     preempt = _Preempt(session)
-    jobs = [j for j in session.jobs if j.queue is not None and j.pending_tasks()]
     order = JobsByQueue(session, jobs)
     while (job := order.pop()) is not None:
         preempt.try_job(job)

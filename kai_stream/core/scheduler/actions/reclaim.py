@@ -145,8 +145,10 @@ class _Reclaim:
 
 
 def run(session: Session) -> None:
+    jobs = [j for j in session.pending_jobs if j.queue is not None and j.pending_tasks()]
+    if not jobs:
+        return
     reclaim = _Reclaim(session)
-    jobs = [j for j in session.jobs if j.queue is not None and j.pending_tasks()]
     order = JobsByQueue(session, jobs)
     while (job := order.pop()) is not None:
         reclaim.try_job(job)

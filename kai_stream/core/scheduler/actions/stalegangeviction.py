@@ -20,6 +20,8 @@ def run(session: Session) -> None:
     now = session.ctx.ts
     grace = session.config.stale_gang_grace_s
     for job in session.jobs:
+        if job.min_member <= 1:
+            continue
         running = [t for t in job.tasks if t.status == RUNNING]
         if not running or job.succeeded or job.active_count() >= job.min_member:
             continue

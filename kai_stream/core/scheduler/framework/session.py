@@ -81,6 +81,10 @@ class Session:
     roots: list[QueueInfo]
     jobs: list[JobInfo]
     tasks: dict[str, TaskInfo]
+    pending_jobs: list[JobInfo]
+    """The jobs (in ``jobs`` order) with a pending task when the session opened. Only a task pending at open can
+    be pending later in the cycle (``unplace`` undoes a placement of one; evictions make tasks releasing), so
+    actions looking for pending work scan these instead of every job."""
     total: list[int]
     hooks: Hooks = field(default_factory=Hooks)
     index: NodeIndex = field(init=False)
@@ -384,6 +388,7 @@ def open_session(
     priority_classes = state.priority_classes
 
     succeeded: dict[str, int] = {}
+    with_pending: set[str] = set()
     for pod in sorted(state.pods.values(), key=lambda p: (p.created, p.namespace, p.name, p.uid)):
         if pod.phase in ("Succeeded", "Failed"):
             if pod.phase == "Succeeded":
@@ -478,6 +483,8 @@ def open_session(
         if node_name is not None:
             releasing = pod.terminating or pod.uid in state.evicting
             placed.append((task, node_by_name[node_name], indices, RELEASING if releasing else RUNNING))
+        else:
+            with_pending.add(job_key)
 
     ssn = Session(
         ctx=ctx,
@@ -488,13 +495,15 @@ def open_session(
         roots=roots,
         jobs=[],
         tasks=tasks,
+        pending_jobs=[],
         total=[max(0, t) for t in total],
         last_pending=state.last_pending,
         topologies={name: spec.levels for name, spec in sorted(state.topologies.items())},
     )
     for task, node, indices, status in placed:
         if indices:
-            gpus = tuple(g for g in indices if 0 <= g < node.gpu_count)
+            count = len(node.healthy)
+            gpus = tuple([g for g in indices if 0 <= g < count])
             portion = UNIT if task.gpu_whole else (task.gpu_frac or _memory_fraction(task, node))
         else:
             gpus, portion = _first_fit_gpus(node, task)
@@ -522,14 +531,18 @@ def open_session(
         if job.group_missing:
             job.min_member = len(job.tasks) + 1
         job.succeeded = succeeded.get(job.key, 0)
-        job.tasks.sort(key=lambda t: (t.created, t.name, t.uid))
+        if len(job.tasks) > 1:
+            job.tasks.sort(key=lambda t: (t.created, t.name, t.uid))
+        if job.key in with_pending:
+            ssn.pending_jobs.append(job)
         if job.queue is None:
             continue
         job.queue.jobs.append(job)
-        request = ssn.job_request(job)
-        for q in job.queue.ancestry():
-            for r in (GPU, CPU, MEM):
-                q.request[r] += request[r]
+        if job.key in with_pending:
+            request = ssn.job_request(job)
+            for q in job.queue.ancestry():
+                for r in (GPU, CPU, MEM):
+                    q.request[r] += request[r]
     ssn.jobs = job_list
     for node in nodes:
         node.free_whole = node.count_free_whole()

@@ -82,6 +82,7 @@ class SchedulerRuntime:
         self.max_cycle_delay_s = max_cycle_delay_s
         self._deferred: dict[int, set[str]] = defaultdict(set)
         self._last_cycle: dict[int, float] = {}
+        self._last_cost: dict[int, float] = {}
         self.on_decisions: list[Callable[[list[Outgoing]], None]] = []
         self.on_fair_share: list[Callable[[str, dict[str, dict[str, float]]], None]] = []
 
@@ -159,13 +160,16 @@ class SchedulerRuntime:
         return await self.send(self.names.dead_letter, 0, record.key or b"", letter)
 
     def _defer(self, partition: int, pools: set[str], backlog: Callable[[int, int], int] | None) -> bool:
-        """Under a backlog, fold more before deciding (at most ``max_cycle_delay_s`` since the last cycle)."""
+        """Under a backlog, fold more before deciding: for as long as the last cycle took (so at most about half
+        the time goes to cycles), never more than ``max_cycle_delay_s`` since the last cycle. A cheap cycle is not
+        deferred far, which keeps the decision latency near the cycle cost."""
         if backlog is None or self.max_cycle_delay_s <= 0:
             return False
         engine = self.engines[partition]
         now = time.monotonic()
         waited = now - self._last_cycle.setdefault(partition, now)
-        if backlog(partition, engine.offset) > 0 and waited < self.max_cycle_delay_s:
+        limit = min(self.max_cycle_delay_s, self._last_cost.get(partition, 0.0))
+        if waited < limit and backlog(partition, engine.offset) > 0:
             self._deferred[partition].update(pools)
             return True
         return False
@@ -176,8 +180,9 @@ class SchedulerRuntime:
         """Fold a batch, run the touched pools' cycles, publish; return what was published.
 
         ``backlog(partition, last_offset)`` says how many records of the partition are known to follow; while
-        there are, cycles wait for them (up to ``max_cycle_delay_s``), so a busy partition decides on bigger
-        batches. Which offsets get a cycle does not matter to replay: decisions record their input offset.
+        there are, cycles wait for them (as long as the last cycle took, up to ``max_cycle_delay_s``), so a busy
+        partition decides on bigger batches. Which offsets get a cycle does not matter to replay: decisions record
+        their input offset.
         """
         deliveries: list[Awaitable[Any]] = []
         touched: dict[int, set[str]] = defaultdict(set)
@@ -213,6 +218,7 @@ class SchedulerRuntime:
             out = engine.cycle(pools)
             elapsed = time.perf_counter() - started
             self._last_cycle[partition] = time.monotonic()
+            self._last_cost[partition] = elapsed
             for pool in pools:
                 CYCLE_DURATION.labels(pool=pool).observe(elapsed / max(len(pools), 1))
             for item in out:

@@ -10,7 +10,8 @@ class ProcessorSettings(BaseSettings):
 
     ``app_id`` is the faust app id and Kafka consumer group; ``topic_prefix`` isolates a deployment (or a
     test) on a shared broker; ``config_path`` is a scheduler config YAML (defaults when unset).
-    ``max_cycle_delay_s``: while more records are known to be waiting, a cycle waits for them up to this long.
+    ``max_cycle_delay_s``: while more records are known to be waiting, a cycle waits for them as long as the
+    previous cycle took, never longer than this.
     ``fetch_max_wait_ms``: Tansu answers a fetch only when its wait expires, so a short wait is the
     latency floor of every hop (faust hard-codes 1500 ms; the app overrides it).
     """

@@ -3,9 +3,18 @@
 Decision ids are ``stable_id(pool, str(input_offset), uid, type)``; the caller folds the returned decisions
 into its state with ``state.apply`` (a ``PodPending`` whose reason did not change since the last one folded
 is not emitted again). ``fair_shares`` reports the same fair shares the cycle uses.
+
+Python's cyclic garbage collector is paused while a cycle runs: the session allocates hundreds of thousands
+of small linked objects next to a much larger live ``ClusterState``, and the collections they trigger kept
+rescanning that state (about a third of a big cycle's CPU). The cycle's own garbage goes at the next
+collection after it. Decisions do not depend on it.
 """
 
 from __future__ import annotations
+
+import gc
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import kai_stream
 from kai_stream.core.config import SchedulerConfig
@@ -29,12 +38,24 @@ def run_cycle(
     code_version: str = kai_stream.__version__,
 ) -> list[Decision]:
     """Run the configured actions over a snapshot of ``pool`` and return their decisions, in order."""
-    session = open_session(state, config, pool=pool, input_offset=input_offset, code_version=code_version)
-    for name in config.actions:
-        action = ACTIONS.get(name)
-        if action is not None:
-            action(session)
-    return session.close()
+    with _gc_paused():
+        session = open_session(state, config, pool=pool, input_offset=input_offset, code_version=code_version)
+        for name in config.actions:
+            action = ACTIONS.get(name)
+            if action is not None:
+                action(session)
+        return session.close()
+
+
+@contextmanager
+def _gc_paused() -> Iterator[None]:
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def fair_shares(state: ClusterState, config: SchedulerConfig, pool: str) -> dict[str, dict[str, float]]:

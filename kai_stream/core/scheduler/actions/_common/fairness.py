@@ -10,12 +10,22 @@ INF = float("inf")
 
 def within(q: QueueInfo, request: list[int], bound: list[int]) -> bool:
     """allocated + request <= bound on every requested resource (a bound of -1 is unlimited)."""
-    return all(request[r] <= 0 or bound[r] == UNLIMITED or q.allocated[r] + request[r] <= bound[r] for r in range(3))
+    a = q.allocated
+    return not (
+        (request[0] > 0 and bound[0] != UNLIMITED and a[0] + request[0] > bound[0])
+        or (request[1] > 0 and bound[1] != UNLIMITED and a[1] + request[1] > bound[1])
+        or (request[2] > 0 and bound[2] != UNLIMITED and a[2] + request[2] > bound[2])
+    )
 
 
 def over(q: QueueInfo, request: list[int], bound: list[int]) -> bool:
     """allocated > bound on some resource the preemptor requests."""
-    return any(request[r] > 0 and bound[r] != UNLIMITED and q.allocated[r] > bound[r] for r in range(3))
+    a = q.allocated
+    return (
+        (request[0] > 0 and bound[0] != UNLIMITED and a[0] > bound[0])
+        or (request[1] > 0 and bound[1] != UNLIMITED and a[1] > bound[1])
+        or (request[2] > 0 and bound[2] != UNLIMITED and a[2] > bound[2])
+    )
 
 
 def saturation(q: QueueInfo, request: list[int]) -> float:

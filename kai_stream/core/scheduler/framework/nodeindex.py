@@ -43,6 +43,14 @@ def _eligible(node: NodeInfo) -> bool:
     return node.ready and not node.unschedulable
 
 
+def _gpu_free(node: NodeInfo, future: bool) -> list[int]:
+    """Per GPU: ``gpu_free_future`` (future) or ``gpu_free_now``, for every device of the node."""
+    columns = zip(node.gpu_used, node.gpu_rel, node.gpu_pipe, strict=True)
+    if future:
+        return [UNIT - used + rel - pipe for used, rel, pipe in columns]
+    return [UNIT - used - (pipe - rel if pipe > rel else 0) for used, rel, pipe in columns]
+
+
 def _memory_portion(task: TaskInfo, node: NodeInfo) -> int:
     if node.gpu_memory_mib <= 0:
         return UNIT + 1
@@ -246,17 +254,18 @@ class NodeIndex:
                 return None
         elif node.cpu_free_now() < task.cpu or node.mem_free_now() < task.mem:
             return None
-        free_of = node.gpu_free_future if future else node.gpu_free_now
         healthy = node.healthy
         if task.gpu_whole:
-            free = [g for g in range(len(healthy)) if healthy[g] and free_of(g) == UNIT]
+            frees = _gpu_free(node, future)
+            free = [g for g, (ok, f) in enumerate(zip(healthy, frees, strict=True)) if ok and f == UNIT]
             if len(free) < task.gpu_whole:
                 return None
             return Placement(node, tuple(free[: task.gpu_whole]), UNIT, pipelined=future)
         portion = task.gpu_frac or (_memory_portion(task, node) if task.gpu_mem_mib else 0)
         if portion == 0:
             return Placement(node, (), 0, pipelined=future)
-        fitting = [(free_of(g), g) for g in range(len(healthy)) if healthy[g] and free_of(g) >= portion]
+        frees = _gpu_free(node, future)
+        fitting = [(f, g) for g, (ok, f) in enumerate(zip(healthy, frees, strict=True)) if ok and f >= portion]
         if not fitting:
             return None
         spread = self.ssn.hooks.gpu_strategy == "spread"

@@ -133,14 +133,23 @@ class Session:
         queue = task.job.queue
         if queue is None:
             return
-        gpu = len(task.gpus) * task.gpu_portion
-        amounts = (gpu, task.cpu, task.mem)
-        for q in queue.ancestry():
+        gpu = sign * len(task.gpus) * task.gpu_portion
+        cpu = sign * task.cpu
+        mem = sign * task.mem
+        np = not task.job.preemptible
+        q: QueueInfo | None = queue
+        while q is not None:
             q.version += 1
-            for r in (GPU, CPU, MEM):
-                q.allocated[r] += sign * amounts[r]
-                if not task.job.preemptible:
-                    q.allocated_np[r] += sign * amounts[r]
+            alloc = q.allocated
+            alloc[GPU] += gpu
+            alloc[CPU] += cpu
+            alloc[MEM] += mem
+            if np:
+                alloc = q.allocated_np
+                alloc[GPU] += gpu
+                alloc[CPU] += cpu
+                alloc[MEM] += mem
+            q = q.parent
 
     def place(self, task: TaskInfo, node: NodeInfo, gpus: tuple[int, ...], portion: int, pipelined: bool) -> None:
         """Put a pending task on ``node`` (bound onto free capacity, or pipelined onto releasing capacity)."""

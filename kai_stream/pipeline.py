@@ -499,14 +499,87 @@ class Pipeline:
                 return
 
 
+    # ------------------------------------------------------------------ rounds (simulate --live)
+
+    def _signal_processor(self, sig: signal.Signals) -> None:
+        if self._processor is not None and self._processor.poll() is None:
+            self._processor.send_signal(sig)
+
+    async def _until_quiet(
+        self, group: str, topic: str, deadline: float, quiet_s: float, *, at_least: int = 0
+    ) -> None:
+        """Until ``group`` committed all of ``topic`` the tail has seen (at least ``at_least``) and nothing new
+        arrived for ``quiet_s``."""
+        assert self.tail is not None
+        while True:
+            reason = self.failed()
+            if reason is not None:
+                raise RuntimeError(f"pipeline component failed: {reason}")
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{group} did not settle on {topic}:\n{self.processor_output()}")
+            await asyncio.sleep(0.05)
+            end = self.tail_position(topic)
+            if end < at_least or time.monotonic() - self.tail.last_arrival < quiet_s:
+                continue
+            if await self.committed(group, topic) < end:
+                continue
+            if time.monotonic() - self.tail.last_arrival >= quiet_s and self.tail_position(topic) == end:
+                return
+
+    async def run_rounds(self, *, quiet_s: float = 0.3, timeout_s: float = 120.0) -> int:
+        """Drive the pipeline in rounds, the way the in-process simulate runs (``kai_stream/simulate.py``), and
+        return the number of rounds. The simulated API holds every write (``hold_writes``) before the binder
+        starts; then, per round: (1) the processor decides on the quiescent log (it has committed all of
+        cluster-events and nothing arrives) while the binder's calls wait; (2) the processor is paused
+        (SIGSTOP), the API lets writes through, and the binder's outcomes plus the connector's observations of
+        what it did land in cluster-events until everything is committed and quiet; then the pods a
+        consolidation moved are re-created (standing in for their workload controllers, as the in-process
+        simulate does); (3) writes are held again and the processor resumes, finding the whole reaction on the
+        log at once. A round that decides nothing ends the run. So each cycle sees exactly the state after the
+        previous round's reaction, whatever the timing of the binder's outcomes against the connector's watch
+        events.
+        """
+        assert self.tail is not None
+        deadline = time.monotonic() + timeout_s
+        decided = -1
+        rounds = 0
+        seen = 0
+        while True:
+            await self._until_quiet(
+                self.processor_app_id, self.names.cluster_events, deadline, quiet_s, at_least=1
+            )
+            end = self.tail_position(self.names.decisions)
+            if end == decided:
+                return rounds
+            decided = end
+            rounds += 1
+            self._signal_processor(signal.SIGSTOP)
+            try:
+                await asyncio.sleep(0.1)  # a fetch in flight when it stopped is answered before any write
+                self.cluster.release_writes()
+                await self._until_quiet(self.binder_group_id, self.names.decisions, deadline, quiet_s, at_least=end)
+                made = self.tail.all_decisions()
+                moved = [d.uid for d in made[seen:] if isinstance(d, EvictionRequested) and d.details.get("move_to")]
+                seen = len(made)
+                if any([self.cluster.controller.recreate(uid) is not None for uid in moved]):
+                    await self._until_quiet(
+                        self.binder_group_id, self.names.decisions, deadline, quiet_s, at_least=end
+                    )
+                self.cluster.hold_writes()
+            finally:
+                self._signal_processor(signal.SIGCONT)
+
+
 async def simulate_live(
     scenario: Path, config: SchedulerConfig, *, config_path: Path | None = None, timeout_s: float = 120.0
 ) -> SimulationResult:
-    """Run ``scenario`` through the real pipeline until quiescent; report it as ``simulate`` does.
+    """Run ``scenario`` through the real pipeline in rounds (``Pipeline.run_rounds``); report it as
+    ``simulate`` does.
 
     The scenario is played at one instant, like the in-process simulate: scenario time (event time 0),
     pinned identities, no ticks, durations not played out (the simulated kubelets' clock is stretched);
-    the processor starts once the connector has published the initial list.
+    the processor starts once the connector has published the initial list. Its consumer-group session is
+    long enough (6 s) to outlast the pauses of the rounds.
     """
     options = PipelineOptions(
         scenario=scenario,
@@ -517,8 +590,14 @@ async def simulate_live(
         scenario_time=True,
         pin_scenario_identity=True,
         topic_prefix=f"live-{os.getpid()}-{int(time.time() * 1000)}-",
+        processor_env={"KAI_STREAM_KAFKA_SESSION_TIMEOUT_MS": "6000", "KAI_STREAM_KAFKA_HEARTBEAT_INTERVAL_MS": "500"},
     )
-    async with Pipeline(options) as pipeline:
-        await pipeline.wait_quiescent(timeout_s=timeout_s)
+    pipeline = Pipeline(options)
+    pipeline.cluster.hold_writes()
+    async with pipeline:
+        try:
+            await pipeline.run_rounds(timeout_s=timeout_s)
+        finally:
+            pipeline.cluster.release_writes()  # nothing may wait on the API while the pipeline stops
         assert pipeline.tail is not None
         return pipeline.tail.result(config)

@@ -1,18 +1,39 @@
-"""In-process simulation: fold a scenario's events, run cycles, emulate the cluster's reaction, report.
+"""In-process simulation: a deterministic model of the live pipeline (``simulate --live``) on one scenario.
 
-The emulated cluster (kept simple so that the live pipeline can reproduce it exactly):
+The model keeps the cluster-events log the way the live partitions hold it and decides the way the processor
+does (``kai_stream/streams/engine.py``):
 
-* a cycle runs every pool (sorted by name) on the same state, at ``input_offset`` = the offset of the last
-  event folded, with ``ts`` = the latest event time; decisions are chained per pool (``prev_hash``);
-* after a cycle, its decisions are folded in order, then one outcome per decision, in the same order and
-  at the same ``ts``: ``BindRequested`` -> ``PodBound`` (the pod is Running on that node and GPUs),
-  ``EvictionRequested`` -> ``PodEvicted`` (the pod is gone and reported ``Evicted``); ``PodPipelined`` and
-  ``PodPending`` have no outcome;
-* a pod that a cycle both evicted and pipelined elsewhere (a consolidation move) is re-created pending under
-  the same name right after its ``PodEvicted`` and its ``PodPipelined`` nomination is folded again, as a
-  workload controller would restart it; the next cycle binds it on the nominated node;
-* it stops after the first cycle that decides nothing new (or after ``cycles`` cycles). Time does not
-  advance, so ``duration_s`` is not played out here.
+* the scenario's observed events come first; the log has ``partitions`` partitions (the cluster-events topic
+  spec), a pool's events go to ``partition_for(pool)``, cluster-wide ones (pool ``*``) to every partition,
+  and offsets count per partition as the broker's do;
+* a round runs, per pool (sorted), ``run_cycle`` with ``input_offset`` = the offset of the last event in that
+  pool's partition and ``ts`` = the latest event time, skipping a pool whose partition got nothing since its
+  last cycle; its decisions are chained after the pool's head hash and folded *without* an offset (they live
+  in the decisions topic, not in cluster-events);
+* then the cluster reacts, all of it before the next round (``simulate --live`` only lets the processor
+  decide once the binder and the connector are done, so rounds are the same on both sides): per decision, in
+  order, what the binder and the connector publish into cluster-events (``follow_ups``):
+  ``BindRequested`` -> ``PodBound`` then the pod observed on its node, ``Running``;
+  ``EvictionRequested`` -> ``PodEvicted`` then ``PodRemoved``, then, for a pod that comes back
+  (``recreated_after_eviction``), its replacement observed pending: same name, uid
+  ``stable_id("recreated", old uid)``; ``PodPending`` -> the pod observed again when the binder's
+  ``PodScheduled=False`` message for it changes, and its PodGroup observed when the group's
+  ``UnschedulableOnNodePool`` message changes (a bind that follows clears the group's mark: observed again);
+  ``PodPipelined`` -> nothing;
+* it stops after the first round that decides nothing (or after ``cycles`` rounds). Time does not advance,
+  so ``duration_s`` is not played out here.
+
+Evicted pods: a pod moved by consolidation (its eviction names ``move_to``; KAI only moves pods whose
+workload controller restarts them), or labelled ``kai.scheduler/recreate-on-evict: "true"``, comes back
+pending under the same name with a new uid and is scheduled again (not necessarily on the node it was moved
+to: the nomination belonged to the old pod); any other evicted pod (or one labelled ``"false"``) is gone for
+good. Live, the simulated cluster re-creates labelled pods (``connectors/simcluster/controller.py``) and
+``simulate --live`` stands in for the controllers of moved pods (``Pipeline.run_rounds``).
+
+JSON (``to_json``, the contract of architecture.md): every managed pod that exists at the end, with status
+``Running`` (bound, or a bind decided and not yet confirmed), ``Pipelined`` (nominated to a node that is
+still being freed) or ``Pending``; plus ``Evicted`` for a pod whose eviction was final (not re-created).
+Queues: fair share and allocation summed over pools. Decisions: every decision, rounds in order, pools sorted.
 
 Report units: GPU in devices (float), CPU in millicores, memory in MB (10^6 bytes).
 """
@@ -24,15 +45,19 @@ from typing import Any
 
 from kai_stream.core.config import SchedulerConfig
 from kai_stream.core.events import (
-    AnyEvent,
+    ALL_POOLS,
     BindRequested,
+    ClusterEvent,
     Decision,
     EvictionRequested,
     ObservedEvent,
     PodBound,
     PodEvicted,
+    PodGroupObserved,
     PodObserved,
-    PodPipelined,
+    PodPending,
+    PodRemoved,
+    PodSpec,
     chain,
     stable_id,
 )
@@ -40,8 +65,22 @@ from kai_stream.core.scheduler.cycle import run_cycle
 from kai_stream.core.scheduler.framework.info import CPU, GPU, MEM, UNIT
 from kai_stream.core.scheduler.framework.session import open_session
 from kai_stream.core.state import ClusterState, apply
+from kai_stream.kafka import partition_for
+from kai_stream.topics import load_specs
 
-__all__ = ["SimulationResult", "outcome_of", "pools_of", "simulate"]
+__all__ = [
+    "ClusterLog",
+    "EmulatedCluster",
+    "Marks",
+    "SimulationResult",
+    "cluster_events_partitions",
+    "follow_ups",
+    "outcome_of",
+    "pools_of",
+    "recreated_after_eviction",
+    "recreated_uid",
+    "simulate",
+]
 
 MB = 10**6
 
@@ -126,7 +165,7 @@ def pools_of(state: ClusterState) -> list[str]:
     return sorted(pools)
 
 
-def outcome_of(decision: Decision) -> AnyEvent | None:
+def outcome_of(decision: Decision) -> PodBound | PodEvicted | None:
     """The emulated cluster's answer to one decision (None when the decision needs no answer)."""
     if isinstance(decision, BindRequested):
         return PodBound(
@@ -153,50 +192,186 @@ def outcome_of(decision: Decision) -> AnyEvent | None:
     return None
 
 
-def _moves(decided: list[Decision], state: ClusterState) -> dict[str, tuple[PodObserved, PodPipelined]]:
-    """Pods a cycle moved (evicted and pipelined elsewhere, consolidation): the emulated controller re-creates
-    each one pending under the same name right after its eviction, and its nomination is folded again."""
-    evicted = {d.uid for d in decided if isinstance(d, EvictionRequested)}
-    out: dict[str, tuple[PodObserved, PodPipelined]] = {}
-    for d in decided:
-        pod = state.pods.get(d.uid)
-        if isinstance(d, PodPipelined) and d.uid in evicted and pod is not None:
-            again = pod.model_copy(update={"node_name": None, "gpu_indices": None, "phase": "Pending", "started": None})
-            observed = PodObserved(event_id=stable_id("PodRestarted", d.decision_id), ts=d.ts, pool=d.pool, pod=again)
-            out[d.uid] = (observed, d)
-    return out
+LABEL_RECREATE = "kai.scheduler/recreate-on-evict"
 
 
-def simulate(events: list[ObservedEvent], config: SchedulerConfig, *, cycles: int = 50) -> SimulationResult:
-    """Fold ``events``, then run cycles with the emulated cluster until nothing changes (see module doc)."""
-    state = ClusterState()
+def recreated_after_eviction(decision: EvictionRequested, labels: dict[str, str]) -> bool:
+    """Whether the evicted pod comes back pending (see module doc): a consolidation move (its controller
+    restarts it elsewhere), or a pod labelled ``kai.scheduler/recreate-on-evict: "true"``; never one
+    labelled ``"false"``."""
+    flag = labels.get(LABEL_RECREATE, "").strip().lower()
+    if flag in ("true", "false"):
+        return flag == "true"
+    return bool(decision.details.get("move_to"))
+
+
+def recreated_uid(uid: str) -> str:
+    """The uid of the pod a controller creates in place of the evicted pod ``uid``."""
+    return stable_id("recreated", uid)
+
+
+def _observed(pod: PodSpec, why: str, decision: Decision) -> PodObserved:
+    return PodObserved(event_id=stable_id(why, decision.decision_id), ts=decision.ts, pool=pod.pool, pod=pod)
+
+
+@dataclass
+class Marks:
+    """The ``PodScheduled=False`` messages the binder has put on pods (by uid) and the
+    ``UnschedulableOnNodePool`` messages on PodGroups (by (group key, pool)): a mark that changes nothing is
+    not written, so it is not observed either."""
+
+    pods: dict[str, str] = field(default_factory=dict)
+    groups: dict[tuple[str, str], str] = field(default_factory=dict)
+
+
+def _group_observed(state: ClusterState, pod: PodSpec, decision: Decision) -> list[ClusterEvent]:
+    group = state.pod_groups.get(f"{pod.namespace}/{pod.pod_group}") if pod.pod_group else None
+    if group is None:
+        return []
+    why = stable_id("PodGroupMarked", decision.decision_id)
+    return [PodGroupObserved(event_id=why, ts=decision.ts, pool=group.pool, pod_group=group)]
+
+
+def follow_ups(decision: Decision, state: ClusterState, marks: Marks | None = None) -> list[ClusterEvent]:
+    """What the binder and the connector put into cluster-events after ``decision`` is applied (module doc);
+    ``state`` is the state the decision was made on (before any of these events); ``marks`` what the binder
+    has marked so far (updated here)."""
+    marks = marks if marks is not None else Marks()
+    pod = state.pods.get(decision.uid)
+    if isinstance(decision, PodPending):
+        if pod is None or pod.node_name is not None:
+            return []
+        from kai_stream.binder.kube import pending_message  # the binder's own wording (heavy import: lazy)
+
+        message = pending_message(decision)
+        events: list[ClusterEvent] = []
+        if marks.pods.get(pod.uid) != message:
+            marks.pods[pod.uid] = message
+            events.append(_observed(pod, "PodMarked", decision))
+        group_key = (f"{pod.namespace}/{pod.pod_group}", decision.pool)
+        if pod.pod_group and marks.groups.get(group_key) != message:
+            marks.groups[group_key] = message
+            events.extend(_group_observed(state, pod, decision))
+        return events
+    outcome = outcome_of(decision)
+    if outcome is None:
+        return []
+    events = [outcome]
+    if isinstance(decision, BindRequested):
+        if pod is None or pod.node_name is not None:
+            return events
+        placed = {"node_name": decision.node, "gpu_indices": decision.gpu_indices or None}
+        events.append(_observed(pod.model_copy(update=placed), "PodBinding", decision))
+        running = {**placed, "phase": "Running", "started": pod.started if pod.started is not None else decision.ts}
+        events.append(_observed(pod.model_copy(update=running), "PodRunning", decision))
+        marks.pods.pop(pod.uid, None)
+        group_key = (f"{pod.namespace}/{pod.pod_group}", decision.pool)
+        if pod.pod_group and marks.groups.pop(group_key, None) is not None:
+            events.extend(_group_observed(state, pod, decision))
+        return events
+    if pod is None:
+        return events
+    removed = PodRemoved(
+        event_id=stable_id("PodRemoved", decision.decision_id),
+        ts=decision.ts,
+        pool=pod.pool,
+        namespace=pod.namespace,
+        name=pod.name,
+        uid=pod.uid,
+    )
+    events.append(removed)
+    marks.pods.pop(pod.uid, None)
+    if isinstance(decision, EvictionRequested) and recreated_after_eviction(decision, pod.labels):
+        again = {
+            "uid": recreated_uid(pod.uid),
+            "node_name": None,
+            "gpu_indices": None,
+            "phase": "Pending",
+            "started": None,
+            "terminating": False,
+        }
+        events.append(_observed(pod.model_copy(update=again), "PodRecreated", decision))
+    return events
+
+
+@dataclass
+class ClusterLog:
+    """Offsets of the cluster-events log, per partition, as the live broker would number them."""
+
+    partitions: int
+    last: dict[int, int] = field(default_factory=dict)
+
+    def append(self, event: ClusterEvent) -> None:
+        targets = range(self.partitions) if event.pool == ALL_POOLS else [partition_for(event.pool, self.partitions)]
+        for partition in targets:
+            self.last[partition] = self.last.get(partition, -1) + 1
+
+    def offset_of(self, pool: str) -> int:
+        """The offset of the last event in ``pool``'s partition (-1 when it is empty)."""
+        return self.last.get(partition_for(pool, self.partitions), -1)
+
+
+def cluster_events_partitions() -> int:
+    """Partitions of the cluster-events topic (its spec under topics/)."""
+    return next(spec.partitions for spec in load_specs() if spec.name == "cluster-events")
+
+
+@dataclass
+class EmulatedCluster:
+    """The cluster-events log as ``simulate`` models it (module doc): the state it folds to, per-partition
+    offsets, and the binder's marks. ``replay/simulated.py`` rebuilds a simulation's log with it."""
+
+    log: ClusterLog
+    state: ClusterState = field(default_factory=ClusterState)
+    marks: Marks = field(default_factory=Marks)
+
+    def observe(self, event: ClusterEvent) -> None:
+        """Append ``event`` to cluster-events and fold it."""
+        self.log.append(event)
+        apply(self.state, event, self.state.offset + 1)
+
+    def decide(self, decision: Decision) -> list[ClusterEvent]:
+        """Fold ``decision`` (no offset: it is not in cluster-events) and return the events it will cause."""
+        caused = follow_ups(decision, self.state, self.marks)
+        apply(self.state, decision)
+        return caused
+
+
+def simulate(
+    events: list[ObservedEvent], config: SchedulerConfig, *, cycles: int = 50, partitions: int | None = None
+) -> SimulationResult:
+    """Fold ``events``, then run rounds with the emulated cluster until nothing changes (see module doc)."""
+    cluster = EmulatedCluster(ClusterLog(partitions if partitions is not None else cluster_events_partitions()))
+    state = cluster.state
     for event in events:
-        apply(state, event, state.offset + 1)
+        cluster.observe(event)
     heads: dict[str, str] = {}
+    last_input: dict[str, int] = {}
     result = SimulationResult(state=state, config=config, decisions=[])
     for _ in range(cycles):
         decided: list[Decision] = []
-        offset = state.offset
+        reactions: list[ClusterEvent] = []
         for pool in pools_of(state):
+            offset = cluster.log.offset_of(pool)
+            if offset <= last_input.get(pool, -1):
+                continue
             made = run_cycle(state, config, pool=pool, input_offset=offset)
+            if not made:
+                continue
             linked, heads[pool] = chain(made, heads.get(pool, ""))
+            last_input[pool] = offset
+            for decision in linked:
+                if isinstance(decision, EvictionRequested):
+                    pod = state.pods.get(decision.uid)
+                    if pod is None or not recreated_after_eviction(decision, pod.labels):
+                        result.evicted[decision.uid] = (f"{decision.namespace}/{decision.name}", decision.queue)
+                reactions.extend(cluster.decide(decision))
             decided.extend(linked)
         result.cycles += 1
         if not decided:
             result.settled = True
             break
-        moves = _moves(decided, state)
-        for decision in decided:
-            apply(state, decision, state.offset + 1)
-        for decision in decided:
-            if isinstance(decision, EvictionRequested) and decision.uid not in moves:
-                result.evicted[decision.uid] = (f"{decision.namespace}/{decision.name}", decision.queue)
-            outcome = outcome_of(decision)
-            if outcome is not None:
-                apply(state, outcome, state.offset + 1)
-                if isinstance(outcome, PodEvicted) and decision.uid in moves:
-                    apply(state, moves[decision.uid][0], state.offset + 1)
-        for _, nomination in moves.values():
-            apply(state, nomination, state.offset + 1)
+        for reaction in reactions:
+            cluster.observe(reaction)
         result.decisions.extend(decided)
     return result

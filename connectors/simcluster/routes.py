@@ -16,6 +16,7 @@ import orjson
 from aiohttp import web
 
 from connectors.simcluster import patch, resources
+from connectors.simcluster.controller import WorkloadController
 from connectors.simcluster.errors import ApiError, conflict, not_found, status_body
 from connectors.simcluster.kubelet import SimKubelets
 from connectors.simcluster.records import Recorder
@@ -84,8 +85,11 @@ def parse_target(group: str, version: str, segments: list[str]) -> Target:
 
 class ApiRoutes:
     def __init__(self, store: Store, kubelets: SimKubelets, recorder: Recorder, *, bookmark_interval: float,
-                 watch_timeout: float) -> None:
+                 watch_timeout: float, controller: WorkloadController | None = None) -> None:
         self.store = store
+        self.controller = controller
+        self.writes = asyncio.Event()
+        self.writes.set()
         self.kubelets = kubelets
         self.recorder = recorder
         self.bookmark_interval = bookmark_interval
@@ -168,6 +172,8 @@ class ApiRoutes:
         if request.query.get("dryRun"):
             raise ApiError(400, "dryRun is not supported by the simulated cluster")
         method = request.method
+        if method != "GET":
+            await self.writes.wait()
         if t.name is None:
             if method == "GET":
                 if _flag(request.query.get("watch")):
@@ -404,6 +410,8 @@ class ApiRoutes:
             requested = options.get("gracePeriodSeconds")
             grace = self._grace(pod, None if requested is None else int(requested))
             if not pod["metadata"].get("deletionTimestamp"):
+                if self.controller is not None:
+                    self.controller.evicted(pod)
                 self.store.delete(pods, ns, name, grace_seconds=grace, preconditions=options.get("preconditions"))
         except ApiError as err:
             self.recorder.eviction(ns, name, err.code)

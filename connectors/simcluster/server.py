@@ -15,6 +15,7 @@ from typing import Any
 from aiohttp import web
 
 from connectors.simcluster import scenario
+from connectors.simcluster.controller import WorkloadController
 from connectors.simcluster.kubelet import SimKubelets
 from connectors.simcluster.records import BindingRecord, EvictionRecord, Recorder
 from connectors.simcluster.resources import ResourceType, by_kind, resolve
@@ -35,6 +36,7 @@ class SimCluster:
     watch_timeout: how long a watch without timeoutSeconds stays open.
     enforce_capacity: kubelets reject a pod that does not fit in its node's allocatable next to the pods
         running there (phase Failed, reason OutOf<resource>), as a real kubelet does.
+    Evicted pods that a controller owns come back pending (``controller.py``).
     freeze_gc: on start, move everything alive into the garbage collector's permanent generation
         (`gc.freeze()`, process-wide). Full collections then scan only what came later; without it, the
         imported modules alone make each one cost ~60-90 ms here, which shows up as watch-latency tails.
@@ -61,8 +63,9 @@ class SimCluster:
         self.recorder = Recorder()
         self.store.add_listener(self.recorder.on_change)
         self.store.add_listener(self._notify)
+        self.controller = WorkloadController(self.store)
         self.routes = ApiRoutes(self.store, self.kubelets, self.recorder, bookmark_interval=bookmark_interval,
-                                watch_timeout=watch_timeout)
+                                watch_timeout=watch_timeout, controller=self.controller)
         self._changed: asyncio.Event | None = None
         self._runner: web.AppRunner | None = None
         self.url: str | None = None
@@ -108,6 +111,14 @@ class SimCluster:
         await self.stop()
 
     # -- loading and direct access -----------------------------------------------------------------------
+    def hold_writes(self) -> None:
+        """Make every API write (any method but GET) wait until ``release_writes``: lets a caller decide
+        when clients' changes (a binder's bindings, evictions, status marks) may happen. Reads go on."""
+        self.routes.writes.clear()
+
+    def release_writes(self) -> None:
+        self.routes.writes.set()
+
     def load_objects(self, objs: Iterable[Obj]) -> list[Obj]:
         """Load manifests as a scenario does (kept uid/creationTimestamp; pods with a node start Running)."""
         return scenario.load(self.store, objs)

@@ -1,12 +1,11 @@
-"""`kai-stream simulate --live SCENARIO --json` against in-process `simulate`, for every bundled example: real
-Tansu broker over TCP, simulated cluster over HTTP, connector, faust processor, binder.
+"""`kai-stream simulate --live SCENARIO --json` equals in-process `simulate` on every bundled example, byte for
+byte: real Tansu broker over TCP, simulated cluster over HTTP, connector, faust processor, binder.
 
-Scenarios without evictions: the whole JSON is identical (pods, queues, every decision byte for byte).
-Scenarios with evictions: the first cycle's decisions are identical, and so are pods and queues apart from
-evicted pods; after an eviction the two emulations of the cluster differ (known gap, see the report):
-in-process simulate numbers decisions as log offsets and keeps an evicted pod for re-placement, while
-the live log holds the binder's PodEvicted plus the connector's PodRemoved and the simulated API deletes
-the pod (no controller re-creates it).
+The whole JSON is compared, with no special case per scenario: pods (status, queue, node, GPU indices), queue
+fair shares and allocations, and every decision with every field, including the log positions
+(``input_offset``, ``decision_id``) and the audit chain (``prev_hash``). That holds because the in-process
+simulate models the live cluster-events log (outcomes, the connector's observations, re-created pods) and the
+live run decides in rounds at quiescent points (``Pipeline.run_rounds``), as the in-process one does.
 
 The scenarios run concurrently (one CLI process each, each with its own broker) to keep the suite fast.
 """
@@ -21,6 +20,7 @@ from typing import Any
 import orjson
 
 from kai_stream.core.config import SchedulerConfig
+from kai_stream.core.events import EvictionRequested, decision_hash, loads_decision
 from kai_stream.core.manifests import load_scenario
 from kai_stream.simulate import simulate
 
@@ -34,33 +34,38 @@ async def _simulate(scenario: Path, *extra: str) -> dict[str, Any]:
         *CLI, "simulate", "--json", *extra, str(scenario),
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, cwd=ROOT,
     )
-    out, err = await asyncio.wait_for(proc.communicate(), 150)
+    out, err = await asyncio.wait_for(proc.communicate(), 200)
     assert proc.returncode == 0, f"{scenario.name} {extra}: exit {proc.returncode}\n{err.decode()[-3000:]}"
     result: dict[str, Any] = orjson.loads(out)
     return result
 
 
+def _chained(decisions: list[dict[str, Any]]) -> bool:
+    heads: dict[str, str] = {}
+    for raw in decisions:
+        decision = loads_decision(orjson.dumps(raw))
+        if decision.prev_hash != heads.get(decision.pool, ""):
+            return False
+        heads[decision.pool] = decision_hash(decision)
+    return True
+
+
 async def test_live_equals_in_process_for_every_example() -> None:
-    assert len(SCENARIOS) >= 2
+    assert len(SCENARIOS) >= 7
     live = await asyncio.gather(*(_simulate(path, "--live") for path in SCENARIOS))
-    exact = 0
+    evicting = 0
     for path, got in zip(SCENARIOS, live, strict=True):
-        in_process = simulate(load_scenario(path.read_text()), SchedulerConfig()).to_json()
-        expected: dict[str, Any] = orjson.loads(orjson.dumps(in_process, option=orjson.OPT_SORT_KEYS))
+        in_process = simulate(load_scenario(path.read_text()), SchedulerConfig())
+        expected: dict[str, Any] = orjson.loads(orjson.dumps(in_process.to_json(), option=orjson.OPT_SORT_KEYS))
         assert expected["decisions"], f"{path.name}: in-process simulate decided nothing"
-        evicted = {f"{d['namespace']}/{d['name']}" for d in expected["decisions"] if d["type"] == "EvictionRequested"}
-        if not evicted:
-            assert got == expected, f"{path.name}: live result differs from in-process simulate"
-            exact += 1
-            continue
-        first = expected["decisions"][0]["input_offset"]
-        assert [d for d in got["decisions"] if d["input_offset"] == first] == [
-            d for d in expected["decisions"] if d["input_offset"] == first
-        ], f"{path.name}: first cycle differs"
-        for key, pod in expected["pods"].items():
-            if key not in evicted:
-                assert got["pods"][key] == pod, f"{path.name}: {key}"
-    assert exact >= 2
+        assert _chained(expected["decisions"]), f"{path.name}: broken hash chain"
+        for part in ("pods", "queues", "decisions"):
+            assert got[part] == expected[part], f"{path.name}: live {part} differ from in-process simulate"
+        assert got == expected
+        if any(isinstance(d, EvictionRequested) for d in in_process.decisions):
+            assert len({d.input_offset for d in in_process.decisions}) >= 2, f"{path.name}: one round only"
+            evicting += 1
+    assert evicting >= 3, "the examples should include evicting scenarios (reclaim, preempt, consolidation)"
 
 
 async def test_live_rejects_a_missing_scenario() -> None:

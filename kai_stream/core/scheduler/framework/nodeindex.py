@@ -117,6 +117,19 @@ class NodeIndex:
         if self._is_releasing(node):
             self.releasing.add(node.idx)
 
+    @staticmethod
+    def release_keeps_entries(node: NodeInfo, gpus: tuple[int, ...]) -> bool:
+        """Whether changing only the released amounts on ``gpus`` leaves the node's bucket and partial entries
+        as they are (nothing pipelined onto those GPUs): then only ``refresh_releasing`` is needed."""
+        pipe = node.gpu_pipe
+        return all(pipe[g] == 0 for g in gpus)
+
+    def refresh_releasing(self, node: NodeInfo) -> None:
+        if self._is_releasing(node):
+            self.releasing.add(node.idx)
+        else:
+            self.releasing.discard(node.idx)
+
     # ------------------------------------------------------------------ predicates
 
     def static(self, task: TaskInfo, node: NodeInfo) -> str | None:

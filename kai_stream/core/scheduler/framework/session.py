@@ -195,12 +195,18 @@ class Session:
         node = task.node
         assert node is not None
         previous = task.status
-        self.index.remove(node)
+        index = self.index
+        placed_same = index.release_keeps_entries(node, task.gpus)
+        if not placed_same:
+            index.remove(node)
         for g in task.gpus:
             node.gpu_rel[g] += task.gpu_portion
         node.cpu_rel += task.cpu
         node.mem_rel += task.mem
-        self.index.add(node)
+        if placed_same:
+            index.refresh_releasing(node)
+        else:
+            index.add(node)
         self._charge(task, -1)
         task.status = RELEASING
         self.releasing_tasks.setdefault(node.name, []).append(task)
@@ -211,12 +217,18 @@ class Session:
         """Undo ``release``."""
         node = task.node
         assert node is not None
-        self.index.remove(node)
+        index = self.index
+        placed_same = index.release_keeps_entries(node, task.gpus)
+        if not placed_same:
+            index.remove(node)
         for g in task.gpus:
             node.gpu_rel[g] -= task.gpu_portion
         node.cpu_rel -= task.cpu
         node.mem_rel -= task.mem
-        self.index.add(node)
+        if placed_same:
+            index.refresh_releasing(node)
+        else:
+            index.add(node)
         self._charge(task, +1)
         task.status = previous
         self.releasing_tasks[node.name].remove(task)

@@ -338,15 +338,15 @@ class NodeIndex:
                 return "InsufficientGPUMemory"
             need = task.gpu_whole or 1
             if task.gpu_whole:
-                fits_healthy = node.free_whole
-                fits_any = sum(1 for u, p in zip(node.gpu_used, node.gpu_pipe, strict=True) if not u and not p)
+                if node.free_whole < need:
+                    fits_any = sum(1 for u, p in zip(node.gpu_used, node.gpu_pipe, strict=True) if not u and not p)
+                    return "UnhealthyGPU" if fits_any >= need else "InsufficientGPU"
             else:
                 portion = task.gpu_frac or _memory_portion(task, node)
-                free = [node.gpu_free_now(g) >= portion for g in range(len(node.healthy))]
+                free = [f >= portion for f in _gpu_free(node, False)]
                 fits_healthy = sum(1 for ok, f in zip(node.healthy, free, strict=True) if ok and f)
-                fits_any = sum(free)
-            if fits_healthy < need:
-                return "UnhealthyGPU" if fits_any >= need else "InsufficientGPU"
+                if fits_healthy < need:
+                    return "UnhealthyGPU" if sum(free) >= need else "InsufficientGPU"
         if node.cpu_free_now() < task.cpu:
             return "InsufficientCPU"
         if node.mem_free_now() < task.mem:

@@ -43,10 +43,16 @@ class Hooks:
     cpu_strategy: Strategy = "binpack"
 
     def job_key(self, job: JobInfo) -> SortKey:
-        return (*(k for fn in self.job_keys for k in fn(job)), job.created, job.uid)
+        key: SortKey = ()
+        for fn in self.job_keys:
+            key += fn(job)
+        return (*key, job.created, job.uid)
 
     def queue_key(self, queue: QueueInfo, job: JobInfo) -> SortKey:
-        return (*(k for fn in self.queue_keys for k in fn(queue, job)), queue.created, queue.uid, queue.name)
+        key: SortKey = ()
+        for fn in self.queue_keys:
+            key += fn(queue, job)
+        return (*key, queue.created, queue.uid, queue.name)
 
     def predicate(self, task: TaskInfo, node: NodeInfo) -> str | None:
         for _, fn in self.predicates:

@@ -269,6 +269,8 @@ class NodeIndex:
             return None
         healthy = node.healthy
         if task.gpu_whole:
+            if not future and node.free_whole < task.gpu_whole:
+                return None
             frees = _gpu_free(node, future)
             free = [g for g, (ok, f) in enumerate(zip(healthy, frees, strict=True)) if ok and f == UNIT]
             if len(free) < task.gpu_whole:

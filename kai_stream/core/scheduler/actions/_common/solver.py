@@ -48,9 +48,10 @@ def free_gpu(session: Session) -> int:
     for node in session.nodes:
         if node.ready and not node.unschedulable:
             total += node.free_whole * UNIT
-            for g in range(len(node.healthy)):
-                if node.healthy[g]:
-                    free = node.gpu_free_now(g)
+            columns = zip(node.healthy, node.gpu_used, node.gpu_rel, node.gpu_pipe, strict=True)
+            for ok, used, rel, pipe in columns:
+                if ok:
+                    free = UNIT - used - (pipe - rel if pipe > rel else 0)
                     if 0 < free < UNIT:
                         total += free
     return total

@@ -1,10 +1,11 @@
 """consolidation: move running preemptible jobs to other nodes so that a pending job fits; nothing is killed.
 
-Per pending preemptible job (queue order) that allocate could not place and whose GPU request the pool's free
-GPU covers in total (moving never frees capacity, it only gathers it), candidates are running preemptible jobs
-of any queue — first those on the nodes with the most free GPU (the cheapest to empty), then reverse job
-order. At most ``max_consolidation_preemptees`` jobs move. A set is accepted only when the pending job's gang is
-placed on the capacity being released and every moved pod is re-placed on free capacity.
+Per pending preemptible job (queue order) that allocate could not place and whose GPU request the pool's free GPU
+covers in total (moving never frees capacity, it only gathers it) and whose queue admits it as things stand (moved
+jobs keep their queue's allocation, so a job over its queue's limit stays refused), candidates are running
+preemptible jobs of any queue — first those on the nodes with the most free GPU (the cheapest to empty), then
+reverse job order. At most ``max_consolidation_preemptees`` jobs move. A set is accepted only when the pending
+job's gang is placed on the capacity being released and every moved pod is re-placed on free capacity.
 
 Decisions, since Kubernetes cannot re-bind a running pod: each moved pod gets ``EvictionRequested`` (details
 ``move_to`` / ``move_gpus``) followed by ``PodPipelined`` onto its new node — a nomination the next cycle honours
@@ -74,6 +75,8 @@ class _Consolidation:
         if awaiting(ssn, job):
             return
         request = ssn.job_request(job)
+        if ssn.hooks.check_job(job, request) is not None:
+            return
         if self._free is None or self._free[0] != ssn.state_id:
             self._free = (ssn.state_id, free_gpu(ssn))
         pool_free = self._free[1]

@@ -341,6 +341,8 @@ class NodeIndex:
             need = task.gpu_whole or 1
             if task.gpu_whole:
                 if node.free_whole < need:
+                    if False not in node.healthy:
+                        return "InsufficientGPU"
                     fits_any = sum(1 for u, p in zip(node.gpu_used, node.gpu_pipe, strict=True) if not u and not p)
                     return "UnhealthyGPU" if fits_any >= need else "InsufficientGPU"
             else:

@@ -16,10 +16,22 @@ from kai_stream.core.scheduler.framework.session import PendingInfo, Session
 NAME = "allocate"
 
 
-def _no_fit(predicates: dict[str, int], task: TaskInfo) -> PendingInfo:
+MAX_FAULTS_NAMED = 3
+
+
+def _faults(ssn: Session) -> str:
+    """The pool's unhealthy GPUs, node by node (at most ``MAX_FAULTS_NAMED``), for an "Unhealthy" reason."""
+    faults = [f"{node.name} {fault}" for node in ssn.nodes for fault in node.gpu_faults]
+    more = f"; and {len(faults) - MAX_FAULTS_NAMED} more" if len(faults) > MAX_FAULTS_NAMED else ""
+    return "; ".join(faults[:MAX_FAULTS_NAMED]) + more
+
+
+def _no_fit(predicates: dict[str, int], task: TaskInfo, ssn: Session) -> PendingInfo:
     code: PendingCode = "Unhealthy" if predicates.get("UnhealthyGPU") else "NoNodeFits"
     parts = ", ".join(f"{k}: {v}" for k, v in sorted(predicates.items()))
-    return PendingInfo(code, f"no node fits {task.key} ({parts or 'no nodes in pool'})", predicates, {})
+    reason = f"no node fits {task.key} ({parts or 'no nodes in pool'})"
+    faults = _faults(ssn) if code == "Unhealthy" else ""
+    return PendingInfo(code, f"{reason}; unhealthy GPUs: {faults}" if faults else reason, predicates, {})
 
 
 class _Allocator:
@@ -83,7 +95,7 @@ class _Allocator:
             placement = ssn.index.find(task)
             if placement is None:
                 if failure is None:
-                    failure = _no_fit(self.diagnose(task), task)
+                    failure = _no_fit(self.diagnose(task), task, ssn)
                 unplaced.append(task)
                 if active + placed + remaining < job.min_member:
                     break

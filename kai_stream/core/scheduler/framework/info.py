@@ -51,6 +51,8 @@ class NodeInfo:
     mem_rel: int = 0
     mem_pipe: int = 0
     free_whole: int = 0
+    gpu_faults: tuple[str, ...] = ()
+    """One line per unhealthy GPU ("GPU 0 (GPU-uuid): fatal XID 79"), in index order, for pending reasons."""
 
     @property
     def gpu_count(self) -> int:

@@ -328,9 +328,13 @@ def _node_info(state: ClusterState, spec_name: str, idx: int, classes: dict[obje
     spec = state.nodes[spec_name]
     count = spec.allocatable.gpu_milli // UNIT
     healthy = [True] * count
+    faults: dict[int, str] = {}
     for device in state.gpus.get(spec.name, ()):
         if 0 <= device.index < count:
             healthy[device.index] = device.healthy
+            if not device.healthy:
+                uuid = f" ({device.uuid})" if device.uuid else ""
+                faults[device.index] = f"GPU {device.index}{uuid}: {device.reason or 'unhealthy'}"
     gpu_memory = spec.gpu_memory_mib
     if not gpu_memory:
         known = [d.memory_mib for d in state.gpus.get(spec.name, ()) if d.memory_mib]
@@ -353,6 +357,7 @@ def _node_info(state: ClusterState, spec_name: str, idx: int, classes: dict[obje
         gpu_pipe=[0] * count,
         cpu_alloc=spec.allocatable.cpu_milli,
         mem_alloc=spec.allocatable.memory,
+        gpu_faults=tuple(faults[g] for g in sorted(faults)),
     )
 
 

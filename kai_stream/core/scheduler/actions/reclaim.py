@@ -35,6 +35,9 @@ class _Reclaim:
         self.pool_free = free_gpu(session)
         self.victims = VictimLists(session.hooks.job_key, lambda j: session.hooks.may_evict(NAME, j, j))
         self._gave_up: set[tuple[object, ...]] = set()
+        self._leaves = [q for q in session.queues.values() if not q.children and q.jobs]
+        self._spent: set[str] = set()
+        """Queues with no victim left (evictions committed by earlier searches of this run are final)."""
 
     def queue_path_key(self, q: QueueInfo, job: JobInfo) -> tuple[object, ...]:
         path = q.ancestry()
@@ -51,12 +54,15 @@ class _Reclaim:
 
         queues = self.ssn.queues
         pools: dict[str, tuple[list[JobInfo], int]] = {}
-        for q in queues.values():
-            if q is leaf or q.children or not q.jobs or not eligible(q):
+        spent = self._spent
+        for q in self._leaves:
+            if q is leaf or q.name in spent or not eligible(q):
                 continue
             jobs, start = self.victims.live(q)
             if start < len(jobs):
                 pools[q.name] = (jobs, start)
+            else:
+                spent.add(q.name)
         heads = {name: jobs[start] for name, (jobs, start) in pools.items()}
         ranked = sorted(pools, key=lambda name: (self.queue_path_key(queues[name], heads[name]), name))
         for name in reversed(ranked):

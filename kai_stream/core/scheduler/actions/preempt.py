@@ -42,11 +42,11 @@ class _Preempt:
             return
         if awaiting(ssn, job):
             return
-        victims = self.victims(job)
-        if not victims:
-            return
         shape = (tuple(t.shape for t in pending), job.min_member, queue.name, job.priority, job.topology)
         if shape in self._gave_up:
+            return
+        victims = self.victims(job)
+        if not victims:
             return
 
         def candidates() -> Iterator[VictimUnit]:

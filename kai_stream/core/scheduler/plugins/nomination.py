@@ -15,17 +15,26 @@ def nominated(job: JobInfo) -> bool:
     return any(t.prev_pipelined is not None and t.status == PENDING for t in job.tasks)
 
 
-def _job_key(job: JobInfo) -> SortKey:
-    return (0 if nominated(job) else 1,)
-
-
-def _queue_key(queue: QueueInfo, job: JobInfo) -> SortKey:
-    return (0 if nominated(job) else 1,)
+_FIRST: SortKey = (0,)
+_REST: SortKey = (1,)
 
 
 class NominationPlugin:
     name = "nomination"
 
+    def __init__(self) -> None:
+        self._with_nomination: set[str] = set()
+        """Jobs with a task nominated when the session opened (nominations are only read from the state)."""
+
     def on_session_open(self, session: Session) -> None:
-        session.hooks.job_keys.append(_job_key)
-        session.hooks.queue_keys.append(_queue_key)
+        self._with_nomination = {
+            job.key for job in session.jobs if any(t.prev_pipelined is not None for t in job.tasks)
+        }
+        session.hooks.job_keys.append(self._job_key)
+        session.hooks.queue_keys.append(self._queue_key)
+
+    def _job_key(self, job: JobInfo) -> SortKey:
+        return _FIRST if job.key in self._with_nomination and nominated(job) else _REST
+
+    def _queue_key(self, queue: QueueInfo, job: JobInfo) -> SortKey:
+        return _FIRST if job.key in self._with_nomination and nominated(job) else _REST

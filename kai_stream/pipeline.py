@@ -33,17 +33,21 @@ from kubernetes_asyncio import client
 from connectors.kubernetes import KubernetesConnector
 from connectors.simcluster import scenario as sim_scenario
 from connectors.simcluster.client import kube_client_config
+from connectors.simcluster.controller import recreated_uid
 from connectors.simcluster.server import SimCluster
 from kai_stream.binder.runner import run_binder
 from kai_stream.broker import EmbeddedBroker
 from kai_stream.core.config import SchedulerConfig
 from kai_stream.core.events import (
+    BindRequested,
     ClusterEvent,
     ConfigRecorded,
     Decision,
     DecisionsRecord,
     EvictionRequested,
     MalformedEvent,
+    PodObserved,
+    PodRemoved,
     loads_cluster_event,
     loads_decisions_record,
     stable_id,
@@ -212,6 +216,7 @@ class Pipeline:
         self.broker: EmbeddedBroker | None = None
         self.kafka: KafkaSettings | None = None
         self.cluster = SimCluster(time_scale=options.time_scale)
+        self.stop_settle_s = 1.0
         self.connector: KubernetesConnector | None = None
         self.tail: LogTail | None = None
         self._api: client.ApiClient | None = None
@@ -526,6 +531,43 @@ class Pipeline:
             if time.monotonic() - self.tail.last_arrival >= quiet_s and self.tail_position(topic) == end:
                 return
 
+    def _missing_reaction(self, decisions: list[Decision]) -> list[str]:
+        """What the connector has not yet published of the cluster's reaction to ``decisions``: a bound pod seen
+        Running on its node, an evicted pod removed, and its replacement (if its controller made one) seen."""
+        assert self.tail is not None
+        running: set[str] = set()
+        removed: set[str] = set()
+        observed: set[str] = set()
+        for events in self.tail.events.values():
+            for _, event in events:
+                if isinstance(event, PodObserved):
+                    observed.add(event.pod.uid)
+                    if event.pod.node_name is not None and event.pod.phase == "Running":
+                        running.add(event.pod.uid)
+                elif isinstance(event, PodRemoved):
+                    removed.add(event.uid)
+        live_uids = {str(p["metadata"].get("uid", "")) for p in self.cluster.objects("pods")}
+        missing: list[str] = []
+        for decision in decisions:
+            if isinstance(decision, BindRequested) and decision.uid not in running:
+                missing.append(f"{decision.namespace}/{decision.name} running")
+            elif isinstance(decision, EvictionRequested):
+                if decision.uid not in removed:
+                    missing.append(f"{decision.namespace}/{decision.name} removed")
+                replacement = recreated_uid(decision.uid)
+                if replacement in live_uids and replacement not in observed:
+                    missing.append(f"{decision.namespace}/{decision.name} re-created")
+        return missing
+
+    async def _until_reaction_observed(self, decisions: list[Decision], deadline: float, quiet_s: float) -> None:
+        """Until the connector published the whole reaction to a round's decisions, then quiet on cluster-events:
+        a quiet period alone is not proof under load (a watch event can lag the binder's commit)."""
+        while missing := self._missing_reaction(decisions):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the cluster's reaction was not observed: {', '.join(missing[:5])}")
+            await asyncio.sleep(0.05)
+        await self._until_quiet(self.binder_group_id, self.names.decisions, deadline, quiet_s)
+
     async def run_rounds(self, *, quiet_s: float = 0.3, timeout_s: float = 120.0) -> int:
         """Drive the pipeline in rounds, the way the in-process simulate runs (``kai_stream/simulate.py``), and
         return the number of rounds. The simulated API holds every write (``hold_writes``) before the binder
@@ -555,16 +597,22 @@ class Pipeline:
             rounds += 1
             self._signal_processor(signal.SIGSTOP)
             try:
-                await asyncio.sleep(0.1)  # a fetch in flight when it stopped is answered before any write
+                # A fetch the processor sent just before it stopped must be answered (empty) before any write,
+                # or it resumes on a partial reaction; under CPU contention the broker can take a while to get to it.
+                await asyncio.sleep(self.stop_settle_s)
                 self.cluster.release_writes()
                 await self._until_quiet(self.binder_group_id, self.names.decisions, deadline, quiet_s, at_least=end)
                 made = self.tail.all_decisions()
-                moved = [d.uid for d in made[seen:] if isinstance(d, EvictionRequested) and d.details.get("move_to")]
+                round_decisions = made[seen:]
+                moved = [
+                    d.uid for d in round_decisions if isinstance(d, EvictionRequested) and d.details.get("move_to")
+                ]
                 seen = len(made)
                 if any([self.cluster.controller.recreate(uid) is not None for uid in moved]):
                     await self._until_quiet(
                         self.binder_group_id, self.names.decisions, deadline, quiet_s, at_least=end
                     )
+                await self._until_reaction_observed(round_decisions, deadline, quiet_s)
                 self.cluster.hold_writes()
             finally:
                 self._signal_processor(signal.SIGCONT)

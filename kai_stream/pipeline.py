@@ -216,7 +216,7 @@ class Pipeline:
         self.broker: EmbeddedBroker | None = None
         self.kafka: KafkaSettings | None = None
         self.cluster = SimCluster(time_scale=options.time_scale)
-        self.stop_settle_s = 1.0
+        self.stop_settle_s = 1.5
         self.connector: KubernetesConnector | None = None
         self.tail: LogTail | None = None
         self._api: client.ApiClient | None = None

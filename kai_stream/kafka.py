@@ -142,18 +142,25 @@ async def read_to_end(consumer: AIOKafkaConsumer, *, timeout_s: float = 30.0) ->
     return out
 
 
+async def assign_from_start(consumer: AIOKafkaConsumer, topic: str) -> list[TopicPartition]:
+    """Assign every partition of ``topic`` to a started group-less consumer, at the beginning; LookupError if the
+    topic does not exist."""
+    await consumer.topics()
+    partitions = consumer.partitions_for_topic(topic)
+    if not partitions:
+        raise LookupError(f"topic {topic!r} does not exist")
+    tps = [TopicPartition(topic, p) for p in sorted(partitions)]
+    consumer.assign(tps)
+    await consumer.seek_to_beginning(*tps)
+    return tps
+
+
 async def read_topic(settings: KafkaSettings, topic: str, *, timeout_s: float = 30.0) -> list[Record]:
     """Every record currently in ``topic``, read without a consumer group (all partitions, from the start)."""
     consumer = make_consumer(settings, group_id=None)
     await consumer.start()
     try:
-        await consumer.topics()
-        partitions = consumer.partitions_for_topic(topic)
-        if not partitions:
-            raise LookupError(f"topic {topic!r} does not exist")
-        tps = [TopicPartition(topic, p) for p in sorted(partitions)]
-        consumer.assign(tps)
-        await consumer.seek_to_beginning(*tps)
+        await assign_from_start(consumer, topic)
         return await read_to_end(consumer, timeout_s=timeout_s)
     finally:
         await consumer.stop()

@@ -13,7 +13,7 @@ from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka import AIOKafkaConsumer
 from aiokafka.abc import ConsumerRebalanceListener
 
 from kai_stream.core.events import (
@@ -24,7 +24,7 @@ from kai_stream.core.events import (
     PodPending,
     PodPipelined,
 )
-from kai_stream.kafka import make_consumer
+from kai_stream.kafka import assign_from_start, make_consumer
 from kai_stream.settings import KafkaSettings
 from kai_stream.topics import TopicNames
 
@@ -68,13 +68,7 @@ async def high_watermarks(settings: KafkaSettings, topic: str, *, timeout_s: flo
     consumer = make_consumer(settings, group_id=None, max_partition_fetch_bytes=1024)
     await consumer.start()
     try:
-        await consumer.topics()
-        partitions = consumer.partitions_for_topic(topic)
-        if not partitions:
-            raise LookupError(f"topic {topic!r} does not exist")
-        tps = [TopicPartition(topic, p) for p in sorted(partitions)]
-        consumer.assign(tps)
-        await consumer.seek_to_beginning(*tps)
+        tps = await assign_from_start(consumer, topic)
         ends: dict[int, int] = {}
         waited = 0.0
         while len(ends) < len(tps):

@@ -1,21 +1,36 @@
-"""End-to-end pipeline latency and throughput: 1,000 nodes, 10,000 pods created through the API at a steady rate.
+"""End-to-end pipeline latency and capacity: 1,000 nodes, 10,000 pods created through the API at a steady rate,
+then a burst backlog of more pods of the same size.
 
 Everything real: embedded Tansu broker (TCP), simulated Kubernetes API (HTTP), Kubernetes connector,
-faust scheduler processor (subprocess), binder. Prints:
+faust scheduler processor (subprocess), binder. Two phases on one pipeline:
 
-* pod-created -> binding-POST latency p50 / p99 (server-side clock of the simulated API: when the pod was
-  stored, when its binding POST arrived) — targets p50 <= 50 ms, p99 <= 250 ms;
-* pipeline throughput: cluster-events records per second from the first pod created to the last binding;
-* the same-run baseline: raw aiokafka consume throughput on the same broker (records of the same size),
-  and the ratio pipeline / raw (target >= 0.5).
+1. **Steady rate (latency)**: ``--pods`` one-GPU pods created at ``--rate`` pods/s. Prints pod-created ->
+   binding-POST latency p50 / p99 (server-side clock of the simulated API: when the pod was stored, when its
+   binding POST arrived; targets p50 <= 50 ms, p99 <= 250 ms) and where the time went, per stage: API ->
+   cluster-events record (connector), -> BindRequested record (processor), -> binding POST (binder), from
+   the records' producer timestamps. The events/s of this phase is only the creation rate (4 cluster-events
+   per pod: created, bound outcome, observed bound, observed Running), so it is printed but is not a capacity.
+2. **Burst (capacity)**: the processor is paused (SIGSTOP; its group session is long enough to survive it),
+   ``--burst`` more one-GPU pods are created as fast as the API takes them, the connector publishes them, and
+   once they are all on cluster-events the processor is resumed. Measured from the resume to the last burst
+   pod's BindRequested on the decisions topic (its producer timestamp): the cluster-events records the
+   processor folded in that window (from its position at the resume through the ``input_offset`` of that last
+   decision, so feedback records that arrived meanwhile count only when folded) per second — every one
+   decoded, folded, scheduled in cycles, and the cycles' decisions published and acknowledged by the broker.
+   Also printed: the time until the binder POSTed the last burst binding.
+   Baseline, same broker, same run: a plain aiokafka consumer (no group, no decoding) reading this run's whole
+   cluster-events topic (the same records, burst included) from the beginning; ratio = burst records/s /
+   raw records/s (target >= 0.5).
 
-Usage: ``python benchmarks/bench_pipeline.py [--nodes 1000] [--pods 10000] [--rate 100]`` (rate in pods/s).
+Usage: ``python benchmarks/bench_pipeline.py [--nodes 1000] [--pods 10000] [--rate 100] [--burst 5000]``.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
+import signal
 import statistics
 import tempfile
 import time
@@ -23,13 +38,18 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from aiokafka import TopicPartition
 from kubernetes_asyncio import client
 
 from connectors.simcluster.client import api_client
-from kai_stream.kafka import make_consumer, make_producer, read_topic
+from kai_stream.core.events import (
+    BindRequested,
+    MalformedEvent,
+    PodObserved,
+    loads_cluster_event,
+    loads_decisions_record,
+)
+from kai_stream.kafka import Record, assign_from_start, make_consumer, read_topic
 from kai_stream.pipeline import Pipeline, PipelineOptions
-from kai_stream.topics import create_topics, load_specs
 
 UNLIMITED = {"quota": -1, "overQuotaWeight": 1, "limit": -1}
 ONE_GPU = {"nvidia.com/gpu": "1", "cpu": "1"}
@@ -69,8 +89,9 @@ def pod(i: int) -> dict[str, Any]:
     }
 
 
-async def create_pods(url: str, count: int, rate: float) -> float:
-    """Create ``count`` pods, one every 1/rate s (as fast as possible when rate <= 0); return the start time."""
+async def create_pods(url: str, first: int, count: int, rate: float) -> float:
+    """Create pods ``first..first+count-1``, one every 1/rate s (as fast as the API takes them when rate <= 0);
+    return the start time (perf_counter)."""
     async with api_client(url) as api:
         core = client.CoreV1Api(api)
         slots = asyncio.Semaphore(64)
@@ -78,43 +99,73 @@ async def create_pods(url: str, count: int, rate: float) -> float:
 
         async def one(i: int) -> None:
             async with slots:
-                await core.create_namespaced_pod("bench", pod(i))
+                await core.create_namespaced_pod("bench", pod(i), _preload_content=False)
 
         tasks = []
-        for i in range(count):
+        for n in range(count):
             if rate > 0:
-                delay = started + i / rate - time.perf_counter()
+                delay = started + n / rate - time.perf_counter()
                 if delay > 0:
                     await asyncio.sleep(delay)
-            tasks.append(asyncio.create_task(one(i)))
+            tasks.append(asyncio.create_task(one(first + n)))
         await asyncio.gather(*tasks)
         return started
 
 
-async def raw_consume(bootstrap: str, records: int, size: int) -> float:
-    """Baseline: produce ``records`` of ``size`` bytes to a fresh 8-partition topic, time a plain consume."""
-    from kai_stream.settings import KafkaSettings
+def quantiles(values: list[float]) -> tuple[float, float]:
+    ordered = sorted(values)
+    return statistics.median(ordered), ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
 
-    kafka = KafkaSettings(bootstrap_servers=bootstrap)
-    topic = f"bench-raw-{int(time.time())}"
-    spec = next(s for s in load_specs() if s.name == "cluster-events")
-    await create_topics(kafka, [spec.model_copy(update={"name": topic})])
-    producer = make_producer(kafka, linger_ms=5)
-    await producer.start()
-    payload = b"x" * size
-    try:
-        for start in range(0, records, 1000):
-            chunk = range(start, min(records, start + 1000))
-            futures = [await producer.send(topic, payload, partition=i % 8) for i in chunk]
-            await asyncio.gather(*futures)
-    finally:
-        await producer.stop()
-    consumer = make_consumer(kafka, group_id=None, max_poll_records=10_000)
+
+async def read_records(pipeline: Pipeline, topic: str) -> list[Record]:
+    assert pipeline.kafka is not None
+    return await read_topic(pipeline.kafka, topic, timeout_s=120)
+
+
+def first_observed(records: list[Record]) -> dict[str, tuple[float, int, int]]:
+    """Pod name -> (producer time s, partition, offset) of its first cluster-events record."""
+    seen: dict[str, tuple[float, int, int]] = {}
+    for record in records:
+        try:
+            event = loads_cluster_event(record.value or b"")
+        except MalformedEvent:
+            continue
+        if isinstance(event, PodObserved) and event.pod.name not in seen:
+            seen[event.pod.name] = (record.timestamp / 1000, record.partition, record.offset)
+    return seen
+
+
+def bind_requests(records: list[Record]) -> dict[str, tuple[float, BindRequested]]:
+    """Pod name -> (producer time s, decision) of its first BindRequested."""
+    out: dict[str, tuple[float, BindRequested]] = {}
+    for record in records:
+        try:
+            decision = loads_decisions_record(record.value or b"")
+        except MalformedEvent:
+            continue
+        if isinstance(decision, BindRequested) and decision.name not in out:
+            out[decision.name] = (record.timestamp / 1000, decision)
+    return out
+
+
+async def wait_bound(pipeline: Pipeline, count: int, timeout_s: float = 600) -> None:
+    deadline = time.monotonic() + timeout_s
+    while pipeline.cluster.binding_count < count:
+        failure = pipeline.failed()
+        if failure:
+            raise RuntimeError(failure)
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"only {pipeline.cluster.binding_count}/{count} pods bound in {timeout_s}s")
+        await asyncio.sleep(0.05)
+
+
+async def raw_consume(pipeline: Pipeline, topic: str, records: int) -> float:
+    """Baseline: a plain group-less aiokafka consumer reads ``records`` of ``topic`` from the start; records/s."""
+    assert pipeline.kafka is not None
+    consumer = make_consumer(pipeline.kafka, group_id=None, max_poll_records=10_000)
     await consumer.start()
     try:
-        tps = [TopicPartition(topic, p) for p in range(8)]
-        consumer.assign(tps)
-        await consumer.seek_to_beginning(*tps)
+        await assign_from_start(consumer, topic)
         seen = 0
         started = time.perf_counter()
         while seen < records:
@@ -125,39 +176,105 @@ async def raw_consume(bootstrap: str, records: int, size: int) -> float:
         await consumer.stop()
 
 
-async def main(nodes: int, pods: int, rate: float, gpus: int) -> None:
+async def steady_phase(pipeline: Pipeline, pods: int, rate: float) -> None:
+    assert pipeline.cluster.url is not None
+    print(f"steady: creating {pods} pods at {rate or 'max'} pods/s ...", flush=True)
+    before = sum(1 for _ in await read_records(pipeline, pipeline.names.cluster_events))
+    started = await create_pods(pipeline.cluster.url, 0, pods, rate)
+    created_s = time.perf_counter() - started
+    await wait_bound(pipeline, pods)
+    bindings = [b for b in pipeline.cluster.bindings if b.latency is not None]
+    elapsed = max(b.at for b in bindings) - started
+    events = await read_records(pipeline, pipeline.names.cluster_events)
+    observed = first_observed(events)
+    decided = bind_requests(await read_records(pipeline, pipeline.names.decisions))
+    p50, p99 = quantiles([b.latency * 1000 for b in bindings if b.latency is not None])
+    stages: dict[str, list[float]] = {"connector": [], "processor": [], "binder": []}
+    for b in bindings:
+        assert b.latency is not None
+        created = b.wall - b.latency
+        if b.name in observed and b.name in decided:
+            seen_at, decided_at = observed[b.name][0], decided[b.name][0]
+            stages["connector"].append((seen_at - created) * 1000)
+            stages["processor"].append((decided_at - seen_at) * 1000)
+            stages["binder"].append((b.wall - decided_at) * 1000)
+    print(f"pods created in {created_s:.1f}s; bound {len(bindings)}/{pods} in {elapsed:.1f}s")
+    print(f"latency pod-created -> binding POST: p50 {p50:.1f} ms, p99 {p99:.1f} ms (targets 50 / 250 ms)")
+    for name, values in stages.items():
+        if values:
+            s50, s99 = quantiles(values)
+            print(f"  stage {name:9s}: p50 {s50:7.1f} ms, p99 {s99:7.1f} ms")
+    print(f"  (creation-rate bound: {len(events) - before} cluster-events in {elapsed:.1f}s = "
+          f"{(len(events) - before) / elapsed:,.0f} events/s, {len(bindings) / elapsed:,.0f} pods bound/s)")
+
+
+async def burst_phase(pipeline: Pipeline, first: int, pods: int) -> tuple[float, int]:
+    """Returns (records/s folded + scheduled + published from the resume, records in the topic)."""
+    assert pipeline.cluster.url is not None and pipeline.connector is not None
+    print(f"burst: processor paused, creating {pods} pods as fast as the API takes them ...", flush=True)
+    bound_before = pipeline.cluster.binding_count
+    await asyncio.sleep(1.0)  # the processor finished its last batch (a pause mid-batch is harmless, only slower)
+    pipeline.signal_processor(signal.SIGSTOP)
+    try:
+        published_before = pipeline.connector.published
+        started = await create_pods(pipeline.cluster.url, first, pods, 0)
+        created_s = time.perf_counter() - started
+        while pipeline.connector.published - published_before < pods:
+            await asyncio.sleep(0.05)
+        await pipeline.connector.flush()
+        backlog_end = {r.partition: r.offset for r in await read_records(pipeline, pipeline.names.cluster_events)}
+        positions = await pipeline.committed_by_partition(pipeline.processor_app_id, pipeline.names.cluster_events)
+        print(f"  {pods} pods created in {created_s:.1f}s; backlog "
+              f"{sum(backlog_end[p] + 1 - positions.get(p, 0) for p in backlog_end)} cluster-events records")
+        resumed = time.time()
+    finally:
+        pipeline.signal_processor(signal.SIGCONT)
+    resumed_perf = time.perf_counter()
+    await wait_bound(pipeline, bound_before + pods)
+    all_bound_s = max(b.at for b in pipeline.cluster.bindings) - resumed_perf
+    names = {pod(i)["metadata"]["name"] for i in range(first, first + pods)}
+    decided = {n: d for n, d in bind_requests(await read_records(pipeline, pipeline.names.decisions)).items()
+               if n in names}
+    last_at = max(at for at, _ in decided.values())
+    last_input: dict[int, int] = {}
+    events = await read_records(pipeline, pipeline.names.cluster_events)
+    observed = first_observed(events)
+    for n, (_, decision) in decided.items():
+        partition = observed[n][1]
+        last_input[partition] = max(last_input.get(partition, -1), decision.input_offset)
+    folded = sum(last_input[p] + 1 - positions.get(p, 0) for p in last_input)
+    window = last_at - resumed
+    rate = folded / window
+    print(f"  processor: {folded} cluster-events records folded, scheduled and their decisions published in "
+          f"{window:.2f}s = {rate:,.0f} records/s; last burst binding POST {all_bound_s:.2f}s after the resume")
+    return rate, len(events)
+
+
+async def main(nodes: int, pods: int, rate: float, gpus: int, burst: int) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         scenario = Path(tmp) / "cluster.yaml"
         scenario.write_text(cluster_yaml(nodes, gpus))
-        options = PipelineOptions(scenario=scenario, tick_interval_s=1.0, tail=False)
+        options = PipelineOptions(
+            scenario=scenario,
+            tick_interval_s=1.0,
+            tail=False,
+            # long enough for the burst phase's pause; Tansu holds the first join for half of it
+            processor_env={
+                "KAI_STREAM_KAFKA_SESSION_TIMEOUT_MS": "30000",
+                "KAI_STREAM_KAFKA_HEARTBEAT_INTERVAL_MS": "1000",
+            },
+        )
         async with Pipeline(options) as pipeline:
-            assert pipeline.cluster.url is not None and pipeline.kafka is not None
-            await asyncio.sleep(6.0)  # processor up and caught up with the initial list
-            before = len(await read_topic(pipeline.kafka, pipeline.names.cluster_events))
-            print(f"{nodes} nodes x {gpus} GPUs, creating {pods} pods at {rate or 'max'} pods/s ...", flush=True)
-            started = await create_pods(pipeline.cluster.url, pods, rate)
-            created_s = time.perf_counter() - started
-            deadline = time.monotonic() + 300
-            while pipeline.cluster.binding_count < pods and time.monotonic() < deadline:
-                failure = pipeline.failed()
-                if failure:
-                    raise RuntimeError(failure)
-                await asyncio.sleep(0.2)
-            bindings = [b for b in pipeline.cluster.bindings if b.latency is not None]
-            end = max(b.at for b in bindings)
-            elapsed = end - started
-            events = len(await read_topic(pipeline.kafka, pipeline.names.cluster_events)) - before
-            latencies = sorted(b.latency * 1000 for b in bindings if b.latency is not None)
-            raw = await raw_consume(pipeline.kafka.bootstrap_servers, 200_000, 700)
-        p50 = statistics.median(latencies)
-        p99 = latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))]
-        pipeline_rate = events / elapsed
-        print(f"pods created in {created_s:.1f}s; bound {len(bindings)}/{pods} in {elapsed:.1f}s")
-        print(f"latency pod-created -> binding POST: p50 {p50:.1f} ms, p99 {p99:.1f} ms (targets 50 / 250 ms)")
-        print(f"pipeline: {events} cluster-events in {elapsed:.1f}s = {pipeline_rate:,.0f} events/s, "
-              f"{len(bindings) / elapsed:,.0f} pods bound/s")
-        print(f"baseline raw aiokafka consume (same broker, same run): {raw:,.0f} records/s")
-        print(f"ratio pipeline / raw: {pipeline_rate / raw:.3f} (target >= 0.5)")
+            assert pipeline.kafka is not None
+            print(f"{nodes} nodes x {gpus} GPUs; load average {os.getloadavg()[0]:.1f}", flush=True)
+            await pipeline.wait_processor_caught_up(timeout_s=120)
+            await steady_phase(pipeline, pods, rate)
+            if burst > 0:
+                capacity, records = await burst_phase(pipeline, pods, burst)
+                raw = await raw_consume(pipeline, pipeline.names.cluster_events, records)
+                print(f"baseline raw aiokafka consume of the same topic (same broker, same run): {raw:,.0f} records/s")
+                print(f"ratio pipeline / raw: {capacity / raw:.3f} (target >= 0.5)")
+            print(f"load average {os.getloadavg()[0]:.1f}")
 
 
 if __name__ == "__main__":
@@ -165,6 +282,7 @@ if __name__ == "__main__":
     parser.add_argument("--nodes", type=int, default=1000)
     parser.add_argument("--pods", type=int, default=10_000)
     parser.add_argument("--rate", type=float, default=100.0, help="pods created per second (0: as fast as possible)")
+    parser.add_argument("--burst", type=int, default=5000, help="pods of the burst (capacity) phase; 0 to skip")
     parser.add_argument("--gpus", type=int, default=16, help="GPUs per node")
     args = parser.parse_args()
-    asyncio.run(main(args.nodes, args.pods, args.rate, args.gpus))
+    asyncio.run(main(args.nodes, args.pods, args.rate, args.gpus, args.burst))

@@ -57,6 +57,7 @@ from kai_stream.kafka import make_consumer
 from kai_stream.settings import KafkaSettings
 from kai_stream.simulate import SimulationResult
 from kai_stream.streams.engine import is_decision
+from kai_stream.subscribe import high_watermarks
 from kai_stream.topics import TopicNames, create_topics
 
 log = logging.getLogger(__name__)
@@ -504,9 +505,26 @@ class Pipeline:
                 return
 
 
+    async def wait_processor_caught_up(self, *, timeout_s: float = 60.0) -> None:
+        """Until the processor has committed every cluster-events record there is now (works without the tail)."""
+        assert self.kafka is not None
+        deadline = time.monotonic() + timeout_s
+        ends = await high_watermarks(self.kafka, self.names.cluster_events)
+        while True:
+            reason = self.failed()
+            if reason is not None:
+                raise RuntimeError(f"pipeline component failed: {reason}")
+            committed = await self.committed_by_partition(self.processor_app_id, self.names.cluster_events)
+            if all(committed.get(p, 0) >= end for p, end in ends.items()):
+                return
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"processor did not catch up within {timeout_s}s: {committed} < {ends}")
+            await asyncio.sleep(0.25)
+
     # ------------------------------------------------------------------ rounds (simulate --live)
 
-    def _signal_processor(self, sig: signal.Signals) -> None:
+    def signal_processor(self, sig: signal.Signals) -> None:
+        """Send ``sig`` to the processor subprocess (SIGSTOP / SIGCONT pause and resume it)."""
         if self._processor is not None and self._processor.poll() is None:
             self._processor.send_signal(sig)
 
@@ -595,7 +613,7 @@ class Pipeline:
                 return rounds
             decided = end
             rounds += 1
-            self._signal_processor(signal.SIGSTOP)
+            self.signal_processor(signal.SIGSTOP)
             try:
                 # A fetch the processor sent just before it stopped must be answered (empty) before any write,
                 # or it resumes on a partial reaction; under CPU contention the broker can take a while to get to it.
@@ -615,7 +633,7 @@ class Pipeline:
                 await self._until_reaction_observed(round_decisions, deadline, quiet_s)
                 self.cluster.hold_writes()
             finally:
-                self._signal_processor(signal.SIGCONT)
+                self.signal_processor(signal.SIGCONT)
 
 
 async def simulate_live(

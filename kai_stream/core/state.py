@@ -10,6 +10,9 @@ Rules (everything that changes state lives here):
    marks the pod as releasing; a ``PodPending`` records the last reason given, so an unchanged reason is
    not re-emitted.
 4. Iteration order is never taken from a dict: readers sort (creation time, then uid / name).
+5. ``ClusterState.derived`` holds what the fold keeps beside the state for the scheduler (``Derived``): the live
+   pods per job, Succeeded counts, and which jobs changed since a pool's snapshot was parked. It is a cache:
+   excluded from equality, dropped on copy or pickle (then rebuilt from ``pods``), never a source of decisions.
 """
 
 from __future__ import annotations
@@ -73,6 +76,106 @@ class Pipelined:
     decision_id: str
 
 
+STRUCTURAL = None
+"""A ``Derived.dirty`` entry that says: rebuild the pool's snapshot from scratch."""
+
+
+def _live(pod: PodSpec) -> bool:
+    return pod.phase != "Succeeded" and pod.phase != "Failed"
+
+
+class Derived:
+    """Indexes the fold maintains for the scheduler snapshot; a cache, never part of the state's value.
+
+    * ``by_job`` — per job key, the live (not Succeeded/Failed) managed pods, by uid;
+    * ``unmanaged`` — live pods of other schedulers; ``succeeded`` — Succeeded pods per job key;
+    * ``dirty`` — per pool with a parked snapshot: the job keys touched since it was parked, or ``STRUCTURAL``
+      (nodes, GPUs, queues, priority classes, topologies or foreign pods changed: rebuild it);
+    * ``parked`` — per pool, the snapshot kept between cycles (owned by ``framework.session``).
+
+    ``indexed`` is the pod object each index entry came from; None means "not in sync" (a copy, or a state
+    whose ``pods`` were written outside ``apply``): ``sync`` rebuilds from ``state.pods``.
+    """
+
+    __slots__ = ("by_job", "dirty", "indexed", "parked", "succeeded", "unmanaged")
+
+    def __init__(self, synced: bool = True) -> None:
+        self.indexed: dict[str, PodSpec] | None = {} if synced else None
+        self.by_job: dict[str, dict[str, PodSpec]] = {}
+        self.unmanaged: dict[str, PodSpec] = {}
+        self.succeeded: dict[str, int] = {}
+        self.dirty: dict[str, set[str] | None] = {}
+        self.parked: dict[str, object] = {}
+
+    def __reduce__(self) -> tuple[type[Derived], tuple[bool]]:
+        return (Derived, (False,))
+
+    def sync(self, pods: dict[str, PodSpec]) -> None:
+        """Make the pod indexes match ``pods`` (cheap identity check; full rebuild when they drifted)."""
+        indexed = self.indexed
+        if indexed is not None and len(indexed) == len(pods):
+            get = indexed.get
+            if all(get(uid) is pod for uid, pod in pods.items()):
+                return
+        self.indexed = {}
+        self.by_job, self.unmanaged, self.succeeded = {}, {}, {}
+        self.parked.clear()
+        self.dirty.clear()
+        for pod in pods.values():
+            self.pod_changed(None, pod)
+
+    def mark(self, job: str | None) -> None:
+        """Job ``job`` changed (None: something every job depends on changed) for every parked snapshot."""
+        dirty = self.dirty
+        for pool, keys in dirty.items():
+            if keys is not None:
+                if job is None:
+                    dirty[pool] = STRUCTURAL
+                else:
+                    keys.add(job)
+
+    def pod_changed(self, old: PodSpec | None, new: PodSpec | None) -> None:
+        indexed = self.indexed
+        if indexed is None:
+            return
+        if old is not None:
+            indexed.pop(old.uid, None)
+            key = job_key_of(old)
+            if not _live(old):
+                if old.phase == "Succeeded":
+                    left = self.succeeded.get(key, 0) - 1
+                    if left > 0:
+                        self.succeeded[key] = left
+                    else:
+                        self.succeeded.pop(key, None)
+            elif not old.managed:
+                self.unmanaged.pop(old.uid, None)
+            else:
+                members = self.by_job.get(key)
+                if members is not None:
+                    members.pop(old.uid, None)
+                    if not members:
+                        del self.by_job[key]
+        if new is not None:
+            indexed[new.uid] = new
+            key = job_key_of(new)
+            if not _live(new):
+                if new.phase == "Succeeded":
+                    self.succeeded[key] = self.succeeded.get(key, 0) + 1
+            elif not new.managed:
+                self.unmanaged[new.uid] = new
+            else:
+                self.by_job.setdefault(key, {})[new.uid] = new
+        if self.dirty:
+            if (old is not None and not old.managed) or (new is not None and not new.managed):
+                self.mark(None)
+                return
+            if old is not None:
+                self.mark(job_key_of(old))
+            if new is not None:
+                self.mark(job_key_of(new))
+
+
 @dataclass
 class ClusterState:
     """Everything the scheduler knows, built only from events."""
@@ -97,6 +200,7 @@ class ClusterState:
     evicting_for: dict[str, str] = field(default_factory=dict)
     """Per releasing pod (uid) evicted for a preemptor: that preemptor's job key, until the pod is gone."""
     """Per job key ("ns/podgroup", or "ns/pod" for a lone pod): event time its set of pods last changed."""
+    derived: Derived = field(default_factory=Derived, compare=False, repr=False)
 
     def pod_by_key(self, namespace: str, name: str) -> PodSpec | None:
         for pod in self.pods.values():
@@ -124,6 +228,16 @@ def _group_changed(state: ClusterState, uid: str, ts: float) -> None:
     pod = state.pods.get(uid)
     if pod is not None:
         state.group_changed[job_key_of(pod)] = ts
+        state.derived.mark(job_key_of(pod))
+
+
+def _pod_touched(state: ClusterState, uid: str) -> None:
+    """A per-pod record the snapshot reads (assumed, pipelined, evicting) changed."""
+    derived = state.derived
+    if derived.dirty:
+        pod = state.pods.get(uid)
+        if pod is not None:
+            derived.mark(job_key_of(pod))
 
 
 def _observe_pod(state: ClusterState, pod: PodSpec, ts: float) -> None:
@@ -131,6 +245,7 @@ def _observe_pod(state: ClusterState, pod: PodSpec, ts: float) -> None:
     if previous is None or (previous.node_name, previous.phase) != (pod.node_name, pod.phase):
         state.group_changed[job_key_of(pod)] = ts
     state.pods[pod.uid] = pod
+    state.derived.pod_changed(previous, pod)
     state.evicted.pop(pod.uid, None)
     if pod.node_name is not None:
         state.assumed.pop(pod.uid, None)
@@ -142,7 +257,9 @@ def _observe_pod(state: ClusterState, pod: PodSpec, ts: float) -> None:
 
 
 def _forget_pod(state: ClusterState, uid: str) -> None:
-    state.pods.pop(uid, None)
+    previous = state.pods.pop(uid, None)
+    if previous is not None:
+        state.derived.pod_changed(previous, None)
     state.assumed.pop(uid, None)
     state.pipelined.pop(uid, None)
     state.evicting.pop(uid, None)
@@ -157,14 +274,18 @@ def apply(state: ClusterState, event: AnyEvent, offset: int | None = None) -> bo
             return False
         state.offset = offset
     state.now = max(state.now, event.ts)
+    derived = state.derived
     match event:
         case NodeObserved(node=node):
             state.nodes[node.name] = node
+            derived.mark(None)
         case NodeRemoved(name=name):
             state.nodes.pop(name, None)
             state.gpus.pop(name, None)
+            derived.mark(None)
         case GpuHealthObserved(node=node_name, gpus=gpus):
             state.gpus[node_name] = gpus
+            derived.mark(None)
         case PodObserved(pod=pod):
             _observe_pod(state, pod, event.ts)
         case PodRemoved(uid=uid):
@@ -172,32 +293,44 @@ def apply(state: ClusterState, event: AnyEvent, offset: int | None = None) -> bo
             _forget_pod(state, uid)
         case QueueObserved(queue=queue):
             state.queues[queue.name] = queue
+            derived.mark(None)
         case QueueRemoved(name=name):
             state.queues.pop(name, None)
+            derived.mark(None)
         case PodGroupObserved(pod_group=group):
-            state.pod_groups[f"{group.namespace}/{group.name}"] = group
+            key = f"{group.namespace}/{group.name}"
+            state.pod_groups[key] = group
+            derived.mark(key)
         case PodGroupRemoved(namespace=namespace, name=name):
-            state.pod_groups.pop(f"{namespace}/{name}", None)
+            key = f"{namespace}/{name}"
+            state.pod_groups.pop(key, None)
+            derived.mark(key)
         case PriorityClassObserved(priority_class=priority_class):
             state.priority_classes[priority_class.name] = priority_class
+            derived.mark(None)
         case TopologyObserved(topology=topology):
             state.topologies[topology.name] = topology
+            derived.mark(None)
         case Tick():
             pass
         case BindRequested(uid=uid, node=node, gpu_indices=gpu_indices, decision_id=decision_id, ts=ts):
             state.assumed[uid] = Assumed(node, gpu_indices, decision_id, ts)
             state.pipelined.pop(uid, None)
             state.last_pending.pop(uid, None)
+            _pod_touched(state, uid)
         case PodPipelined(uid=uid, node=node, gpu_indices=gpu_indices, decision_id=decision_id):
             state.pipelined[uid] = Pipelined(node, gpu_indices, decision_id)
             state.last_pending.pop(uid, None)
+            _pod_touched(state, uid)
         case EvictionRequested(uid=uid, decision_id=decision_id, preemptor=preemptor):
             state.evicting[uid] = decision_id
             if preemptor:
                 state.evicting_for[uid] = preemptor
+            _pod_touched(state, uid)
         case PodPending(uid=uid):
             state.last_pending[uid] = _pending_signature(event)
-            state.pipelined.pop(uid, None)
+            if state.pipelined.pop(uid, None) is not None:
+                _pod_touched(state, uid)
         case PodBound(uid=uid, node=node, gpu_indices=gpu_indices):
             bound = state.pods.get(uid)
             if bound is not None and bound.node_name is None:
@@ -209,17 +342,22 @@ def apply(state: ClusterState, event: AnyEvent, offset: int | None = None) -> bo
                         "started": bound.started if bound.started is not None else event.ts,
                     }
                 )
+                derived.pod_changed(bound, state.pods[uid])
                 _group_changed(state, uid, event.ts)
-            state.assumed.pop(uid, None)
+            if state.assumed.pop(uid, None) is not None:
+                _pod_touched(state, uid)
         case BindFailed(uid=uid):
-            state.assumed.pop(uid, None)
+            if state.assumed.pop(uid, None) is not None:
+                _pod_touched(state, uid)
         case PodEvicted(uid=uid, decision_id=decision_id):
             state.evicted[uid] = decision_id
             _group_changed(state, uid, event.ts)
             _forget_pod(state, uid)
         case EvictionFailed(uid=uid):
-            state.evicting.pop(uid, None)
-            state.evicting_for.pop(uid, None)
+            if state.evicting.pop(uid, None) is not None:
+                _pod_touched(state, uid)
+            if state.evicting_for.pop(uid, None) is not None:
+                _pod_touched(state, uid)
     return True
 
 

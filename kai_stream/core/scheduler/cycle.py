@@ -21,7 +21,7 @@ from kai_stream.core.config import SchedulerConfig
 from kai_stream.core.events import Decision
 from kai_stream.core.scheduler.actions import ACTIONS
 from kai_stream.core.scheduler.framework.info import CPU, GPU, MEM, UNIT
-from kai_stream.core.scheduler.framework.session import open_session
+from kai_stream.core.scheduler.framework.session import Session, open_session, open_tracked_session, park_session
 from kai_stream.core.state import ClusterState
 
 __all__ = ["fair_shares", "run_cycle"]
@@ -36,15 +36,32 @@ def run_cycle(
     pool: str,
     input_offset: int,
     code_version: str = kai_stream.__version__,
+    reuse: bool = True,
 ) -> list[Decision]:
-    """Run the configured actions over a snapshot of ``pool`` and return their decisions, in order."""
+    """Run the configured actions over a snapshot of ``pool`` and return their decisions, in order.
+
+    With ``reuse`` the pool's snapshot is kept in ``state.derived`` after the cycle and the next cycle on this
+    state rebuilds only the jobs the fold changed since (the same decisions as without: ``reuse=False`` builds
+    everything from the state, as benchmarks of a cold cycle do)."""
     with _gc_paused():
-        session = open_session(state, config, pool=pool, input_offset=input_offset, code_version=code_version)
-        for name in config.actions:
-            action = ACTIONS.get(name)
-            if action is not None:
-                action(session)
-        return session.close()
+        if not reuse:
+            session = open_session(state, config, pool=pool, input_offset=input_offset, code_version=code_version)
+            _run_actions(session, config)
+            return session.close()
+        session, snapshot = open_tracked_session(
+            state, config, pool=pool, input_offset=input_offset, code_version=code_version
+        )
+        _run_actions(session, config)
+        decisions = session.close()
+        park_session(state, session, snapshot)
+        return decisions
+
+
+def _run_actions(session: Session, config: SchedulerConfig) -> None:
+    for name in config.actions:
+        action = ACTIONS.get(name)
+        if action is not None:
+            action(session)
 
 
 @contextmanager

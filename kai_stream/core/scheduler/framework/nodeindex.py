@@ -69,6 +69,14 @@ class NodeIndex:
 
     # ------------------------------------------------------------------ maintenance
 
+    def clone(self, session: Session) -> NodeIndex:
+        """An index of the same nodes for ``session``: same entries, nothing cached (predicates are per session)."""
+        other = NodeIndex(session)
+        other.buckets = [bucket[:] for bucket in self.buckets]
+        other.partial = self.partial[:]
+        other.releasing = set(self.releasing)
+        return other
+
     def build(self) -> None:
         nodes = self.ssn.nodes
         top = max((n.gpu_count for n in nodes), default=0)

@@ -8,6 +8,7 @@ reasons are kept per task and emitted by ``close``.
 
 from __future__ import annotations
 
+from bisect import bisect_left, insort
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -46,7 +47,7 @@ from kai_stream.core.state import ClusterState, pending_signature
 if TYPE_CHECKING:
     from kai_stream.core.scheduler.framework.statement import Statement
 
-__all__ = ["CycleContext", "PendingInfo", "Session", "open_session"]
+__all__ = ["CycleContext", "PendingInfo", "Session", "Snapshot", "open_session", "open_tracked_session", "park_session"]
 
 DEFAULT_PRIORITY_CLASS = "train"
 
@@ -69,6 +70,17 @@ class PendingInfo:
     predicates: dict[str, int]
     details: dict[str, str]
     action: ActionName = "allocate"
+
+
+@dataclass(slots=True)
+class _NodeBase:
+    node: NodeInfo
+    gpu_used: list[int]
+    gpu_rel: list[int]
+    gpu_pipe: list[int]
+    host: tuple[int, int, int, int, int, int]
+    free_whole: int
+    releasing: list[TaskInfo] | None
 
 
 @dataclass(eq=False)
@@ -98,9 +110,29 @@ class Session:
     """Per preemptor job key: how many pods evicted for it (in an earlier cycle) are still releasing."""
     state_id: int = 0
     _stamp: int = 0
+    _saved_tasks: dict[int, tuple[TaskInfo, str, NodeInfo | None, tuple[int, ...], int]] | None = None
+    """When the session will be parked: each task's fields before the cycle first changed it (see ``park``)."""
+    _saved_nodes: dict[int, _NodeBase] | None = None
 
     def __post_init__(self) -> None:
         self.index = NodeIndex(self)
+
+    def _save(self, task: TaskInfo, node: NodeInfo) -> None:
+        saved = self._saved_tasks
+        assert saved is not None and self._saved_nodes is not None
+        if id(task) not in saved:
+            saved[id(task)] = (task, task.status, task.node, task.gpus, task.gpu_portion)
+        if node.idx not in self._saved_nodes:
+            rel = self.releasing_tasks.get(node.name)
+            self._saved_nodes[node.idx] = _NodeBase(
+                node,
+                node.gpu_used[:],
+                node.gpu_rel[:],
+                node.gpu_pipe[:],
+                (node.cpu_used, node.cpu_rel, node.cpu_pipe, node.mem_used, node.mem_rel, node.mem_pipe),
+                node.free_whole,
+                None if rel is None else rel[:],
+            )
 
     # ------------------------------------------------------------------ state identity (for caches)
 
@@ -153,6 +185,8 @@ class Session:
 
     def place(self, task: TaskInfo, node: NodeInfo, gpus: tuple[int, ...], portion: int, pipelined: bool) -> None:
         """Put a pending task on ``node`` (bound onto free capacity, or pipelined onto releasing capacity)."""
+        if self._saved_tasks is not None:
+            self._save(task, node)
         self.index.remove(node)
         if pipelined:
             for g in gpus:
@@ -174,6 +208,8 @@ class Session:
         """Undo ``place``."""
         node = task.node
         assert node is not None
+        if self._saved_tasks is not None:
+            self._save(task, node)
         self._charge(task, -1)
         self.index.remove(node)
         if task.status == PIPELINED:
@@ -194,6 +230,8 @@ class Session:
         """Mark a running task as releasing (evicted): its resources become pipelinable. Returns old status."""
         node = task.node
         assert node is not None
+        if self._saved_tasks is not None:
+            self._save(task, node)
         previous = task.status
         index = self.index
         placed_same = index.release_keeps_entries(node, task.gpus)
@@ -217,6 +255,8 @@ class Session:
         """Undo ``release``."""
         node = task.node
         assert node is not None
+        if self._saved_tasks is not None:
+            self._save(task, node)
         index = self.index
         placed_same = index.release_keeps_entries(node, task.gpus)
         if not placed_same:
@@ -390,41 +430,233 @@ def _memory_fraction(task: TaskInfo, node: NodeInfo) -> int:
     return -(-task.gpu_mem_mib * UNIT // node.gpu_memory_mib)
 
 
-def open_session(
-    state: ClusterState, config: SchedulerConfig, *, pool: str, input_offset: int, code_version: str
-) -> Session:
-    """Build the sorted snapshot of ``pool`` from ``state`` and let the configured plugins register hooks."""
-    ctx = CycleContext(pool, input_offset, state.now, config_hash(config), code_version)
-    classes = _interner()
-    node_names = sorted(n for n, spec in state.nodes.items() if spec.pool == pool)
-    nodes = [_node_info(state, name, i, classes) for i, name in enumerate(node_names)]
-    node_by_name = {n.name: n for n in nodes}
-    queues, roots = _build_queues(state)
-    total = [0, 0, 0]
-    for n in nodes:
-        if n.ready:
-            total[GPU] += n.gpu_count * UNIT
-            total[CPU] += n.cpu_alloc
-            total[MEM] += n.mem_alloc
+def _pod_order(pod: PodSpec) -> tuple[float, str, str, str]:
+    return (pod.created, pod.namespace, pod.name, pod.uid)
 
-    jobs: dict[str, JobInfo] = {}
-    tasks: dict[str, TaskInfo] = {}
-    signatures: dict[object, int] = {}
-    placed: list[tuple[TaskInfo, NodeInfo, tuple[int, ...] | None, str]] = []
-    priority_classes = state.priority_classes
 
-    succeeded: dict[str, int] = {}
-    with_pending: set[str] = set()
-    for pod in sorted(state.pods.values(), key=lambda p: (p.created, p.namespace, p.name, p.uid)):
-        if pod.phase in ("Succeeded", "Failed"):
-            if pod.phase == "Succeeded":
-                key = _job_identity(pod)[0]
-                succeeded[key] = succeeded.get(key, 0) + 1
-            continue
-        assumed = state.assumed.get(pod.uid)
+def _task_order(task: TaskInfo) -> tuple[float, str, str, str]:
+    return (task.created, task.namespace, task.name, task.uid)
+
+
+def _job_order(job: JobInfo) -> tuple[float, str, str]:
+    return (job.created, job.uid, job.key)
+
+
+_Placed = tuple[TaskInfo, NodeInfo, "tuple[int, ...] | None", bool]
+
+
+@dataclass(eq=False)
+class _JobBuild:
+    job: JobInfo
+    placed: list[_Placed]
+    pending: bool
+    order_sensitive: bool
+    """A placed task whose GPU indices are unknown: its GPUs (first fit) depend on every task placed before it."""
+
+
+def _build_job(
+    state: ClusterState,
+    config: SchedulerConfig,
+    pool: str,
+    pods: dict[str, PodSpec],
+    queues: dict[str, QueueInfo],
+    node_by_name: dict[str, NodeInfo],
+    signatures: dict[object, int],
+    tasks: dict[str, TaskInfo],
+) -> _JobBuild | None:
+    """The job of one job key from its live managed pods, exactly as a scan of every pod in order would build it."""
+    chosen: list[tuple[PodSpec, str | None, tuple[int, ...] | None]] = []
+    assumed_of = state.assumed
+    pod_groups = state.pod_groups
+    for pod in pods.values():
+        assumed = assumed_of.get(pod.uid)
         node_name = pod.node_name or (assumed.node if assumed is not None else None)
+        if node_name is not None:
+            if node_name not in node_by_name:
+                continue
+        else:
+            group = pod_groups.get(f"{pod.namespace}/{pod.pod_group}") if pod.pod_group else None
+            pod_pool = pod.pool if pod.pool != DEFAULT_POOL or group is None else group.pool
+            if pod_pool != pool:
+                continue
         indices = pod.gpu_indices if pod.node_name else (assumed.gpu_indices if assumed is not None else None)
-        if not pod.managed:
+        chosen.append((pod, node_name, indices))
+    if not chosen:
+        return None
+    if len(chosen) > 1:
+        chosen.sort(key=lambda c: _pod_order(c[0]))
+    first = chosen[0][0]
+    group = pod_groups.get(f"{first.namespace}/{first.pod_group}") if first.pod_group else None
+    job_key, job_name = _job_identity(first)
+    class_name = (group.priority_class if group else None) or first.priority_class
+    pclass = state.priority_classes.get(class_name) if class_name else None
+    if group is not None and group.priority is not None:
+        priority = group.priority
+    elif pclass is not None:
+        priority = pclass.value
+    elif first.priority is not None:
+        priority = first.priority
+    else:
+        priority = state.priority_classes[DEFAULT_PRIORITY_CLASS].value
+    explicit = group.preemptible if group is not None else None
+    if explicit is None:
+        explicit = first.preemptible
+    queue_name = first.queue or (group.queue if group is not None else "") or config.default_queue
+    leaf = queues.get(queue_name)
+    job = JobInfo(
+        key=job_key,
+        namespace=first.namespace,
+        name=job_name,
+        uid=(group.uid or job_key) if group is not None else first.uid,
+        queue_name=queue_name,
+        queue=leaf if leaf is not None and not leaf.children else None,
+        priority=priority,
+        preemptible=explicit if explicit is not None else priority < 100,
+        min_member=group.min_member if group is not None else 1,
+        created=group.created if group is not None else first.created,
+        topology=group.topology_constraint if group is not None else None,
+        changed=state.group_changed.get(job_key, 0.0),
+        group_missing=bool(first.pod_group) and group is None,
+    )
+    placed: list[_Placed] = []
+    pending = sensitive = False
+    pipelined = state.pipelined
+    evicting = state.evicting
+    for pod, node_name, indices in chosen:
+        sig_key = (tuple(sorted(pod.node_selector.items())), pod.affinity, pod.tolerations)
+        sig = signatures.setdefault(sig_key, len(signatures))
+        gpu_frac = pod.gpu_fraction_milli or 0
+        requests = pod.requests
+        task = TaskInfo(
+            uid=pod.uid,
+            namespace=pod.namespace,
+            name=pod.name,
+            job=job,
+            gpu_whole=0 if gpu_frac else requests.gpu_milli // UNIT,
+            gpu_frac=gpu_frac,
+            gpu_mem_mib=pod.gpu_memory_mib or 0,
+            cpu=requests.cpu_milli,
+            mem=requests.memory,
+            sig=sig,
+            node_selector=pod.node_selector,
+            affinity=pod.affinity,
+            tolerations=pod.tolerations,
+            created=pod.created,
+            started=pod.started,
+        )
+        previous = pipelined.get(pod.uid)
+        if previous is not None:
+            task.prev_pipelined = (previous.node, previous.gpu_indices)
+        job.tasks.append(task)
+        tasks[pod.uid] = task
+        if node_name is not None:
+            if not indices and (task.gpu_whole or task.gpu_frac or task.gpu_mem_mib):
+                sensitive = True
+            placed.append((task, node_by_name[node_name], indices, pod.terminating or pod.uid in evicting))
+        else:
+            pending = True
+    if job.group_missing:
+        job.min_member = len(job.tasks) + 1
+    if len(job.tasks) > 1:
+        job.tasks.sort(key=lambda t: (t.created, t.name, t.uid))
+    return _JobBuild(job, placed, pending, sensitive)
+
+
+def _place_running(
+    ssn: Session, task: TaskInfo, node: NodeInfo, indices: tuple[int, ...] | None, releasing: bool
+) -> None:
+    if indices:
+        count = len(node.healthy)
+        gpus = tuple([g for g in indices if 0 <= g < count])
+        portion = UNIT if task.gpu_whole else (task.gpu_frac or _memory_fraction(task, node))
+    else:
+        gpus, portion = _first_fit_gpus(node, task)
+    used = node.gpu_used
+    for g in gpus:
+        used[g] += portion
+    node.cpu_used += task.cpu
+    node.mem_used += task.mem
+    task.node, task.gpus, task.gpu_portion, task.status = node, gpus, portion, RUNNING
+    ssn._charge(task, +1)
+    if releasing:
+        rel = node.gpu_rel
+        for g in gpus:
+            rel[g] += portion
+        node.cpu_rel += task.cpu
+        node.mem_rel += task.mem
+        task.status = RELEASING
+        ssn.releasing_tasks.setdefault(node.name, []).append(task)
+
+
+def _unplace_running(ssn: Session, task: TaskInfo) -> None:
+    """Undo ``_place_running`` (the node is out of the index meanwhile)."""
+    node = task.node
+    assert node is not None
+    portion = task.gpu_portion
+    used = node.gpu_used
+    for g in task.gpus:
+        used[g] -= portion
+    node.cpu_used -= task.cpu
+    node.mem_used -= task.mem
+    ssn._charge(task, -1)
+    if task.status == RELEASING:
+        rel = node.gpu_rel
+        for g in task.gpus:
+            rel[g] -= portion
+        node.cpu_rel -= task.cpu
+        node.mem_rel -= task.mem
+        listed = ssn.releasing_tasks[node.name]
+        listed.remove(task)
+        if not listed:
+            del ssn.releasing_tasks[node.name]
+
+
+def _add_request(ssn: Session, job: JobInfo, sign: int) -> None:
+    if job.queue is None:
+        return
+    request = ssn.job_request(job)
+    for q in job.queue.ancestry():
+        for r in (GPU, CPU, MEM):
+            q.request[r] += sign * request[r]
+
+
+@dataclass(eq=False)
+class Snapshot:
+    """One pool's session as it stands when opened, kept between cycles (``ClusterState.derived.parked``).
+
+    ``base`` holds the persistent working objects; each cycle runs on a ``Session`` that shares them (with a copy
+    of the node index) and records what it changes, and ``park`` puts those back. ``refresh`` then rebuilds only
+    the jobs the fold marked dirty, so a cycle on nearly the same state costs what changed, not every pod.
+    """
+
+    pool: str
+    config_hash: str
+    base: Session
+    job_by_key: dict[str, JobInfo]
+    pending: set[str]
+    signatures: dict[object, int]
+    sensitive: bool
+    queue_base: list[tuple[QueueInfo, list[int], list[int], list[int]]] = field(default_factory=list)
+
+    @classmethod
+    def build(cls, state: ClusterState, config: SchedulerConfig, pool: str, chash: str) -> Snapshot:
+        derived = state.derived
+        derived.sync(state.pods)
+        classes = _interner()
+        node_names = sorted(n for n, spec in state.nodes.items() if spec.pool == pool)
+        nodes = [_node_info(state, name, i, classes) for i, name in enumerate(node_names)]
+        node_by_name = {n.name: n for n in nodes}
+        queues, roots = _build_queues(state)
+        total = [0, 0, 0]
+        for n in nodes:
+            if n.ready:
+                total[GPU] += n.gpu_count * UNIT
+                total[CPU] += n.cpu_alloc
+                total[MEM] += n.mem_alloc
+        for pod in sorted(derived.unmanaged.values(), key=_pod_order):
+            assumed = state.assumed.get(pod.uid)
+            node_name = pod.node_name or (assumed.node if assumed is not None else None)
+            indices = pod.gpu_indices if pod.node_name else (assumed.gpu_indices if assumed is not None else None)
             node = node_by_name.get(node_name or "")
             if node is not None:
                 node.cpu_used += pod.requests.cpu_milli
@@ -439,141 +671,216 @@ def open_session(
                         node.gpu_used[g] = UNIT
                         if node.ready:
                             total[GPU] -= UNIT
-            continue
-        group = state.pod_groups.get(f"{pod.namespace}/{pod.pod_group}") if pod.pod_group else None
-        pod_pool = pod.pool if pod.pool != DEFAULT_POOL or group is None else group.pool
-        if node_name is not None:
-            if node_name not in node_by_name:
-                continue
-        elif pod_pool != pool:
-            continue
-        job_key, job_name = _job_identity(pod)
-        job = jobs.get(job_key)
-        if job is None:
-            class_name = (group.priority_class if group else None) or pod.priority_class
-            pclass = priority_classes.get(class_name) if class_name else None
-            if group is not None and group.priority is not None:
-                priority = group.priority
-            elif pclass is not None:
-                priority = pclass.value
-            elif pod.priority is not None:
-                priority = pod.priority
-            else:
-                priority = priority_classes[DEFAULT_PRIORITY_CLASS].value
-            explicit = group.preemptible if group is not None else None
-            if explicit is None:
-                explicit = pod.preemptible
-            queue_name = pod.queue or (group.queue if group is not None else "") or config.default_queue
-            leaf = queues.get(queue_name)
-            job = JobInfo(
-                key=job_key,
-                namespace=pod.namespace,
-                name=job_name,
-                uid=(group.uid or job_key) if group is not None else pod.uid,
-                queue_name=queue_name,
-                queue=leaf if leaf is not None and not leaf.children else None,
-                priority=priority,
-                preemptible=explicit if explicit is not None else priority < 100,
-                min_member=group.min_member if group is not None else 1,
-                created=group.created if group is not None else pod.created,
-                topology=group.topology_constraint if group is not None else None,
-                changed=state.group_changed.get(job_key, 0.0),
-                group_missing=bool(pod.pod_group) and group is None,
-            )
-            jobs[job_key] = job
-        sig_key = (tuple(sorted(pod.node_selector.items())), pod.affinity, pod.tolerations)
-        sig = signatures.setdefault(sig_key, len(signatures))
-        gpu_frac = pod.gpu_fraction_milli or 0
-        task = TaskInfo(
-            uid=pod.uid,
-            namespace=pod.namespace,
-            name=pod.name,
-            job=job,
-            gpu_whole=0 if gpu_frac else pod.requests.gpu_milli // UNIT,
-            gpu_frac=gpu_frac,
-            gpu_mem_mib=pod.gpu_memory_mib or 0,
-            cpu=pod.requests.cpu_milli,
-            mem=pod.requests.memory,
-            sig=sig,
-            node_selector=pod.node_selector,
-            affinity=pod.affinity,
-            tolerations=pod.tolerations,
-            created=pod.created,
-            started=pod.started,
+        tasks: dict[str, TaskInfo] = {}
+        signatures: dict[object, int] = {}
+        builds: list[_JobBuild] = []
+        for pods in derived.by_job.values():
+            built = _build_job(state, config, pool, pods, queues, node_by_name, signatures, tasks)
+            if built is not None:
+                builds.append(built)
+        base = Session(
+            ctx=CycleContext(pool, state.offset, state.now, chash, ""),
+            config=config,
+            nodes=nodes,
+            node_by_name=node_by_name,
+            queues=queues,
+            roots=roots,
+            jobs=[],
+            tasks=tasks,
+            pending_jobs=[],
+            total=[max(0, t) for t in total],
         )
-        previous = state.pipelined.get(pod.uid)
-        if previous is not None:
-            task.prev_pipelined = (previous.node, previous.gpu_indices)
-        job.tasks.append(task)
-        tasks[pod.uid] = task
-        if node_name is not None:
-            releasing = pod.terminating or pod.uid in state.evicting
-            placed.append((task, node_by_name[node_name], indices, RELEASING if releasing else RUNNING))
-        else:
-            with_pending.add(job_key)
+        base.reference_memory = max((n.gpu_memory_mib for n in nodes), default=0)
+        sensitive = any(b.order_sensitive for b in builds)
+        placed = [p for b in builds for p in b.placed]
+        if sensitive:
+            placed.sort(key=lambda p: _task_order(p[0]))
+        for task, node, indices, releasing in placed:
+            _place_running(base, task, node, indices, releasing)
+        if not sensitive:
+            for listed in base.releasing_tasks.values():
+                listed.sort(key=_task_order)
+        builds.sort(key=lambda b: _job_order(b.job))
+        pending: set[str] = set()
+        for b in builds:
+            job = b.job
+            job.succeeded = derived.succeeded.get(job.key, 0)
+            if job.queue is not None:
+                job.queue.jobs.append(job)
+            if b.pending:
+                pending.add(job.key)
+                _add_request(base, job, +1)
+        base.jobs = [b.job for b in builds]
+        for node in nodes:
+            node.free_whole = node.count_free_whole()
+        base.index.build()
+        job_by_key = {job.key: job for job in base.jobs}
+        return cls(pool, chash, base, job_by_key, pending, signatures, sensitive)
 
-    ssn = Session(
-        ctx=ctx,
-        config=config,
-        nodes=nodes,
-        node_by_name=node_by_name,
-        queues=queues,
-        roots=roots,
-        jobs=[],
-        tasks=tasks,
-        pending_jobs=[],
-        total=[max(0, t) for t in total],
-        last_pending=state.last_pending,
-        topologies={name: spec.levels for name, spec in sorted(state.topologies.items())},
-    )
-    for task, node, indices, status in placed:
-        if indices:
-            count = len(node.healthy)
-            gpus = tuple([g for g in indices if 0 <= g < count])
-            portion = UNIT if task.gpu_whole else (task.gpu_frac or _memory_fraction(task, node))
-        else:
-            gpus, portion = _first_fit_gpus(node, task)
-        for g in gpus:
-            node.gpu_used[g] += portion
-        node.cpu_used += task.cpu
-        node.mem_used += task.mem
-        task.node, task.gpus, task.gpu_portion, task.status = node, gpus, portion, RUNNING
-        ssn._charge(task, +1)
-        if status == RELEASING:
-            for g in gpus:
-                node.gpu_rel[g] += portion
-            node.cpu_rel += task.cpu
-            node.mem_rel += task.mem
-            task.status = RELEASING
-            ssn.releasing_tasks.setdefault(node.name, []).append(task)
+    # ------------------------------------------------------------------ one cycle
 
-    for uid, preemptor in sorted(state.evicting_for.items()):
-        victim = tasks.get(uid)
-        if victim is not None and victim.node is not None:
-            ssn.awaited[preemptor] = ssn.awaited.get(preemptor, 0) + 1
-    job_list = sorted(jobs.values(), key=lambda j: (j.created, j.uid, j.key))
-    ssn.reference_memory = max((n.gpu_memory_mib for n in nodes), default=0)
-    for job in job_list:
-        if job.group_missing:
-            job.min_member = len(job.tasks) + 1
-        job.succeeded = succeeded.get(job.key, 0)
-        if len(job.tasks) > 1:
-            job.tasks.sort(key=lambda t: (t.created, t.name, t.uid))
-        if job.key in with_pending:
-            ssn.pending_jobs.append(job)
-        if job.queue is None:
-            continue
-        job.queue.jobs.append(job)
-        if job.key in with_pending:
-            request = ssn.job_request(job)
-            for q in job.queue.ancestry():
-                for r in (GPU, CPU, MEM):
-                    q.request[r] += request[r]
-    ssn.jobs = job_list
-    for node in nodes:
-        node.free_whole = node.count_free_whole()
-    ssn.index.build()
-    plugins = registry()
-    for name in config.plugins:
-        plugins[name]().on_session_open(ssn)
-    return ssn
+    def start(
+        self, state: ClusterState, config: SchedulerConfig, *, input_offset: int, code_version: str, track: bool
+    ) -> Session:
+        """A session on this snapshot for one cycle; ``track``: record changes so that ``park`` can undo them."""
+        base = self.base
+        ctx = CycleContext(self.pool, input_offset, state.now, self.config_hash, code_version)
+        pending = self.pending
+        if len(pending) * 8 > len(base.jobs):
+            pending_jobs = [j for j in base.jobs if j.key in pending]
+        else:
+            pending_jobs = sorted((self.job_by_key[k] for k in pending), key=_job_order)
+        ssn = Session(
+            ctx=ctx,
+            config=config,
+            nodes=base.nodes,
+            node_by_name=base.node_by_name,
+            queues=base.queues,
+            roots=base.roots,
+            jobs=base.jobs,
+            tasks=base.tasks,
+            pending_jobs=pending_jobs,
+            total=list(base.total),
+            last_pending=state.last_pending,
+            topologies={name: spec.levels for name, spec in sorted(state.topologies.items())},
+            releasing_tasks=base.releasing_tasks,
+            reference_memory=base.reference_memory,
+        )
+        ssn.index = base.index.clone(ssn)
+        tasks = base.tasks
+        for uid, preemptor in sorted(state.evicting_for.items()):
+            victim = tasks.get(uid)
+            if victim is not None and victim.node is not None:
+                ssn.awaited[preemptor] = ssn.awaited.get(preemptor, 0) + 1
+        if track:
+            ssn._saved_tasks = {}
+            ssn._saved_nodes = {}
+            self.queue_base = [(q, q.allocated[:], q.allocated_np[:], q.request[:]) for q in base.queues.values()]
+        plugins = registry()
+        for name in config.plugins:
+            plugins[name]().on_session_open(ssn)
+        return ssn
+
+    def park(self, ssn: Session) -> None:
+        """Undo everything the cycle on ``ssn`` changed in the shared objects (``start`` with ``track``)."""
+        assert ssn._saved_tasks is not None and ssn._saved_nodes is not None
+        for task, status, node, gpus, portion in ssn._saved_tasks.values():
+            task.status, task.node, task.gpus, task.gpu_portion = status, node, gpus, portion
+        releasing = self.base.releasing_tasks
+        for saved in ssn._saved_nodes.values():
+            node = saved.node
+            node.gpu_used[:] = saved.gpu_used
+            node.gpu_rel[:] = saved.gpu_rel
+            node.gpu_pipe[:] = saved.gpu_pipe
+            node.cpu_used, node.cpu_rel, node.cpu_pipe, node.mem_used, node.mem_rel, node.mem_pipe = saved.host
+            node.free_whole = saved.free_whole
+            if saved.releasing is None:
+                releasing.pop(node.name, None)
+            else:
+                releasing[node.name] = saved.releasing
+        for q, allocated, allocated_np, request in self.queue_base:
+            q.allocated, q.allocated_np, q.request = allocated, allocated_np, request
+            q.fair_share, q.share_cap = [0, 0, 0], [0, 0, 0]
+        for job in self.base.jobs:
+            job.request_cache = None
+
+    # ------------------------------------------------------------------ between cycles
+
+    def refresh(self, state: ClusterState, config: SchedulerConfig, dirty: set[str]) -> bool:
+        """Rebuild the jobs in ``dirty`` from the state; False when only a full build gives the same snapshot."""
+        if self.sensitive:
+            return False
+        base = self.base
+        derived = state.derived
+        index = base.index
+        jobs = base.jobs
+        for key in sorted(dirty):
+            old = self.job_by_key.pop(key, None)
+            if old is not None:
+                if key in self.pending:
+                    self.pending.discard(key)
+                    _add_request(base, old, -1)
+                for task in old.tasks:
+                    node = task.node
+                    if node is not None:
+                        index.remove(node)
+                        _unplace_running(base, task)
+                        index.add(node)
+                    del base.tasks[task.uid]
+                at = bisect_left(jobs, _job_order(old), key=_job_order)
+                assert jobs[at] is old
+                del jobs[at]
+                if old.queue is not None:
+                    qjobs = old.queue.jobs
+                    at = bisect_left(qjobs, _job_order(old), key=_job_order)
+                    assert qjobs[at] is old
+                    del qjobs[at]
+            pods = derived.by_job.get(key)
+            if not pods:
+                continue
+            built = _build_job(
+                state, config, self.pool, pods, base.queues, base.node_by_name, self.signatures, base.tasks
+            )
+            if built is None:
+                continue
+            if built.order_sensitive:
+                return False
+            job = built.job
+            job.succeeded = derived.succeeded.get(key, 0)
+            self.job_by_key[key] = job
+            insort(jobs, job, key=_job_order)
+            if job.queue is not None:
+                insort(job.queue.jobs, job, key=_job_order)
+            for task, node, indices, releasing in built.placed:
+                index.remove(node)
+                _place_running(base, task, node, indices, releasing)
+                if releasing:
+                    listed = base.releasing_tasks[node.name]
+                    listed.remove(task)
+                    insort(listed, task, key=_task_order)
+                index.add(node)
+            if built.pending:
+                self.pending.add(key)
+                _add_request(base, job, +1)
+        return True
+
+
+def open_session(
+    state: ClusterState, config: SchedulerConfig, *, pool: str, input_offset: int, code_version: str
+) -> Session:
+    """Build the sorted snapshot of ``pool`` from ``state`` and let the configured plugins register hooks."""
+    chash = config_hash(config)
+    snapshot = Snapshot.build(state, config, pool, chash)
+    return snapshot.start(state, config, input_offset=input_offset, code_version=code_version, track=False)
+
+
+def open_tracked_session(
+    state: ClusterState, config: SchedulerConfig, *, pool: str, input_offset: int, code_version: str
+) -> tuple[Session, Snapshot]:
+    """``open_session`` reusing the pool's parked snapshot when the fold allows it; give the session back to
+    ``park_session`` after the cycle (or drop the snapshot on failure)."""
+    chash = config_hash(config)
+    derived = state.derived
+    snapshot = derived.parked.pop(pool, None)
+    dirty = derived.dirty.pop(pool, None)
+    fresh = True
+    if (
+        isinstance(snapshot, Snapshot)
+        and snapshot.config_hash == chash
+        and dirty is not None
+        and len(derived.indexed or ()) == len(state.pods)
+        and len(dirty) * 4 <= len(snapshot.base.jobs) + 16
+    ):
+        fresh = not snapshot.refresh(state, config, dirty)
+    if fresh:
+        snapshot = Snapshot.build(state, config, pool, chash)
+    assert isinstance(snapshot, Snapshot)
+    ssn = snapshot.start(state, config, input_offset=input_offset, code_version=code_version, track=True)
+    return ssn, snapshot
+
+
+def park_session(state: ClusterState, ssn: Session, snapshot: Snapshot) -> None:
+    """Undo the cycle's changes and keep the snapshot for the pool's next cycle on ``state``."""
+    snapshot.park(ssn)
+    state.derived.parked[snapshot.pool] = snapshot
+    state.derived.dirty[snapshot.pool] = set()

@@ -450,8 +450,9 @@ class _JobBuild:
     job: JobInfo
     placed: list[_Placed]
     pending: bool
-    order_sensitive: bool
-    """A placed task whose GPU indices are unknown: its GPUs (first fit) depend on every task placed before it."""
+    first_fit: set[str]
+    """Nodes with a placed task whose GPU indices are unknown: its GPUs (first fit) depend on every task placed
+    on that node before it (in pod order)."""
 
 
 def _build_job(
@@ -519,7 +520,8 @@ def _build_job(
         group_missing=bool(first.pod_group) and group is None,
     )
     placed: list[_Placed] = []
-    pending = sensitive = False
+    pending = False
+    first_fit: set[str] = set()
     pipelined = state.pipelined
     evicting = state.evicting
     for pod, node_name, indices in chosen:
@@ -551,7 +553,7 @@ def _build_job(
         tasks[pod.uid] = task
         if node_name is not None:
             if not indices and (task.gpu_whole or task.gpu_frac or task.gpu_mem_mib):
-                sensitive = True
+                first_fit.add(node_name)
             placed.append((task, node_by_name[node_name], indices, pod.terminating or pod.uid in evicting))
         else:
             pending = True
@@ -559,7 +561,7 @@ def _build_job(
         job.min_member = len(job.tasks) + 1
     if len(job.tasks) > 1:
         job.tasks.sort(key=lambda t: (t.created, t.name, t.uid))
-    return _JobBuild(job, placed, pending, sensitive)
+    return _JobBuild(job, placed, pending, first_fit)
 
 
 def _place_running(
@@ -635,7 +637,9 @@ class Snapshot:
     job_by_key: dict[str, JobInfo]
     pending: set[str]
     signatures: dict[object, int]
-    sensitive: bool
+    first_fit: set[str]
+    """Nodes whose tasks must all be placed in pod order (see ``_JobBuild.first_fit``): a change there needs a
+    full build."""
     queue_base: list[tuple[QueueInfo, list[int], list[int], list[int]]] = field(default_factory=list)
 
     @classmethod
@@ -691,13 +695,15 @@ class Snapshot:
             total=[max(0, t) for t in total],
         )
         base.reference_memory = max((n.gpu_memory_mib for n in nodes), default=0)
-        sensitive = any(b.order_sensitive for b in builds)
+        first_fit: set[str] = set()
+        for b in builds:
+            first_fit |= b.first_fit
         placed = [p for b in builds for p in b.placed]
-        if sensitive:
+        if first_fit:
             placed.sort(key=lambda p: _task_order(p[0]))
         for task, node, indices, releasing in placed:
             _place_running(base, task, node, indices, releasing)
-        if not sensitive:
+        if not first_fit:
             for listed in base.releasing_tasks.values():
                 listed.sort(key=_task_order)
         builds.sort(key=lambda b: _job_order(b.job))
@@ -715,7 +721,7 @@ class Snapshot:
             node.free_whole = node.count_free_whole()
         base.index.build()
         job_by_key = {job.key: job for job in base.jobs}
-        return cls(pool, chash, base, job_by_key, pending, signatures, sensitive)
+        return cls(pool, chash, base, job_by_key, pending, signatures, first_fit)
 
     # ------------------------------------------------------------------ one cycle
 
@@ -788,15 +794,17 @@ class Snapshot:
 
     def refresh(self, state: ClusterState, config: SchedulerConfig, dirty: set[str]) -> bool:
         """Rebuild the jobs in ``dirty`` from the state; False when only a full build gives the same snapshot."""
-        if self.sensitive:
-            return False
         base = self.base
         derived = state.derived
         index = base.index
-        jobs = base.jobs
+        first_fit = self.first_fit
+        removed: list[JobInfo] = []
+        added: list[JobInfo] = []
         for key in sorted(dirty):
             old = self.job_by_key.pop(key, None)
             if old is not None:
+                if first_fit and any(t.node is not None and t.node.name in first_fit for t in old.tasks):
+                    return False
                 if key in self.pending:
                     self.pending.discard(key)
                     _add_request(base, old, -1)
@@ -807,14 +815,7 @@ class Snapshot:
                         _unplace_running(base, task)
                         index.add(node)
                     del base.tasks[task.uid]
-                at = bisect_left(jobs, _job_order(old), key=_job_order)
-                assert jobs[at] is old
-                del jobs[at]
-                if old.queue is not None:
-                    qjobs = old.queue.jobs
-                    at = bisect_left(qjobs, _job_order(old), key=_job_order)
-                    assert qjobs[at] is old
-                    del qjobs[at]
+                removed.append(old)
             pods = derived.by_job.get(key)
             if not pods:
                 continue
@@ -823,14 +824,12 @@ class Snapshot:
             )
             if built is None:
                 continue
-            if built.order_sensitive:
+            if built.first_fit or (first_fit and any(p[1].name in first_fit for p in built.placed)):
                 return False
             job = built.job
             job.succeeded = derived.succeeded.get(key, 0)
             self.job_by_key[key] = job
-            insort(jobs, job, key=_job_order)
-            if job.queue is not None:
-                insort(job.queue.jobs, job, key=_job_order)
+            added.append(job)
             for task, node, indices, releasing in built.placed:
                 index.remove(node)
                 _place_running(base, task, node, indices, releasing)
@@ -842,7 +841,28 @@ class Snapshot:
             if built.pending:
                 self.pending.add(key)
                 _add_request(base, job, +1)
+        base.jobs = _replace_sorted(base.jobs, removed, added)
+        queues = {id(j.queue): j.queue for j in removed + added if j.queue is not None}
+        for q in queues.values():
+            q.jobs = _replace_sorted(q.jobs, [j for j in removed if j.queue is q], [j for j in added if j.queue is q])
         return True
+
+
+def _replace_sorted(jobs: list[JobInfo], removed: list[JobInfo], added: list[JobInfo]) -> list[JobInfo]:
+    """``jobs`` (in ``_job_order``) without ``removed`` and with ``added``, still in order."""
+    if len(removed) + len(added) <= 32:
+        for old in removed:
+            at = bisect_left(jobs, _job_order(old), key=_job_order)
+            assert jobs[at] is old
+            del jobs[at]
+        for job in added:
+            insort(jobs, job, key=_job_order)
+        return jobs
+    gone = {id(j) for j in removed}
+    kept = [j for j in jobs if id(j) not in gone] if gone else jobs
+    kept.extend(sorted(added, key=_job_order))
+    kept.sort(key=_job_order)
+    return kept
 
 
 def open_session(
@@ -869,7 +889,7 @@ def open_tracked_session(
         and snapshot.config_hash == chash
         and dirty is not None
         and len(derived.indexed or ()) == len(state.pods)
-        and len(dirty) * 4 <= len(snapshot.base.jobs) + 16
+        and len(dirty) * 2 <= len(snapshot.base.jobs) + 64
     ):
         fresh = not snapshot.refresh(state, config, dirty)
     if fresh:

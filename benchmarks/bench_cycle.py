@@ -8,8 +8,16 @@ the worst case for reclaim), and 5,000 pending pods (single
 pods of 0.5-4 GPUs, gangs of 2-4, some 'build'/'inference') in the other queues, so that reclaim and preempt
 have work. Prints seconds per full cycle (median CPU time of this process, and wall time) and, as the same-run
 baseline, the allocate-only cycle on the same state (ratio = full / allocate-only); then the same for the next
-cycle, once the first cycle's decisions and the emulated cluster's answers are folded.
-Usage: ``python benchmarks/bench_cycle.py [--nodes N] [--pods N] [--repeat N] [--scatter]``.
+cycle, once the first cycle's decisions and the emulated cluster's answers are folded. Both are cold cycles
+(``run_cycle(reuse=False)``: the snapshot built from the whole state, as the first cycle after a restart).
+
+Third figure, the steady state that the streaming processor, replay and the trace simulator live in: 1,000 nodes
+x 8 GPUs, 10,000 running pods (whole and half GPUs, ~88% of the GPUs), and per cycle a few running pods finish
+(Succeeded or removed) and a few new pods arrive pending; each cycle's decisions and the cluster's answers are
+folded back before the next. Prints the median CPU ms of such a cycle (``run_cycle`` reusing the pool's snapshot
+kept in ``ClusterState.derived``) and, as the same-run baseline, a cold cycle on the same states (ratio = cold /
+steady).
+Usage: ``python benchmarks/bench_cycle.py [--nodes N] [--pods N] [--repeat N] [--scatter] [--steady-cycles N]``.
 """
 
 from __future__ import annotations
@@ -28,6 +36,7 @@ from kai_stream.core.events import (
     PodGroupObserved,
     PodGroupSpec,
     PodObserved,
+    PodRemoved,
     PodSpec,
     QueueObserved,
     QueueResource,
@@ -159,7 +168,9 @@ def timed(state: ClusterState, config: SchedulerConfig, repeat: int) -> tuple[fl
     kinds: Counter[str] = Counter()
     for _ in range(repeat):
         c0, w0 = time.process_time(), time.perf_counter()
-        decisions = run_cycle(state, config, pool="default", input_offset=state.offset, code_version="bench")
+        decisions = run_cycle(
+            state, config, pool="default", input_offset=state.offset, code_version="bench", reuse=False
+        )
         cpu.append(time.process_time() - c0)
         wall.append(time.perf_counter() - w0)
         kinds = Counter(f"{d.type}/{d.action}" for d in decisions)
@@ -177,6 +188,94 @@ def settle(state: ClusterState) -> None:
             apply(state, outcome, state.offset + 1)
 
 
+def steady_state(nodes: int = 1000, running: int = 10_000, seed: int = 5) -> ClusterState:
+    """``nodes`` x 8 GPUs with ``running`` pods bound (60% half-GPU pairs, 40% whole GPUs) in 100 leaf queues."""
+    rng = random.Random(seed)
+    base = build(nodes, 0, seed=seed)
+    leaves = sorted(name for name, q in base.queues.items() if q.parent)
+    node, gpu, half_slot = 0, 0, None
+    for uid in range(1, running + 1):
+        half = rng.random() < 0.6
+        if half and half_slot is not None:
+            (at, device), half_slot = half_slot, None
+        else:
+            at, device = node, gpu
+            gpu += 1
+            if gpu >= GPUS_PER_NODE:
+                node, gpu = node + 1, 0
+            if half:
+                half_slot = (at, device)
+        milli = 500 if half else 1000
+        spec = PodSpec(
+            namespace="bench",
+            name=f"run-{uid}",
+            uid=f"u{uid}",
+            queue=rng.choice(leaves),
+            requests=Resources(gpu_milli=milli, cpu_milli=1000, memory=4 * GIB),
+            gpu_fraction_milli=milli if milli < 1000 else None,
+            priority_class="build" if rng.random() < 0.05 else "train",
+            node_name=f"node-{at % nodes:05d}",
+            gpu_indices=(device,),
+            phase="Running",
+            created=float(uid),
+            started=float(uid),
+        )
+        apply(base, PodObserved(event_id=f"p{uid}", ts=0.0, pod=spec), base.offset + 1)
+    return base
+
+
+def steady(cycles: int, churn: int = 5) -> tuple[float, float]:
+    """Median CPU seconds of a steady-state cycle (snapshot reused) and of a cold cycle on the same states."""
+    rng = random.Random(7)
+    state = steady_state()
+    config = SchedulerConfig()
+    leaves = sorted(name for name, q in state.queues.items() if q.parent)
+    warm: list[float] = []
+    cold: list[float] = []
+    serial = 10**6
+    now = 1.0
+    for cycle in range(cycles + 1):
+        now += 10.0
+        running = sorted(uid for uid, p in state.pods.items() if p.phase == "Running")
+        for uid in rng.sample(running, churn):
+            pod = state.pods[uid]
+            if rng.random() < 0.5:
+                done = pod.model_copy(update={"phase": "Succeeded"})
+                apply(state, PodObserved(event_id=f"d{uid}", ts=now, pod=done), state.offset + 1)
+            else:
+                removed = PodRemoved(event_id=f"r{uid}", ts=now, namespace=pod.namespace, name=pod.name, uid=uid)
+                apply(state, removed, state.offset + 1)
+        for _ in range(churn):
+            serial += 1
+            milli = rng.choice([500, 1000])
+            spec = PodSpec(
+                namespace="bench",
+                name=f"new-{serial}",
+                uid=f"u{serial}",
+                queue=rng.choice(leaves),
+                requests=Resources(gpu_milli=milli, cpu_milli=1000, memory=4 * GIB),
+                gpu_fraction_milli=milli if milli < 1000 else None,
+                priority_class="train",
+                created=now,
+            )
+            apply(state, PodObserved(event_id=f"p{serial}", ts=now, pod=spec), state.offset + 1)
+        if cycle % 5 == 1:
+            c0 = time.process_time()
+            run_cycle(state, config, pool="default", input_offset=state.offset, code_version="bench", reuse=False)
+            cold.append(time.process_time() - c0)
+        c0 = time.process_time()
+        decisions = run_cycle(state, config, pool="default", input_offset=state.offset, code_version="bench")
+        if cycle > 0:
+            warm.append(time.process_time() - c0)
+        for decision in decisions:
+            apply(state, decision, state.offset + 1)
+        for decision in decisions:
+            outcome = outcome_of(decision)
+            if outcome is not None:
+                apply(state, outcome, state.offset + 1)
+    return statistics.median(warm), statistics.median(cold)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", type=int, default=5000)
@@ -185,6 +284,7 @@ def main() -> None:
     parser.add_argument(
         "--scatter", action="store_true", help="interleave the over-quota team's pods with everyone else's"
     )
+    parser.add_argument("--steady-cycles", type=int, default=40)
     args = parser.parse_args()
     t0 = time.perf_counter()
     state = build(args.nodes, args.pods, scatter=args.scatter)
@@ -206,6 +306,12 @@ def main() -> None:
     print(
         f"next full cycle: {full:.3f} s CPU ({full_wall:.3f} s wall)   allocate-only baseline: {base:.3f} s CPU"
         f" ({base_wall:.3f} s wall)   ratio: {full / base:.2f}x"
+    )
+    warm, cold = steady(args.steady_cycles)
+    print(
+        f"steady-state cycle (1,000 nodes, 10,000 running, 5 finish + 5 new pending per cycle, folded back): "
+        f"{warm * 1000:.1f} ms CPU   cold cycle on the same states: {cold * 1000:.1f} ms CPU   "
+        f"ratio: {cold / warm:.1f}x"
     )
 
 

@@ -1,11 +1,13 @@
 """The scheduler agent: cluster-events batches -> ``SchedulerRuntime.process`` (decode, core, send).
 
 Partitions revoked in a rebalance drop their state; the next record from an assigned partition rebuilds it
-from the log (``runtime.py``).
+from the log (``runtime.py``). A batch's offsets are committed by a background task once its decisions are on
+the broker, so the agent goes on to the next batch without waiting for the commit's round trip.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -31,6 +33,8 @@ runtime = SchedulerRuntime(
     _send,
     partitions=PARTITIONS["decisions"],
     max_cycle_delay_s=settings.max_cycle_delay_s,
+    fair_share_interval_s=settings.fair_share_interval_s,
+    gc_freeze_interval_s=settings.gc_freeze_interval_s,
 )
 
 
@@ -52,23 +56,45 @@ if settings.fair_share_table:
     runtime.on_fair_share.append(_remember_fair_share)
 
 
-async def _commit(batch: list[EventT[Any]]) -> None:
-    """Commit the batch's offsets now that its decisions are on the broker.
+class _Committer:
+    """Commits the offsets of batches whose decisions are on the broker, off the agent's path.
 
     Done here rather than by faust's periodic committer: faust commits the longest run of acknowledged offsets
     and, after a restart with re-deliveries, that run can stop at a gap for good (seen on Tansu), which
     would leave the group's offsets behind forever. faust's own bookkeeping is moved along so it never
-    commits an older offset over ours.
+    commits an older offset over ours. Offsets handed over while a commit is in flight are merged into the
+    next one (never lower than what is committed).
     """
-    offsets: dict[TP, int] = {}
-    for event in batch:
-        tp = event.message.tp
-        offsets[tp] = max(offsets.get(tp, 0), event.message.offset + 1)
-    consumer: Any = app.consumer
-    if await consumer._commit(offsets):
-        for tp, offset in offsets.items():
-            if (consumer._committed_offset.get(tp) or -1) < offset:
-                consumer._committed_offset[tp] = offset
+
+    def __init__(self) -> None:
+        self._pending: dict[TP, int] = {}
+        self._wake = asyncio.Event()
+
+    def add(self, batch: list[EventT[Any]]) -> None:
+        """The batch's decisions are acknowledged: its offsets may be committed."""
+        for event in batch:
+            tp = event.message.tp
+            self._pending[tp] = max(self._pending.get(tp, 0), event.message.offset + 1)
+        self._wake.set()
+
+    async def run(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            offsets, self._pending = self._pending, {}
+            if offsets:
+                await self._commit(offsets)
+
+    @staticmethod
+    async def _commit(offsets: dict[TP, int]) -> None:
+        consumer: Any = app.consumer
+        if await consumer._commit(offsets):
+            for tp, offset in offsets.items():
+                if (consumer._committed_offset.get(tp) or -1) < offset:
+                    consumer._committed_offset[tp] = offset
+
+
+committer = _Committer()
 
 
 def _record(event: EventT[Any]) -> InRecord:
@@ -89,9 +115,14 @@ async def schedule(stream: Any) -> AsyncIterator[None]:
             # state may hold decisions that never reached the topic: rebuild from the log on the next record
             runtime.forget(sorted(runtime.engines))
             raise
-        await _commit(batch)
+        committer.add(batch)
         health.beat()
         yield None
+
+
+@app.task  # type: ignore[untyped-decorator]
+async def _commit_offsets() -> None:
+    await committer.run()
 
 
 @app.task  # type: ignore[untyped-decorator]

@@ -1,13 +1,23 @@
 """The processor's I/O around ``PartitionEngine``: rebuild on assignment, fold a batch, cycle, publish.
 
-``SchedulerRuntime.process`` is what the faust agent calls with each batch of cluster-events records;
-it returns after every decision of the batch is on the broker, so faust acknowledges (and later commits)
-the batch's offsets only once its decisions are published.
+``SchedulerRuntime.submit`` is what the faust agent calls with each batch of cluster-events records: it folds,
+cycles and hands every decision to the producer, and returns the deliveries; the agent commits the batch's
+offsets only once they are all acknowledged, while it already folds the next batch (``process`` does both in
+one call). Decisions keep their order: one producer, one partition per pool.
+
+Between cycles the processor keeps a large, long-lived state (every pod and node of its pools); it is moved
+out of the cyclic garbage collector's reach (``gc.freeze``) after a rebuild and then every
+``gc_freeze_interval_s`` (when set: it acts on the whole process), after a collection of what is young, so
+collections stop rescanning it.
+Fair shares (the ``on_fair_share`` cache) are computed on a Tick of a pool only when something other than
+ticks changed the pool since they were last computed, and at most every ``fair_share_interval_s``: each
+computation opens a full session.
 """
 
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import time
 from collections import defaultdict
@@ -69,6 +79,8 @@ class SchedulerRuntime:
         partitions: int,
         code_version: str = kai_stream.__version__,
         max_cycle_delay_s: float = 0.0,
+        fair_share_interval_s: float = 10.0,
+        gc_freeze_interval_s: float | None = None,
     ) -> None:
         self.kafka = kafka
         self.names = names
@@ -85,12 +97,18 @@ class SchedulerRuntime:
         self._last_cost: dict[int, float] = {}
         self.on_decisions: list[Callable[[list[Outgoing]], None]] = []
         self.on_fair_share: list[Callable[[str, dict[str, dict[str, float]]], None]] = []
+        self.fair_share_interval_s = fair_share_interval_s
+        self.gc_freeze_interval_s = gc_freeze_interval_s
+        self._fair_share_stale: dict[int, set[str]] = defaultdict(set)
+        self._fair_share_at: dict[tuple[int, str], float] = {}
+        self._frozen_at = time.monotonic()
 
     def forget(self, partitions: Sequence[int]) -> None:
         """Drop the state of revoked partitions; a later assignment rebuilds it."""
         for partition in partitions:
             self.engines.pop(partition, None)
             self._deferred.pop(partition, None)
+            self._fair_share_stale.pop(partition, None)
 
     def _new_engine(self, partition: int) -> PartitionEngine:
         return PartitionEngine(
@@ -144,7 +162,16 @@ class SchedulerRuntime:
             partition, engine.offset, len(events), len(recorded), time.monotonic() - started,
         )
         self.engines[partition] = engine
+        self._fair_share_stale[partition].update(engine.pools)
+        if self.gc_freeze_interval_s is not None:
+            self.settle_heap()
         return engine
+
+    def settle_heap(self) -> None:
+        """Collect young garbage, then freeze every surviving object (the state) out of later collections."""
+        gc.collect()
+        gc.freeze()
+        self._frozen_at = time.monotonic()
 
     async def _dead_letter(self, record: InRecord, reason: str) -> Awaitable[Any]:
         letter = DeadLetter.from_raw(
@@ -177,7 +204,17 @@ class SchedulerRuntime:
     async def process(
         self, batch: Sequence[InRecord], backlog: Callable[[int, int], int] | None = None
     ) -> list[Outgoing]:
-        """Fold a batch, run the touched pools' cycles, publish; return what was published.
+        """``submit`` the batch and wait until every record it published is on the broker."""
+        published, deliveries = await self.submit(batch, backlog)
+        if deliveries:
+            await asyncio.gather(*deliveries)
+        return published
+
+    async def submit(
+        self, batch: Sequence[InRecord], backlog: Callable[[int, int], int] | None = None
+    ) -> tuple[list[Outgoing], list[Awaitable[Any]]]:
+        """Fold a batch, run the touched pools' cycles, hand their decisions to the producer; return what was
+        published and the deliveries to await before the batch's offsets may be committed.
 
         ``backlog(partition, last_offset)`` says how many records of the partition are known to follow; while
         there are, cycles wait for them (as long as the last cycle took, up to ``max_cycle_delay_s``), so a busy
@@ -205,6 +242,8 @@ class SchedulerRuntime:
             touched[record.partition].update(folded)
             if isinstance(event, Tick):
                 ticked[record.partition].update(folded)
+            else:
+                self._fair_share_stale[record.partition].update(folded)
         published: list[Outgoing] = []
         for partition in sorted(set(touched) | set(self._deferred)):
             engine = self.engines.get(partition)
@@ -229,13 +268,28 @@ class SchedulerRuntime:
                 if hasattr(item.record, "action"):
                     DECISIONS.labels(pool=item.pool, kind=kind, action=str(item.record.action)).inc()
             published.extend(out)
-            for pool in sorted(ticked.get(partition, ())):
-                shares = engine.fair_shares(pool)
-                for remember in self.on_fair_share:
-                    remember(pool, shares)
-        if deliveries:
-            await asyncio.gather(*deliveries)
+            self._fair_share_stale[partition].update(item.pool for item in out)
+        for partition in sorted(ticked):
+            self._refresh_fair_shares(partition, ticked[partition])
         if published:
             for notify in self.on_decisions:
                 notify(published)
-        return published
+        if self.gc_freeze_interval_s is not None and time.monotonic() - self._frozen_at >= self.gc_freeze_interval_s:
+            self.settle_heap()
+        return published, deliveries
+
+    def _refresh_fair_shares(self, partition: int, pools: set[str]) -> None:
+        engine = self.engines.get(partition)
+        stale = self._fair_share_stale.get(partition)
+        if engine is None or not stale or not self.on_fair_share:
+            return
+        now = time.monotonic()
+        for pool in sorted(pools & stale):
+            last = self._fair_share_at.get((partition, pool))
+            if last is not None and now - last < self.fair_share_interval_s:
+                continue
+            shares = engine.fair_shares(pool)
+            stale.discard(pool)
+            self._fair_share_at[(partition, pool)] = now
+            for remember in self.on_fair_share:
+                remember(pool, shares)

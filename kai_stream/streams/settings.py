@@ -12,6 +12,9 @@ class ProcessorSettings(BaseSettings):
     test) on a shared broker; ``config_path`` is a scheduler config YAML (defaults when unset).
     ``max_cycle_delay_s``: while more records are known to be waiting, a cycle waits for them as long as the
     previous cycle took, never longer than this.
+    ``fair_share_interval_s``: fair shares (a full session) are recomputed on a Tick at most this often, and only
+    when the pool changed since. ``gc_freeze_interval_s``: how often the long-lived state is frozen out of
+    the garbage collector's scans.
     ``fetch_max_wait_ms``: Tansu answers a fetch only when its wait expires, so a short wait is the
     latency floor of every hop (faust hard-codes 1500 ms; the app overrides it).
     """
@@ -28,4 +31,6 @@ class ProcessorSettings(BaseSettings):
     commit_interval_s: float = 0.5
     data_dir: str = ".kai-stream/faust"
     fair_share_table: bool = True
+    fair_share_interval_s: float = 10.0
+    gc_freeze_interval_s: float = 10.0
     log_level: str = "WARNING"

@@ -1,7 +1,7 @@
 """Faust tables: caches for reporting, never the source of truth (state is rebuilt from cluster-events).
 
-``fair_share``: ``"<pool>/<queue>"`` -> ``{"gpu": devices, "cpu": millicores, "memory": MB}``, refreshed on
-every Tick cycle of the pool.
+``fair_share``: ``"<pool>/<queue>"`` -> ``{"gpu": devices, "cpu": millicores, "memory": MB}``, refreshed on a
+Tick of the pool when the pool changed since, at most every ``fair_share_interval_s`` (settings.py).
 """
 
 from __future__ import annotations

@@ -24,13 +24,27 @@ NAME = "preempt"
 class _Preempt:
     def __init__(self, session: Session) -> None:
         self.ssn = session
-        self.pool_free = free_gpu(session)
+        self._pool_free: int | None = None
         self._gave_up: set[tuple[object, ...]] = set()
+        self._floor: dict[str, int] = {}
         self.lists = VictimLists(session.hooks.job_key, lambda j: session.hooks.may_evict(NAME, j, j))
+
+    @property
+    def pool_free(self) -> int:
+        """The pool's free GPU when the action began: computed at the first search, before which nothing was
+        placed or evicted."""
+        if self._pool_free is None:
+            self._pool_free = free_gpu(self.ssn)
+        return self._pool_free
 
     def victims(self, preemptor: JobInfo) -> list[JobInfo]:
         queue = preemptor.queue
         assert queue is not None
+        floor = self._floor.get(queue.name)
+        if floor is None:
+            floor = self._floor[queue.name] = min((j.priority for j in queue.jobs), default=preemptor.priority)
+        if preemptor.priority <= floor:
+            return []
         jobs, start = self.lists.live(queue)
         return [j for j in jobs[start:] if j.priority < preemptor.priority and j is not preemptor]
 

@@ -6,7 +6,8 @@ Rules of the simulated world (the same reactions as ``kai_stream.simulate``'s em
    its pods (``PodObserved`` pending). A job of more than 8 GPUs is a gang of 8-GPU pods (``minMember`` =
    pod count). Pods use the default priority class (``train``: preemptible).
 2. Events with the same timestamp form one batch: completions first, then arrivals; then a cycle
-   (``run_cycle``) runs on the state after the batch. A cycle runs only when something arrived or finished.
+   (``run_cycle``) runs on the state after the batch. A cycle runs only when something arrived or finished
+   (a completion of a pod that was evicted since is no event).
 3. Decisions are folded, then answered at the same time: ``BindRequested`` -> ``PodBound`` (the pod runs
    for its duration, then ``PodObserved`` Succeeded and ``PodRemoved``; the PodGroup is removed with its last
    pod); ``EvictionRequested`` -> ``PodEvicted`` and the pod is observed pending again (restarted from
@@ -18,19 +19,31 @@ Rules of the simulated world (the same reactions as ``kai_stream.simulate``'s em
    works), outcomes also to ``bind-results``; decisions (hash-chained), ``ConfigRecorded`` and
    ``FairShareRecorded`` (whenever a queue's fair share changed) to ``decisions``. Layout
    ``DIR/<topic>/0/<first offset>-<last offset>.parquet``.
+5. A cycle is skipped (``skip_cycles``, on by default) only when it provably returns no decision, so the
+   history is byte for byte the one of running every cycle (a test checks it):
+
+   * *idle*: no pod is pending and no gang runs below its minMember. Every action needs a pending job
+     (allocate, consolidation, reclaim, preempt) or a partial gang (stale-gang eviction), and a pending reason
+     needs a pending pod. The fair shares are then the allocations (``shares_when_idle``).
+   * *quiet*: the last cycle returned no decision, nothing but ``Tick``s was folded since, and no time
+     threshold the core reads was crossed since that cycle: a partial gang's stale-gang deadline
+     (last change + grace) or a running pod's min-runtime expiry (start + a queue's min runtime). The cycle
+     is a function of the state, and the state then differs only in ``now`` and the offset, which only
+     those two thresholds read.
 """
 
 from __future__ import annotations
 
+import gc
 import heapq
 import math
 import time
-from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import orjson
 
 import kai_stream
@@ -43,7 +56,6 @@ from kai_stream.core.events import (
     EvictionRequested,
     FairShareRecorded,
     Model,
-    NodeObserved,
     ObservedEvent,
     PodBound,
     PodEvicted,
@@ -112,6 +124,18 @@ class _Pod:
     node: str | None = None
 
 
+@contextmanager
+def _gc_paused() -> Iterator[None]:
+    """As in ``core.scheduler.cycle.run_cycle``: no cyclic collection while a session is built and used."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
 class _Log:
     """Rows per topic with their offsets; written as Parquet segments at the end."""
 
@@ -133,7 +157,9 @@ class _Log:
 
 
 class _Simulation:
-    def __init__(self, base: list[ObservedEvent], config: SchedulerConfig, *, pool: str, max_cycles: int) -> None:
+    def __init__(
+        self, base: list[ObservedEvent], config: SchedulerConfig, *, pool: str, max_cycles: int, skip: bool = True
+    ) -> None:
         self.config = config
         self.pool = pool
         self.max_cycles = max_cycles
@@ -149,18 +175,14 @@ class _Simulation:
         self.seq = 0
         self.last_shares: dict[str, tuple[int, ...]] = {}
         self.shares: dict[str, tuple[int, ...]] = {}
-        self.pending: list[Counter[int]] = [Counter(), Counter(), Counter()]
-        enabled = {name for name in config.actions if name in ACTIONS}
-        self.allocate_only = enabled <= {"allocate"}
-        nodes = sorted(
-            (e.node for e in base if isinstance(e, NodeObserved) and e.node.pool == pool), key=lambda n: n.name
-        )
-        self.node_index = {n.name: i for i, n in enumerate(nodes)}
-        self.free = [
-            np.array([n.allocatable.gpu_milli for n in nodes], dtype=np.int64),
-            np.array([n.allocatable.cpu_milli for n in nodes], dtype=np.int64),
-            np.array([n.allocatable.memory for n in nodes], dtype=np.int64),
-        ]
+        self.skip = skip
+        self.waiting = 0
+        """Pods not running (pending or pipelined)."""
+        self.running_by_job: dict[int, int] = {}
+        self.partial: set[int] = set()
+        """Gangs (minMember > 1) with some but fewer than minMember pods running."""
+        self.quiet_since: float | None = None
+        """Time of the last cycle when it returned no decision and nothing but Ticks was folded since."""
         self.stats = SimulationStats()
         self.log.add(
             DECISIONS,
@@ -180,6 +202,8 @@ class _Simulation:
     def observe(self, event: Model) -> None:
         offset = self.log.add(CLUSTER_EVENTS, event)
         apply(self.state, event, offset)  # type: ignore[arg-type]
+        if not isinstance(event, Tick):
+            self.quiet_since = None
 
     def outcome(self, event: PodBound | PodEvicted) -> None:
         self.log.add(BIND_RESULTS, event)
@@ -187,22 +211,13 @@ class _Simulation:
 
     # ------------------------------------------------------------------ bookkeeping for skipping cycles
 
-    @staticmethod
-    def _amounts(spec: PodSpec) -> tuple[int, int, int]:
-        return (spec.requests.gpu_milli, spec.requests.cpu_milli, spec.requests.memory)
-
-    def _pend(self, spec: PodSpec, sign: int) -> None:
-        for r, amount in enumerate(self._amounts(spec)):
-            self.pending[r][amount] += sign
-            if self.pending[r][amount] == 0:
-                del self.pending[r][amount]
-
-    def _hold(self, spec: PodSpec, node: str, sign: int) -> None:
-        i = self.node_index.get(node)
-        if i is None:
-            return
-        for r, amount in enumerate(self._amounts(spec)):
-            self.free[r][i] -= sign * amount
+    def _running(self, job: int, delta: int) -> None:
+        running = self.running_by_job.get(job, 0) + delta
+        self.running_by_job[job] = running
+        if 0 < running < self.groups[job].min_member:
+            self.partial.add(job)
+        else:
+            self.partial.discard(job)
 
     # ------------------------------------------------------------------ jobs and pods
 
@@ -240,7 +255,7 @@ class _Simulation:
                 created=ts,
             )
             self.pods[spec.uid] = _Pod(spec, index, float(job["duration"]))
-            self._pend(spec, +1)
+            self.waiting += 1
             self.observe(PodObserved(event_id=stable_id("pending", spec.uid, "0"), ts=ts, pool=self.pool, pod=spec))
             self.stats.pods += 1
         self.stats.jobs += 1
@@ -261,13 +276,14 @@ class _Simulation:
             )
         )
         pod.running = False
-        if pod.node is not None:
-            self._hold(pod.spec, pod.node, -1)
+        self._running(pod.job, -1)
         del self.pods[uid]
         self.job_left[pod.job] -= 1
         if self.job_left[pod.job] == 0:
             group = self.groups.pop(pod.job)
             del self.job_left[pod.job]
+            del self.running_by_job[pod.job]
+            self.partial.discard(pod.job)
             self.observe(
                 PodGroupRemoved(
                     event_id=stable_id("pg-removed", group.uid),
@@ -282,14 +298,15 @@ class _Simulation:
 
     def run_cycle(self) -> list[Decision]:
         """``core.scheduler.cycle.run_cycle``, step for step, keeping the session for its fair shares."""
-        session = open_session(
-            self.state, self.config, pool=self.pool, input_offset=self.state.offset, code_version=self.version
-        )
-        for name in self.config.actions:
-            action = ACTIONS.get(name)
-            if action is not None:
-                action(session)
-        decisions = session.close()
+        with _gc_paused():
+            session = open_session(
+                self.state, self.config, pool=self.pool, input_offset=self.state.offset, code_version=self.version
+            )
+            for name in self.config.actions:
+                action = ACTIONS.get(name)
+                if action is not None:
+                    action(session)
+            decisions = session.close()
         self.shares = {
             name: (
                 q.fair_share[GPU],
@@ -303,19 +320,46 @@ class _Simulation:
         }
         return decisions
 
-    def worth_a_cycle(self) -> bool:
-        """False only when a cycle provably decides nothing: allocate-only, and no pending pod could fit."""
-        if not self.pending[0]:
+    def idle(self) -> bool:
+        """No pod pending and no gang below its minimum: every action and every pending reason has nothing."""
+        return self.waiting == 0 and not self.partial
+
+    def crossed(self, since: float, now: float) -> bool:
+        """Whether a time threshold the core reads lies in (since, now]: a partial gang's stale-gang deadline or
+        a running pod's min-runtime expiry (for every min runtime a queue sets; inheritance only narrows it)."""
+        grace = self.config.stale_gang_grace_s
+        for job in sorted(self.partial):
+            group = self.groups[job]
+            changed = self.state.group_changed.get(f"{group.namespace}/{group.name}", 0.0)
+            if since < changed + grace <= now:
+                return True
+        limits = sorted({q.min_runtime_s for q in self.state.queues.values() if q.min_runtime_s})
+        limits = [limit for limit in limits if limit > 0]
+        if not limits:
             return False
-        if not self.allocate_only:
+        for pod in self.pods.values():
+            if not pod.running:
+                continue
+            spec = self.state.pods.get(pod.spec.uid)
+            started = spec.started if spec is not None else None
+            if started is None:
+                return True
+            if any(since < started + limit <= now for limit in limits):
+                return True
+        return False
+
+    def worth_a_cycle(self, ts: float) -> bool:
+        """False only when a cycle provably returns no decision (the rules in the module docstring)."""
+        if not self.skip:
             return True
-        fits = [min(self.pending[r].keys()) <= (self.free[r].max() if self.free[r].size else 0) for r in range(3)]
-        return all(fits)
+        if self.idle():
+            return False
+        return self.quiet_since is None or self.crossed(self.quiet_since, ts)
 
     def cycle(self, ts: float) -> None:
-        if not self.worth_a_cycle():
+        if not self.worth_a_cycle(ts):
             self.stats.skipped_cycles += 1
-            if not self.pending[0]:
+            if self.idle():
                 self.shares_when_idle()
                 self.record_shares(ts)
             return
@@ -326,7 +370,9 @@ class _Simulation:
             self.stats.cycles += 1
             self.record_shares(ts)
             if not made:
+                self.quiet_since = ts
                 return
+            self.quiet_since = None
             linked, self.head = chain(made, self.head)
             again = False
             for decision in linked:
@@ -356,8 +402,8 @@ class _Simulation:
             pod = self.pods[decision.uid]
             pod.running = True
             pod.node = decision.node
-            self._pend(pod.spec, -1)
-            self._hold(pod.spec, decision.node, +1)
+            self.waiting -= 1
+            self._running(pod.job, +1)
             self.seq += 1
             heapq.heappush(self.finishing, (ts + pod.duration, self.seq, decision.uid, pod.generation))
             self.stats.binds += 1
@@ -376,11 +422,11 @@ class _Simulation:
             )
             pod = self.pods[decision.uid]
             pod.generation += 1
-            if pod.running and pod.node is not None:
-                self._hold(pod.spec, pod.node, -1)
+            if pod.running:
+                self._running(pod.job, -1)
+                self.waiting += 1
             pod.running = False
             pod.node = None
-            self._pend(pod.spec, +1)
             restarted = PodObserved(
                 event_id=stable_id("pending", decision.uid, str(pod.generation)), ts=ts, pool=self.pool, pod=pod.spec
             )
@@ -398,8 +444,10 @@ class _Simulation:
                 continue
             name: str | None = pod.spec.queue
             while name is not None and name in used:
-                for r, amount in enumerate(self._amounts(pod.spec)):
-                    used[name][r] += amount
+                requests = pod.spec.requests
+                used[name][0] += requests.gpu_milli
+                used[name][1] += requests.cpu_milli
+                used[name][2] += requests.memory
                 name = self.state.queues[name].parent
         self.shares = {name: (*used[name], *used[name]) for name in sorted(used)}
 
@@ -453,6 +501,7 @@ class _Simulation:
             now = min(arrival, completion)
             if cycle_every > 0:
                 now = math.ceil(now / cycle_every) * cycle_every
+            happened = False
             while True:
                 arrival = float(jobs[nxt]["submit"]) - t0 if nxt < len(jobs) else math.inf
                 completion = self.finishing[0][0] if self.finishing else math.inf
@@ -463,11 +512,15 @@ class _Simulation:
                     pod = self.pods.get(uid)
                     if pod is not None and pod.generation == generation and pod.running:
                         self.finish(uid, completion)
+                        happened = True
                 else:
                     self.arrive(nxt, jobs[nxt], arrival)
                     nxt += 1
+                    happened = True
             if cycle_every > 0:
                 self.observe(Tick(event_id=stable_id("tick", str(now)), ts=now, pool=self.pool))
+            elif not happened:
+                continue
             self.stats.batches += 1
             self.cycle(now)
         self.stats.simulated_s = now
@@ -483,10 +536,12 @@ def simulate_trace(
     pool: str = DEFAULT_POOL,
     max_cycles_per_batch: int = 8,
     cycle_every: float = 0.0,
+    skip_cycles: bool = True,
 ) -> SimulationStats:
-    """Run ``trace`` on the cluster ``base`` (Nodes, Queues … as observed events) and write the history."""
+    """Run ``trace`` on the cluster ``base`` (Nodes, Queues … as observed events) and write the history.
+    ``skip_cycles=False`` runs every cycle (the history is the same; see rule 5)."""
     started = time.perf_counter()
-    sim = _Simulation(base, config, pool=pool, max_cycles=max_cycles_per_batch)
+    sim = _Simulation(base, config, pool=pool, max_cycles=max_cycles_per_batch, skip=skip_cycles)
     sim.run(trace, cycle_every)
     stats = sim.stats
     write_started = time.perf_counter()

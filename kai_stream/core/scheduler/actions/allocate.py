@@ -26,10 +26,12 @@ def _faults(ssn: Session) -> str:
     return "; ".join(faults[:MAX_FAULTS_NAMED]) + more
 
 
-def _no_fit(predicates: dict[str, int], task: TaskInfo, ssn: Session) -> PendingInfo:
+def _no_fit(predicates: dict[str, int], ssn: Session) -> PendingInfo:
+    """The reason is about the pod it is given to: it is shared by every job of the failing task's shape, so it
+    names no task (it named the first job's, which changed from cycle to cycle)."""
     code: PendingCode = "Unhealthy" if predicates.get("UnhealthyGPU") else "NoNodeFits"
     parts = ", ".join(f"{k}: {v}" for k, v in sorted(predicates.items()))
-    reason = f"no node fits {task.key} ({parts or 'no nodes in pool'})"
+    reason = f"no node fits the pod ({parts or 'no nodes in pool'})"
     faults = _faults(ssn) if code == "Unhealthy" else ""
     return PendingInfo(code, f"{reason}; unhealthy GPUs: {faults}" if faults else reason, predicates, {})
 
@@ -95,7 +97,7 @@ class _Allocator:
             placement = ssn.index.find(task)
             if placement is None:
                 if failure is None:
-                    failure = _no_fit(self.diagnose(task), task, ssn)
+                    failure = _no_fit(self.diagnose(task), ssn)
                 unplaced.append(task)
                 if active + placed + remaining < job.min_member:
                     break

@@ -12,17 +12,27 @@ fair share (net of victims inside them, so a leaf may reclaim from a sibling of 
 
 A job whose queue is past its fair share gets the pending reason ``NotEnoughOverQuotaShare``. Once a search
 fails, jobs of the same shape in the same queue are not searched again in this action run (later reclaims only
-lower the other queues' excess).
+lower the other queues' excess). A job whose search fails (or is skipped for its shape) also gets that reason
+when its queue was past its fair share with the job as this action began: evictions from the queue committed
+earlier in the run (for other queues' jobs; still releasing) can bring it within its share only for the rest of
+this run, and the job's reason must not flip to allocate's ``NoNodeFits`` for one cycle and back on the next.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 
-from kai_stream.core.scheduler.actions._common.fairness import over, queue_details, saturation, within
+from kai_stream.core.scheduler.actions._common.fairness import (
+    UNLIMITED,
+    _fmt,
+    over,
+    queue_details,
+    saturation,
+    within,
+)
 from kai_stream.core.scheduler.actions._common.solver import SearchSpec, awaiting, free_gpu, search
 from kai_stream.core.scheduler.actions._common.victims import VictimLists, VictimUnit, victim_units
-from kai_stream.core.scheduler.framework.info import JobInfo, QueueInfo, TaskInfo
+from kai_stream.core.scheduler.framework.info import RESOURCES, JobInfo, QueueInfo, TaskInfo
 from kai_stream.core.scheduler.framework.ordering import JobsByQueue
 from kai_stream.core.scheduler.framework.session import PendingInfo, Session
 
@@ -38,6 +48,8 @@ class _Reclaim:
         self._leaves = [q for q in session.queues.values() if not q.children and q.jobs]
         self._spent: set[str] = set()
         """Queues with no victim left (evictions committed by earlier searches of this run are final)."""
+        self._at_start = {q.name: list(q.allocated) for q in self._leaves}
+        """Each leaf's allocation as this action began (for the pending reason of a job whose search failed)."""
 
     def queue_path_key(self, q: QueueInfo, job: JobInfo) -> tuple[object, ...]:
         path = q.ancestry()
@@ -133,21 +145,44 @@ class _Reclaim:
             fits = within(leaf, request, leaf.quota)
             bound = "deserved quota"
         if not fits:
-            previous = ssn.pending.get(pending[0].uid)
-            info = PendingInfo(
-                "NotEnoughOverQuotaShare",
-                f"job {job.key} does not fit and queue {leaf.name} would exceed its {bound} by reclaiming",
-                previous.predicates if previous is not None else {},
-                queue_details("queue", leaf),
-            )
-            for task in pending:
-                ssn.set_pending(task, info)
+            self.over_share(job, pending, bound, leaf.allocated)
             return
         shape = (tuple(t.shape for t in pending), job.min_member, leaf.name, job.preemptible, job.topology)
         if shape in self._gave_up:
+            self.over_share_at_start(job, pending, request, bound)
             return
         if not search(ssn, self.validator(job, request)):
             self._gave_up.add(shape)
+            self.over_share_at_start(job, pending, request, bound)
+
+    def over_share(self, job: JobInfo, pending: list[TaskInfo], bound: str, allocated: list[int]) -> None:
+        """Give ``pending`` the reason ``NotEnoughOverQuotaShare``, with the queue's numbers at ``allocated``."""
+        leaf = job.queue
+        assert leaf is not None
+        previous = self.ssn.pending.get(pending[0].uid)
+        details = queue_details("queue", leaf)
+        for r, name in enumerate(RESOURCES):
+            details[f"queue_{name}_allocated"] = _fmt(r, allocated[r])
+        info = PendingInfo(
+            "NotEnoughOverQuotaShare",
+            f"job {job.key} does not fit and queue {leaf.name} would exceed its {bound} by reclaiming",
+            previous.predicates if previous is not None else {},
+            details,
+        )
+        for task in pending:
+            self.ssn.set_pending(task, info)
+
+    def over_share_at_start(self, job: JobInfo, pending: list[TaskInfo], request: list[int], bound: str) -> None:
+        """After a failed search: ``NotEnoughOverQuotaShare`` if the queue was over its bound with the job as the
+        action began (the reason allocate gave stays otherwise)."""
+        leaf = job.queue
+        assert leaf is not None
+        start = self._at_start[leaf.name]
+        limit = leaf.fair_share if job.preemptible else leaf.quota
+        for r in range(3):
+            if request[r] > 0 and limit[r] != UNLIMITED and start[r] + request[r] > limit[r]:
+                self.over_share(job, pending, bound, start)
+                return
 
 
 def run(session: Session) -> None:

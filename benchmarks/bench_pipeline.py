@@ -40,7 +40,8 @@ from typing import Any
 import yaml
 from kubernetes_asyncio import client
 
-from connectors.simcluster.client import api_client
+from connectors.simcluster.client import kube_client_config
+from kai_stream.binder.kube import api_client
 from kai_stream.core.events import (
     BindRequested,
     MalformedEvent,
@@ -92,7 +93,7 @@ def pod(i: int) -> dict[str, Any]:
 async def create_pods(url: str, first: int, count: int, rate: float) -> float:
     """Create pods ``first..first+count-1``, one every 1/rate s (as fast as the API takes them when rate <= 0);
     return the start time (perf_counter)."""
-    async with api_client(url) as api:
+    async with api_client(kube_client_config(url)) as api:
         core = client.CoreV1Api(api)
         slots = asyncio.Semaphore(64)
         started = time.perf_counter()
@@ -110,6 +111,30 @@ async def create_pods(url: str, first: int, count: int, rate: float) -> float:
             tasks.append(asyncio.create_task(one(first + n)))
         await asyncio.gather(*tasks)
         return started
+
+
+class CpuMeter:
+    """CPU seconds used by this process (simulated API, connector, binder) and by the processor subprocess since
+    ``start``: unlike wall times, comparable across runs on a loaded machine."""
+
+    def __init__(self, pipeline: Pipeline) -> None:
+        self.pid = pipeline.processor_pid
+        self.start()
+
+    def _processor_s(self) -> float:
+        try:
+            fields = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            return float("nan")
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    def start(self) -> None:
+        self.here, self.processor = time.process_time(), self._processor_s()
+
+    def report(self, pods: int) -> str:
+        here, processor = time.process_time() - self.here, self._processor_s() - self.processor
+        return (f"CPU: processor {processor:.1f}s ({processor / pods * 1000:.2f} ms/pod), "
+                f"API+connector+binder {here:.1f}s ({here / pods * 1000:.2f} ms/pod)")
 
 
 def quantiles(values: list[float]) -> tuple[float, float]:
@@ -180,9 +205,11 @@ async def steady_phase(pipeline: Pipeline, pods: int, rate: float) -> None:
     assert pipeline.cluster.url is not None
     print(f"steady: creating {pods} pods at {rate or 'max'} pods/s ...", flush=True)
     before = sum(1 for _ in await read_records(pipeline, pipeline.names.cluster_events))
+    cpu = CpuMeter(pipeline)
     started = await create_pods(pipeline.cluster.url, 0, pods, rate)
     created_s = time.perf_counter() - started
     await wait_bound(pipeline, pods)
+    cpu_used = cpu.report(pods)
     bindings = [b for b in pipeline.cluster.bindings if b.latency is not None]
     elapsed = max(b.at for b in bindings) - started
     events = await read_records(pipeline, pipeline.names.cluster_events)
@@ -204,6 +231,7 @@ async def steady_phase(pipeline: Pipeline, pods: int, rate: float) -> None:
         if values:
             s50, s99 = quantiles(values)
             print(f"  stage {name:9s}: p50 {s50:7.1f} ms, p99 {s99:7.1f} ms")
+    print(f"  {cpu_used}")
     print(f"  (creation-rate bound: {len(events) - before} cluster-events in {elapsed:.1f}s = "
           f"{(len(events) - before) / elapsed:,.0f} events/s, {len(bindings) / elapsed:,.0f} pods bound/s)")
 
@@ -227,10 +255,12 @@ async def burst_phase(pipeline: Pipeline, first: int, pods: int) -> tuple[float,
         print(f"  {pods} pods created in {created_s:.1f}s; backlog "
               f"{sum(backlog_end[p] + 1 - positions.get(p, 0) for p in backlog_end)} cluster-events records")
         resumed = time.time()
+        cpu = CpuMeter(pipeline)
     finally:
         pipeline.signal_processor(signal.SIGCONT)
     resumed_perf = time.perf_counter()
     await wait_bound(pipeline, bound_before + pods)
+    cpu_used = cpu.report(pods)
     all_bound_s = max(b.at for b in pipeline.cluster.bindings) - resumed_perf
     names = {pod(i)["metadata"]["name"] for i in range(first, first + pods)}
     decided = {n: d for n, d in bind_requests(await read_records(pipeline, pipeline.names.decisions)).items()
@@ -247,6 +277,7 @@ async def burst_phase(pipeline: Pipeline, first: int, pods: int) -> tuple[float,
     rate = folded / window
     print(f"  processor: {folded} cluster-events records folded, scheduled and their decisions published in "
           f"{window:.2f}s = {rate:,.0f} records/s; last burst binding POST {all_bound_s:.2f}s after the resume")
+    print(f"  {cpu_used} (from the resume until every burst pod was bound)")
     return rate, len(events)
 
 

@@ -35,6 +35,7 @@ from connectors.simcluster import scenario as sim_scenario
 from connectors.simcluster.client import kube_client_config
 from connectors.simcluster.controller import recreated_uid
 from connectors.simcluster.server import SimCluster
+from kai_stream.binder.kube import api_client
 from kai_stream.binder.runner import run_binder
 from kai_stream.broker import EmbeddedBroker
 from kai_stream.core.config import SchedulerConfig
@@ -248,7 +249,7 @@ class Pipeline:
         if opts.scenario is not None:
             objs = sim_scenario.read_documents(opts.scenario)
             self.cluster.load_objects(pin_identity(objs) if opts.pin_scenario_identity else objs)
-        self._api = client.ApiClient(configuration=kube_client_config(url))
+        self._api = api_client(kube_client_config(url))
         self.start_connector()
         assert self.connector is not None
         await asyncio.wait_for(self.connector.synced.wait(), 60)
@@ -382,6 +383,10 @@ class Pipeline:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+    @property
+    def processor_pid(self) -> int | None:
+        return self._processor.pid if self._processor is not None else None
 
     def processor_output(self) -> str:
         path = Path(self._workdir.name) / "processor.log"

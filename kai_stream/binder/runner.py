@@ -1,18 +1,24 @@
 """The binder's I/O loop: consume the decisions topic, apply the planned actions, publish outcomes, commit.
 
+Batches are pipelined: the next poll does not wait for the batches in flight (at most ``max_in_flight``), so a
+slow API call delays only its own pod. Each pod's actions still run in log order, across batches too (a lane
+waits for the pod's previous lane), and a decision planned in a batch in flight is not planned again.
+
 At-least-once and idempotent: a partition's offset is committed (``{tp: last.offset + 1}``) only after every
-action of the batch went through the API and its outcome was acknowledged by the broker, so a crash
-re-delivers unfinished work; applying a decision twice is harmless (``kube.py`` checks the pod first and
-outcome bytes depend only on the decision). On a rebalance the finished work is committed before the
-partitions go. Undecodable records go to the dead-letter topic with the reason.
+action of that batch and of every earlier batch of the partition went through the API and their outcomes were
+acknowledged by the broker, so a crash re-delivers unfinished work; applying a decision twice is harmless
+(``kube.py`` checks the pod first and outcome bytes depend only on the decision). On a rebalance the batches
+in flight finish and are committed before the partitions go. Undecodable records go to the dead-letter topic
+with the reason.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections import OrderedDict
-from collections.abc import Collection
+from collections import OrderedDict, deque
+from collections.abc import Collection, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
@@ -20,8 +26,8 @@ from aiokafka.abc import ConsumerRebalanceListener
 from aiokafka.errors import CommitFailedError, KafkaError
 from kubernetes_asyncio import client
 
-from kai_stream.binder.kube import DEFAULT_RETRY, KubeApplier, RetryPolicy
-from kai_stream.binder.plan import Action, lanes, plan
+from kai_stream.binder.kube import DEFAULT_RETRY, KubeApplier, RetryPolicy, api_client
+from kai_stream.binder.plan import Action, lanes, plan, pod_key
 from kai_stream.core.events import (
     DeadLetter,
     DecisionsRecord,
@@ -50,6 +56,33 @@ _APPLIED_MEMORY = 100_000
 _REVOKE_WAIT_S = 30.0
 
 
+@dataclass
+class _Batch:
+    """One polled batch of one partition: the offset to commit once it and the batches before it are done."""
+
+    end: int
+    generation: int
+    done: bool = False
+
+
+class _Planned(Collection[str]):
+    """Decision ids applied (remembered) or being applied by a batch in flight: ``plan`` skips them."""
+
+    def __init__(self, applied: Collection[str], in_flight: Collection[str]) -> None:
+        self.applied = applied
+        self.in_flight = in_flight
+
+    def __contains__(self, item: object) -> bool:
+        return item in self.in_flight or item in self.applied
+
+    def __iter__(self) -> Iterator[str]:
+        yield from self.in_flight
+        yield from self.applied
+
+    def __len__(self) -> int:
+        return len(self.in_flight) + len(self.applied)
+
+
 class Binder:
     """One binder instance: a decisions consumer, an outcomes producer and a Kubernetes applier."""
 
@@ -63,6 +96,7 @@ class Binder:
         pool_filter: Collection[str] | None = None,
         concurrency: int = 64,
         max_batch: int = 1000,
+        max_in_flight: int = 16,
         health: Health | None = None,
     ) -> None:
         self.consumer = consumer
@@ -76,29 +110,49 @@ class Binder:
         self._applied: OrderedDict[str, None] = OrderedDict()
         self._done: dict[TopicPartition, int] = {}
         self._commit_lock = asyncio.Lock()
+        self._commit_wanted = False
         self._idle = asyncio.Event()
         self._idle.set()
+        self._batch_slots = asyncio.Semaphore(max_in_flight)
+        self._in_flight: set[asyncio.Task[None]] = set()
+        self._in_flight_ids: set[str] = set()
+        self._batches: dict[TopicPartition, deque[_Batch]] = {}
+        self._generation: dict[TopicPartition, int] = {}
+        self._pod_tail: dict[str, asyncio.Future[None]] = {}
+        self._failure: BaseException | None = None
 
     async def run(self, stop: asyncio.Event) -> None:
-        """Process batches until ``stop`` is set; commits finished work on the way out."""
+        """Process batches until ``stop`` is set; finishes the batches in flight and commits on the way out."""
         try:
             while not stop.is_set():
+                if self._failure is not None:
+                    raise self._failure
                 batches = await self.consumer.getmany(timeout_ms=100, max_records=self.max_batch)
                 if self.health is not None:
                     self.health.beat()
-                if not batches:
-                    continue
-                self._idle.clear()
-                try:
-                    await asyncio.gather(*(self.process(tp, records) for tp, records in sorted(batches.items())))
-                    await self._commit_quietly()
-                finally:
-                    self._idle.set()
+                for tp, records in sorted(batches.items()):
+                    await self._batch_slots.acquire()
+                    try:
+                        await self.start(tp, records)
+                    except BaseException:
+                        self._batch_slots.release()
+                        raise
+            await self.wait_idle()
+            if self._failure is not None:
+                raise self._failure
+        except asyncio.CancelledError:
+            for task in list(self._in_flight):  # killed: unfinished batches stay uncommitted, to be re-delivered
+                task.cancel()
+            raise
         finally:
             await asyncio.shield(self._commit_quietly())
 
+    async def wait_idle(self) -> None:
+        """Until no batch is in flight."""
+        await self._idle.wait()
+
     async def on_revoked(self, revoked: Collection[TopicPartition]) -> None:
-        """Before partitions move: let the batch in flight finish, commit it, forget what was not committed."""
+        """Before partitions move: let the batches in flight finish, commit them, forget what was not committed."""
         try:
             await asyncio.wait_for(self._idle.wait(), _REVOKE_WAIT_S)
         except TimeoutError:
@@ -106,9 +160,18 @@ class Binder:
         await self._commit_quietly(set(revoked))
         for tp in revoked:
             self._done.pop(tp, None)
+            self._batches.pop(tp, None)
+            self._generation[tp] = self._generation.get(tp, 0) + 1
 
     async def process(self, tp: TopicPartition, records: list[Record]) -> None:
-        """Apply one partition's batch and publish its outcomes; mark the batch done (not yet committed)."""
+        """Apply one partition's batch and publish its outcomes; mark it done (committed once earlier ones are)."""
+        await self.start(tp, records)
+        await self.wait_idle()
+        if self._failure is not None:
+            raise self._failure
+
+    async def start(self, tp: TopicPartition, records: list[Record]) -> None:
+        """Decode and plan a batch now (in poll order), then apply it in a task; its slot is released at the end."""
         decisions: list[DecisionsRecord] = []
         for record in records:
             decoded = await self._decode(record)
@@ -117,19 +180,71 @@ class Binder:
             EVENTS_CONSUMED.labels(component=COMPONENT, topic=tp.topic, type=decoded.type).inc()
             if self.pool_filter is None or decoded.pool in self.pool_filter:
                 decisions.append(decoded)
-        actions = plan(decisions, done=self._applied)
+        actions = plan(decisions, done=_Planned(self._applied, self._in_flight_ids))
+        ids = [action.decision.decision_id for action in actions]
+        self._in_flight_ids.update(ids)
+        batch = _Batch(records[-1].offset + 1, self._generation.get(tp, 0))
+        self._batches.setdefault(tp, deque()).append(batch)
+        loop = asyncio.get_running_loop()
+        chained: list[tuple[list[Action], asyncio.Future[None] | None, asyncio.Future[None]]] = []
+        for lane in lanes(actions):
+            key = pod_key(lane[0])
+            finished: asyncio.Future[None] = loop.create_future()
+            chained.append((lane, self._pod_tail.get(key), finished))
+            self._pod_tail[key] = finished
+        self._idle.clear()
+        task = asyncio.create_task(self._apply(tp, batch, chained, ids), name=f"binder-batch-{tp.partition}")
+        self._in_flight.add(task)
+        task.add_done_callback(self._finished)
+
+    def _finished(self, task: asyncio.Task[None]) -> None:
+        self._in_flight.discard(task)
+        self._batch_slots.release()
+        if not task.cancelled() and task.exception() is not None and self._failure is None:
+            self._failure = task.exception()
+        if not self._in_flight:
+            self._idle.set()
+
+    async def _apply(
+        self,
+        tp: TopicPartition,
+        batch: _Batch,
+        chained: list[tuple[list[Action], asyncio.Future[None] | None, asyncio.Future[None]]],
+        ids: list[str],
+    ) -> None:
         deliveries: list[asyncio.Future[Any]] = []
-        await asyncio.gather(*(self._run_lane(lane, deliveries) for lane in lanes(actions)))
-        if deliveries:
-            await asyncio.gather(*deliveries)
-        for action in actions:
-            self._remember(action.decision.decision_id)
-        self._done[tp] = records[-1].offset + 1
+        try:
+            await asyncio.gather(*(self._run_lane(lane, after, done, deliveries) for lane, after, done in chained))
+            if deliveries:
+                await asyncio.gather(*deliveries)
+        finally:
+            for _, _, finished in chained:
+                if not finished.done():
+                    finished.set_result(None)
+            self._in_flight_ids.difference_update(ids)
+        for decision_id in ids:
+            self._remember(decision_id)
+        batch.done = True
+        queue = self._batches.get(tp)
+        if batch.generation != self._generation.get(tp, 0) or queue is None:
+            return
+        while queue and queue[0].done:
+            self._done[tp] = queue.popleft().end
         high = self.consumer.highwater(tp)
-        if high is not None:
+        if high is not None and tp in self._done:
             CONSUMER_LAG.labels(component=COMPONENT, topic=tp.topic, partition=str(tp.partition)).set(
                 max(0, high - self._done[tp])
             )
+        await self._commit_soon()
+
+    async def _commit_soon(self) -> None:
+        """Commit what is done; a commit asked for while one runs is made right after it (covering both)."""
+        self._commit_wanted = True
+        if self._commit_lock.locked():
+            return
+        while self._commit_wanted:
+            self._commit_wanted = False
+            await self._commit_quietly()
 
     async def commit_done(self, only: Collection[TopicPartition] | None = None) -> None:
         """Commit the offsets of finished batches (optionally only for ``only``)."""
@@ -151,12 +266,28 @@ class Binder:
         except (CommitFailedError, KafkaError) as exc:
             log.warning("binder commit failed (the work will be re-delivered and re-checked): %s", exc)
 
-    async def _run_lane(self, lane: list[Action], deliveries: list[asyncio.Future[Any]]) -> None:
-        async with self._slots:
-            for action in lane:
-                outcome = await self.applier.apply(action)
-                if outcome is not None:
-                    deliveries.extend(await self._publish(outcome))
+    async def _run_lane(
+        self,
+        lane: list[Action],
+        after: asyncio.Future[None] | None,
+        finished: asyncio.Future[None],
+        deliveries: list[asyncio.Future[Any]],
+    ) -> None:
+        """One pod's actions, in order, once the pod's previous lane (an earlier batch) is finished."""
+        try:
+            if after is not None:
+                await after
+            async with self._slots:
+                for action in lane:
+                    outcome = await self.applier.apply(action)
+                    if outcome is not None:
+                        deliveries.extend(await self._publish(outcome))
+        finally:
+            if not finished.done():
+                finished.set_result(None)
+            key = pod_key(lane[0])
+            if self._pod_tail.get(key) is finished:
+                del self._pod_tail[key]
 
     async def _publish(self, outcome: Outcome) -> list[asyncio.Future[Any]]:
         raw = dumps(outcome)
@@ -215,13 +346,14 @@ async def run_binder(
     group_id: str = DEFAULT_GROUP_ID,
     concurrency: int = 64,
     max_batch: int = 1000,
+    max_in_flight: int = 16,
     retry: RetryPolicy = DEFAULT_RETRY,
     health: Health | None = None,
 ) -> None:
     """Run a binder until ``stop_event`` is set (or the task is cancelled); always closes its clients.
 
     ``concurrency``: pods applied in parallel; ``max_batch``: records per poll (a batch is committed as a whole,
-    and a rebalance waits for the batch in flight).
+    and a rebalance waits for the batches in flight); ``max_in_flight``: batches applied at once.
     ``pool_filter``: only decisions of these pools are applied (the others are acknowledged and skipped);
     binders with different filters need different ``group_id``s.
     """
@@ -229,7 +361,7 @@ async def run_binder(
     listener = _CommitOnRevoke()
     consumer = make_consumer(kafka_settings, topics.decisions, group_id=group_id, listener=listener)
     producer = make_producer(kafka_settings)
-    api = client.ApiClient(configuration=kube_config)
+    api = api_client(kube_config)
     try:
         await producer.start()
         await consumer.start()
@@ -243,6 +375,7 @@ async def run_binder(
             pool_filter=pool_filter,
             concurrency=concurrency,
             max_batch=max_batch,
+            max_in_flight=max_in_flight,
             health=health,
         )
         listener.binder = binder

@@ -443,125 +443,158 @@ def _job_order(job: JobInfo) -> tuple[float, str, str]:
 
 
 _Placed = tuple[TaskInfo, NodeInfo, "tuple[int, ...] | None", bool]
+_NO_SIG: tuple[tuple[tuple[str, str], ...], tuple[object, ...], tuple[object, ...]] = ((), (), ())
 
 
-@dataclass(eq=False)
-class _JobBuild:
-    job: JobInfo
-    placed: list[_Placed]
-    pending: bool
-    first_fit: set[str]
-    """Nodes with a placed task whose GPU indices are unknown: its GPUs (first fit) depend on every task placed
-    on that node before it (in pod order)."""
+class _JobBuilder:
+    """Builds the job of one job key from its live managed pods, exactly as one scan of every pod in creation order
+    would (the first of its pods in that order gives the job's attributes; tasks in (created, name, uid) order)."""
 
+    __slots__ = ("config", "node_by_name", "pool", "queues", "signatures", "state", "tasks")
 
-def _build_job(
-    state: ClusterState,
-    config: SchedulerConfig,
-    pool: str,
-    pods: dict[str, PodSpec],
-    queues: dict[str, QueueInfo],
-    node_by_name: dict[str, NodeInfo],
-    signatures: dict[object, int],
-    tasks: dict[str, TaskInfo],
-) -> _JobBuild | None:
-    """The job of one job key from its live managed pods, exactly as a scan of every pod in order would build it."""
-    chosen: list[tuple[PodSpec, str | None, tuple[int, ...] | None]] = []
-    assumed_of = state.assumed
-    pod_groups = state.pod_groups
-    for pod in pods.values():
-        assumed = assumed_of.get(pod.uid)
-        node_name = pod.node_name or (assumed.node if assumed is not None else None)
-        if node_name is not None:
-            if node_name not in node_by_name:
-                continue
+    def __init__(
+        self,
+        state: ClusterState,
+        config: SchedulerConfig,
+        pool: str,
+        queues: dict[str, QueueInfo],
+        node_by_name: dict[str, NodeInfo],
+        signatures: dict[object, int],
+        tasks: dict[str, TaskInfo],
+    ) -> None:
+        self.state, self.config, self.pool = state, config, pool
+        self.queues, self.node_by_name, self.signatures, self.tasks = queues, node_by_name, signatures, tasks
+
+    def build(
+        self, pods: dict[str, PodSpec], placed: list[_Placed], first_fit: set[str]
+    ) -> tuple[JobInfo, bool] | None:
+        """The job (and whether it has a pending task); its running tasks go to ``placed`` and the nodes of those
+        whose GPU indices are unknown (placed first fit, so in pod order) to ``first_fit``."""
+        state = self.state
+        assumed_of = state.assumed
+        pod_groups = state.pod_groups
+        node_by_name = self.node_by_name
+        pool = self.pool
+        chosen: list[tuple[PodSpec, str | None, tuple[int, ...] | None]] = []
+        for pod in pods.values():
+            assumed = assumed_of.get(pod.uid) if assumed_of else None
+            node_name = pod.node_name
+            if node_name:
+                indices = pod.gpu_indices
+            elif assumed is not None:
+                node_name, indices = assumed.node or None, assumed.gpu_indices
+            else:
+                node_name, indices = None, None
+            if node_name is not None:
+                if node_name not in node_by_name:
+                    continue
+            else:
+                group = pod_groups.get(f"{pod.namespace}/{pod.pod_group}") if pod.pod_group else None
+                pod_pool = pod.pool if pod.pool != DEFAULT_POOL or group is None else group.pool
+                if pod_pool != pool:
+                    continue
+            chosen.append((pod, node_name, indices))
+        if not chosen:
+            return None
+        if len(chosen) > 1:
+            chosen.sort(key=lambda c: (c[0].created, c[0].namespace, c[0].name, c[0].uid))
+        first = chosen[0][0]
+        if first.pod_group:
+            group = pod_groups.get(f"{first.namespace}/{first.pod_group}")
+            job_key, job_name = f"{first.namespace}/{first.pod_group}", first.pod_group
         else:
-            group = pod_groups.get(f"{pod.namespace}/{pod.pod_group}") if pod.pod_group else None
-            pod_pool = pod.pool if pod.pool != DEFAULT_POOL or group is None else group.pool
-            if pod_pool != pool:
-                continue
-        indices = pod.gpu_indices if pod.node_name else (assumed.gpu_indices if assumed is not None else None)
-        chosen.append((pod, node_name, indices))
-    if not chosen:
-        return None
-    if len(chosen) > 1:
-        chosen.sort(key=lambda c: _pod_order(c[0]))
-    first = chosen[0][0]
-    group = pod_groups.get(f"{first.namespace}/{first.pod_group}") if first.pod_group else None
-    job_key, job_name = _job_identity(first)
-    class_name = (group.priority_class if group else None) or first.priority_class
-    pclass = state.priority_classes.get(class_name) if class_name else None
-    if group is not None and group.priority is not None:
-        priority = group.priority
-    elif pclass is not None:
-        priority = pclass.value
-    elif first.priority is not None:
-        priority = first.priority
-    else:
-        priority = state.priority_classes[DEFAULT_PRIORITY_CLASS].value
-    explicit = group.preemptible if group is not None else None
-    if explicit is None:
-        explicit = first.preemptible
-    queue_name = first.queue or (group.queue if group is not None else "") or config.default_queue
-    leaf = queues.get(queue_name)
-    job = JobInfo(
-        key=job_key,
-        namespace=first.namespace,
-        name=job_name,
-        uid=(group.uid or job_key) if group is not None else first.uid,
-        queue_name=queue_name,
-        queue=leaf if leaf is not None and not leaf.children else None,
-        priority=priority,
-        preemptible=explicit if explicit is not None else priority < 100,
-        min_member=group.min_member if group is not None else 1,
-        created=group.created if group is not None else first.created,
-        topology=group.topology_constraint if group is not None else None,
-        changed=state.group_changed.get(job_key, 0.0),
-        group_missing=bool(first.pod_group) and group is None,
-    )
-    placed: list[_Placed] = []
-    pending = False
-    first_fit: set[str] = set()
-    pipelined = state.pipelined
-    evicting = state.evicting
-    for pod, node_name, indices in chosen:
-        sig_key = (tuple(sorted(pod.node_selector.items())), pod.affinity, pod.tolerations)
-        sig = signatures.setdefault(sig_key, len(signatures))
-        gpu_frac = pod.gpu_fraction_milli or 0
-        requests = pod.requests
-        task = TaskInfo(
-            uid=pod.uid,
-            namespace=pod.namespace,
-            name=pod.name,
-            job=job,
-            gpu_whole=0 if gpu_frac else requests.gpu_milli // UNIT,
-            gpu_frac=gpu_frac,
-            gpu_mem_mib=pod.gpu_memory_mib or 0,
-            cpu=requests.cpu_milli,
-            mem=requests.memory,
-            sig=sig,
-            node_selector=pod.node_selector,
-            affinity=pod.affinity,
-            tolerations=pod.tolerations,
-            created=pod.created,
-            started=pod.started,
+            group = None
+            job_key, job_name = f"{first.namespace}/{first.name}", first.name
+        priority_classes = state.priority_classes
+        class_name = (group.priority_class if group else None) or first.priority_class
+        pclass = priority_classes.get(class_name) if class_name else None
+        if group is not None and group.priority is not None:
+            priority = group.priority
+        elif pclass is not None:
+            priority = pclass.value
+        elif first.priority is not None:
+            priority = first.priority
+        else:
+            priority = priority_classes[DEFAULT_PRIORITY_CLASS].value
+        explicit = group.preemptible if group is not None else None
+        if explicit is None:
+            explicit = first.preemptible
+        queue_name = first.queue or (group.queue if group is not None else "") or self.config.default_queue
+        leaf = self.queues.get(queue_name)
+        job = JobInfo(
+            job_key,
+            first.namespace,
+            job_name,
+            (group.uid or job_key) if group is not None else first.uid,
+            queue_name,
+            leaf if leaf is not None and not leaf.children else None,
+            priority,
+            explicit if explicit is not None else priority < 100,
+            group.min_member if group is not None else 1,
+            group.created if group is not None else first.created,
+            [],
+            None,
+            group.topology_constraint if group is not None else None,
+            state.group_changed.get(job_key, 0.0),
+            0,
+            bool(first.pod_group) and group is None,
         )
-        previous = pipelined.get(pod.uid)
-        if previous is not None:
-            task.prev_pipelined = (previous.node, previous.gpu_indices)
-        job.tasks.append(task)
-        tasks[pod.uid] = task
-        if node_name is not None:
-            if not indices and (task.gpu_whole or task.gpu_frac or task.gpu_mem_mib):
-                first_fit.add(node_name)
-            placed.append((task, node_by_name[node_name], indices, pod.terminating or pod.uid in evicting))
-        else:
-            pending = True
-    if job.group_missing:
-        job.min_member = len(job.tasks) + 1
-    if len(job.tasks) > 1:
-        job.tasks.sort(key=lambda t: (t.created, t.name, t.uid))
-    return _JobBuild(job, placed, pending, first_fit)
+        pending = False
+        pipelined = state.pipelined
+        evicting = state.evicting
+        signatures = self.signatures
+        tasks = self.tasks
+        job_tasks = job.tasks
+        for pod, node_name, indices in chosen:
+            selector = pod.node_selector
+            affinity = pod.affinity
+            tolerations = pod.tolerations
+            if selector or affinity or tolerations:
+                sig_key: object = (tuple(sorted(selector.items())), affinity, tolerations)
+            else:
+                sig_key = _NO_SIG
+            sig = signatures.get(sig_key)
+            if sig is None:
+                sig = signatures[sig_key] = len(signatures)
+            gpu_frac = pod.gpu_fraction_milli or 0
+            requests = pod.requests
+            uid = pod.uid
+            previous = pipelined.get(uid) if pipelined else None
+            task = TaskInfo(
+                uid,
+                pod.namespace,
+                pod.name,
+                job,
+                0 if gpu_frac else requests.gpu_milli // UNIT,
+                gpu_frac,
+                pod.gpu_memory_mib or 0,
+                requests.cpu_milli,
+                requests.memory,
+                sig,
+                selector,
+                affinity,
+                tolerations,
+                pod.created,
+                PENDING,
+                None,
+                (),
+                0,
+                None if previous is None else (previous.node, previous.gpu_indices),
+                pod.started,
+            )
+            job_tasks.append(task)
+            tasks[uid] = task
+            if node_name is not None:
+                if not indices and (task.gpu_whole or gpu_frac or task.gpu_mem_mib):
+                    first_fit.add(node_name)
+                placed.append((task, node_by_name[node_name], indices, pod.terminating or uid in evicting))
+            else:
+                pending = True
+        if job.group_missing:
+            job.min_member = len(job_tasks) + 1
+        if len(job_tasks) > 1:
+            job_tasks.sort(key=lambda t: (t.created, t.name, t.uid))
+        return job, pending
 
 
 def _place_running(
@@ -588,6 +621,69 @@ def _place_running(
         node.mem_rel += task.mem
         task.status = RELEASING
         ssn.releasing_tasks.setdefault(node.name, []).append(task)
+
+
+def _place_all(ssn: Session, placed: list[_Placed]) -> None:
+    """``_place_running`` for many tasks, charging each queue once with the sums (same totals and versions)."""
+    charges: dict[int, tuple[QueueInfo, list[int]]] = {}
+    releasing_tasks = ssn.releasing_tasks
+    for task, node, indices, releasing in placed:
+        if indices:
+            count = len(node.healthy)
+            gpus: tuple[int, ...]
+            if len(indices) == 1 and 0 <= indices[0] < count:
+                gpus = indices
+            else:
+                gpus = tuple([g for g in indices if 0 <= g < count])
+            portion = UNIT if task.gpu_whole else (task.gpu_frac or _memory_fraction(task, node))
+        else:
+            gpus, portion = _first_fit_gpus(node, task)
+        used = node.gpu_used
+        for g in gpus:
+            used[g] += portion
+        cpu, mem = task.cpu, task.mem
+        node.cpu_used += cpu
+        node.mem_used += mem
+        task.node, task.gpus, task.gpu_portion = node, gpus, portion
+        if releasing:
+            rel = node.gpu_rel
+            for g in gpus:
+                rel[g] += portion
+            node.cpu_rel += cpu
+            node.mem_rel += mem
+            task.status = RELEASING
+            releasing_tasks.setdefault(node.name, []).append(task)
+        else:
+            task.status = RUNNING
+        job = task.job
+        queue = job.queue
+        if queue is not None:
+            entry = charges.get(id(queue))
+            if entry is None:
+                entry = charges[id(queue)] = (queue, [0, 0, 0, 0, 0, 0, 0])
+            acc = entry[1]
+            gpu = len(gpus) * portion
+            acc[0] += gpu
+            acc[1] += cpu
+            acc[2] += mem
+            acc[6] += 1
+            if not job.preemptible:
+                acc[3] += gpu
+                acc[4] += cpu
+                acc[5] += mem
+    for queue, acc in charges.values():
+        q: QueueInfo | None = queue
+        while q is not None:
+            q.version += acc[6]
+            alloc = q.allocated
+            alloc[GPU] += acc[0]
+            alloc[CPU] += acc[1]
+            alloc[MEM] += acc[2]
+            alloc = q.allocated_np
+            alloc[GPU] += acc[3]
+            alloc[CPU] += acc[4]
+            alloc[MEM] += acc[5]
+            q = q.parent
 
 
 def _unplace_running(ssn: Session, task: TaskInfo) -> None:
@@ -636,7 +732,7 @@ class Snapshot:
     base: Session
     job_by_key: dict[str, JobInfo]
     pending: set[str]
-    signatures: dict[object, int]
+    builder: _JobBuilder
     first_fit: set[str]
     """Nodes whose tasks must all be placed in pod order (see ``_JobBuild.first_fit``): a change there needs a
     full build."""
@@ -677,11 +773,14 @@ class Snapshot:
                             total[GPU] -= UNIT
         tasks: dict[str, TaskInfo] = {}
         signatures: dict[object, int] = {}
-        builds: list[_JobBuild] = []
+        builder = _JobBuilder(state, config, pool, queues, node_by_name, signatures, tasks)
+        built: list[tuple[JobInfo, bool]] = []
+        placed: list[_Placed] = []
+        first_fit: set[str] = set()
         for pods in derived.by_job.values():
-            built = _build_job(state, config, pool, pods, queues, node_by_name, signatures, tasks)
-            if built is not None:
-                builds.append(built)
+            one = builder.build(pods, placed, first_fit)
+            if one is not None:
+                built.append(one)
         base = Session(
             ctx=CycleContext(pool, state.offset, state.now, chash, ""),
             config=config,
@@ -695,33 +794,29 @@ class Snapshot:
             total=[max(0, t) for t in total],
         )
         base.reference_memory = max((n.gpu_memory_mib for n in nodes), default=0)
-        first_fit: set[str] = set()
-        for b in builds:
-            first_fit |= b.first_fit
-        placed = [p for b in builds for p in b.placed]
         if first_fit:
             placed.sort(key=lambda p: _task_order(p[0]))
-        for task, node, indices, releasing in placed:
-            _place_running(base, task, node, indices, releasing)
+        _place_all(base, placed)
         if not first_fit:
             for listed in base.releasing_tasks.values():
                 listed.sort(key=_task_order)
-        builds.sort(key=lambda b: _job_order(b.job))
+        built.sort(key=lambda b: _job_order(b[0]))
         pending: set[str] = set()
-        for b in builds:
-            job = b.job
-            job.succeeded = derived.succeeded.get(job.key, 0)
+        succeeded = derived.succeeded
+        for job, has_pending in built:
+            if succeeded:
+                job.succeeded = succeeded.get(job.key, 0)
             if job.queue is not None:
                 job.queue.jobs.append(job)
-            if b.pending:
+            if has_pending:
                 pending.add(job.key)
                 _add_request(base, job, +1)
-        base.jobs = [b.job for b in builds]
+        base.jobs = [b[0] for b in built]
         for node in nodes:
             node.free_whole = node.count_free_whole()
         base.index.build()
         job_by_key = {job.key: job for job in base.jobs}
-        return cls(pool, chash, base, job_by_key, pending, signatures, first_fit)
+        return cls(pool, chash, base, job_by_key, pending, builder, first_fit)
 
     # ------------------------------------------------------------------ one cycle
 
@@ -798,6 +893,8 @@ class Snapshot:
         derived = state.derived
         index = base.index
         first_fit = self.first_fit
+        builder = self.builder
+        builder.state, builder.config = state, config
         removed: list[JobInfo] = []
         added: list[JobInfo] = []
         for key in sorted(dirty):
@@ -819,18 +916,18 @@ class Snapshot:
             pods = derived.by_job.get(key)
             if not pods:
                 continue
-            built = _build_job(
-                state, config, self.pool, pods, base.queues, base.node_by_name, self.signatures, base.tasks
-            )
+            placed: list[_Placed] = []
+            new_first_fit: set[str] = set()
+            built = builder.build(pods, placed, new_first_fit)
             if built is None:
                 continue
-            if built.first_fit or (first_fit and any(p[1].name in first_fit for p in built.placed)):
+            if new_first_fit or (first_fit and any(p[1].name in first_fit for p in placed)):
                 return False
-            job = built.job
+            job, has_pending = built
             job.succeeded = derived.succeeded.get(key, 0)
             self.job_by_key[key] = job
             added.append(job)
-            for task, node, indices, releasing in built.placed:
+            for task, node, indices, releasing in placed:
                 index.remove(node)
                 _place_running(base, task, node, indices, releasing)
                 if releasing:
@@ -838,7 +935,7 @@ class Snapshot:
                     listed.remove(task)
                     insort(listed, task, key=_task_order)
                 index.add(node)
-            if built.pending:
+            if has_pending:
                 self.pending.add(key)
                 _add_request(base, job, +1)
         base.jobs = _replace_sorted(base.jobs, removed, added)

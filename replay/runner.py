@@ -23,6 +23,7 @@ from kai_stream.core.config import SchedulerConfig, config_hash, parse_config
 from kai_stream.core.events import Decision, decision_hash, dumps
 from kai_stream.core.scheduler.cycle import run_cycle
 from kai_stream.core.state import ClusterState, apply
+from kai_stream.history.columnar import TimeOnly
 from kai_stream.history.reader import History, PoolLog
 from replay.diff import Divergence
 
@@ -143,6 +144,7 @@ class _PoolReplayer:
         self.state = self.result.state
         self.next = 0
         self.head = ""
+        self.timed_next = 0
 
     def _offset_of(self, index: int) -> int | None:
         offsets = self.log.decision_offsets
@@ -208,25 +210,72 @@ class _PoolReplayer:
                     self._diverged(self.next, offset, recorded, candidate, "rebuilt decision differs")
                 self._fold_recorded(recorded)
 
+    def _fold_time(self, timed: TimeOnly | None, upto: int, cycle_at: int | None) -> None:
+        """Fold the time-only events before offset ``upto`` (and the one at ``cycle_at``, a cycle's offset).
+
+        Only ``state.offset`` and ``state.now`` can change, so folding the last of them that holds the largest
+        time (and then the one a cycle runs at) leaves the state where folding each would.
+        """
+        if timed is None:
+            return
+        start = self.timed_next
+        end = timed.search(upto, start)
+        if end > start:
+            peak = int(timed.peak[end - 1])
+            if peak >= start:
+                apply(self.state, timed.event(peak), int(timed.offsets[peak]))
+        if cycle_at is not None and end < len(timed) and timed.offsets[end] == cycle_at:
+            apply(self.state, timed.event(end), cycle_at)
+            end += 1
+        self.timed_next = end
+
     def run(self) -> PoolReplay:
         log = self.log
         state = self.state
         decisions = log.decisions
         count = len(decisions)
+        offsets, events, timed = log.parts()
+        progress = self.progress
         if count and decisions[0].input_offset == -1:
             self._cycles_at(-1)
-        for i, (offset, event) in enumerate(zip(log.offsets, log.events, strict=True)):
-            if self.next < count and decisions[self.next].input_offset < offset:
-                self._skip_orphans(offset)
-            apply(state, event, offset)
-            if self.next < count and decisions[self.next].input_offset == offset:
-                self._cycles_at(offset)
-            if self.progress is not None and i % _PROGRESS_EVERY == _PROGRESS_EVERY - 1:
-                self.progress(_PROGRESS_EVERY)
-        self._skip_orphans(1 << 62)
-        self.result.events = len(log.events)
-        if self.progress is not None:
-            self.progress(len(log.events) % _PROGRESS_EVERY)
+        done = 0
+        last = -1
+        i = 0
+        while True:
+            next_event = offsets[i] if i < len(offsets) else None
+            next_cycle = decisions[self.next].input_offset if self.next < count else None
+            if next_event is None and next_cycle is None:
+                break
+            if next_cycle is not None and next_cycle <= last:
+                self._skip_orphans(last + 1)
+                continue
+            if next_event is not None and (next_cycle is None or next_event <= next_cycle):
+                self._fold_time(timed, next_event, None)
+                apply(state, events[i], next_event)
+                last = next_event
+                i += 1
+                if next_cycle == next_event:
+                    self._cycles_at(next_event)
+            else:
+                assert next_cycle is not None
+                at = timed.search(next_cycle, self.timed_next) if timed is not None else 0
+                if timed is not None and at < len(timed) and timed.offsets[at] == next_cycle:
+                    self._fold_time(timed, next_cycle, next_cycle)
+                    last = next_cycle
+                    self._cycles_at(next_cycle)
+                else:
+                    self._skip_orphans(next_cycle + 1)
+            if progress is not None:
+                reached = i + self.timed_next
+                if reached - done >= _PROGRESS_EVERY:
+                    progress(reached - done)
+                    done = reached
+        if timed is not None and len(timed):
+            last_timed = int(timed.offsets[-1])
+            self._fold_time(timed, last_timed, last_timed)
+        self.result.events = log.event_count
+        if progress is not None and log.event_count > done:
+            progress(log.event_count - done)
         return self.result
 
 
@@ -283,13 +332,13 @@ def _replay_forked(
             for worker, process in enumerate(processes):
                 if worker not in results and process.exitcode not in (None, 0) and not pipes[worker].poll():
                     raise RuntimeError(f"replay worker {worker} died (exit code {process.exitcode})")
-        if progress is not None and len(log.events) > reported:
-            progress(len(log.events) - reported)
+        if progress is not None and log.event_count > reported:
+            progress(log.event_count - reported)
     finally:
         _FORKED = None
         for process in processes:
             process.join(timeout=5)
-    merged = PoolReplay(pool=log.pool, decisions=len(log.decisions), events=len(log.events))
+    merged = PoolReplay(pool=log.pool, decisions=len(log.decisions), events=log.event_count)
     for worker in sorted(results):
         identical, cycles, cycle_s, divergences, state = results[worker]
         merged.identical += identical

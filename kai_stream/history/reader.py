@@ -11,7 +11,7 @@ import asyncio
 import re
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from operator import itemgetter
 from pathlib import Path
 
@@ -32,6 +32,7 @@ from kai_stream.core.events import (
     GpuHealthObserved,
     Tick,
 )
+from kai_stream.history.columnar import ColumnarEvents, TimeOnly, decode_columns, paused_gc, split_pool
 from kai_stream.history.schema import HISTORY_SCHEMA
 from kai_stream.kafka import partition_for, read_topic
 from kai_stream.settings import KafkaSettings
@@ -71,18 +72,92 @@ Raw = str | bytes
 RawRecord = tuple[int, int, Raw]
 
 
-@dataclass
 class PoolLog:
-    """One pool's recorded log: observed events (with offsets) and what the scheduler published."""
+    """One pool's recorded log: observed events (with offsets) and what the scheduler published.
 
-    pool: str
-    partition: int | None = None
-    events: list[ClusterEvent] = field(default_factory=list)
-    offsets: list[int] = field(default_factory=list)
-    decisions: list[Decision] = field(default_factory=list)
-    decision_offsets: list[int] = field(default_factory=list)
-    configs: list[ConfigRecorded] = field(default_factory=list)
-    fair_shares: list[FairShareRecorded] = field(default_factory=list)
+    Read for replay (``read_history(..., compact=True)``), the time-only events are kept as columns in
+    ``time_only`` and ``events``/``offsets`` build the full lists on first use; ``parts()`` gives the pieces
+    without building them.
+    """
+
+    def __init__(
+        self,
+        pool: str,
+        partition: int | None = None,
+        events: list[ClusterEvent] | None = None,
+        offsets: list[int] | None = None,
+        decisions: list[Decision] | None = None,
+        decision_offsets: list[int] | None = None,
+        configs: list[ConfigRecorded] | None = None,
+        fair_shares: list[FairShareRecorded] | None = None,
+        time_only: TimeOnly | None = None,
+    ) -> None:
+        self.pool = pool
+        self.partition = partition
+        self._events: list[ClusterEvent] = events if events is not None else []
+        self._offsets: list[int] = offsets if offsets is not None else []
+        self.decisions: list[Decision] = decisions if decisions is not None else []
+        self.decision_offsets: list[int] = decision_offsets if decision_offsets is not None else []
+        self.configs: list[ConfigRecorded] = configs if configs is not None else []
+        self.fair_shares: list[FairShareRecorded] = fair_shares if fair_shares is not None else []
+        self.time_only = time_only
+
+    def __repr__(self) -> str:
+        return f"PoolLog(pool={self.pool!r}, events={self.event_count}, decisions={len(self.decisions)})"
+
+    def _expand(self) -> None:
+        timed = self.time_only
+        if timed is None:
+            return
+        self.time_only = None
+        offsets: list[int] = []
+        events: list[ClusterEvent] = []
+        timed_offsets: list[int] = timed.offsets.tolist()
+        kinds: list[int] = timed.kinds.tolist()
+        refs: list[int] = timed.refs.tolist()
+        make = timed.make
+        count = len(timed_offsets)
+        with paused_gc():
+            i = 0
+            for offset, event in zip(self._offsets, self._events, strict=True):
+                while i < count and timed_offsets[i] < offset:
+                    offsets.append(timed_offsets[i])
+                    events.append(make(kinds[i], refs[i]))
+                    i += 1
+                offsets.append(offset)
+                events.append(event)
+            for j in range(i, count):
+                offsets.append(timed_offsets[j])
+                events.append(make(kinds[j], refs[j]))
+        self._offsets, self._events = offsets, events
+
+    @property
+    def events(self) -> list[ClusterEvent]:
+        self._expand()
+        return self._events
+
+    @events.setter
+    def events(self, value: list[ClusterEvent]) -> None:
+        self._expand()
+        self._events = value
+
+    @property
+    def offsets(self) -> list[int]:
+        self._expand()
+        return self._offsets
+
+    @offsets.setter
+    def offsets(self, value: list[int]) -> None:
+        self._expand()
+        self._offsets = value
+
+    @property
+    def event_count(self) -> int:
+        return len(self._events) + (len(self.time_only) if self.time_only is not None else 0)
+
+    def parts(self) -> tuple[list[int], list[ClusterEvent], TimeOnly | None]:
+        """(offsets, events, time-only columns) without building the full lists: ``events`` are the rest."""
+        return self._offsets, self._events, self.time_only
 
 
 @dataclass
@@ -93,7 +168,7 @@ class History:
 
     @property
     def events(self) -> int:
-        return sum(len(log.events) for log in self.pools.values())
+        return sum(log.event_count for log in self.pools.values())
 
     @property
     def decisions(self) -> int:
@@ -249,30 +324,71 @@ def _frame_records(frame: pl.DataFrame) -> list[RawRecord]:
     return list(zip(frame["partition"].to_list(), frame["offset"].to_list(), frame["value"].to_list(), strict=True))
 
 
-def read_history(directory: str | Path) -> History:
-    """Load cluster-events and decisions from the Parquet history under ``directory``."""
-    root = Path(directory)
-    frames: dict[str, pl.DataFrame] = {}
-    malformed = 0
-    for topic in (CLUSTER_EVENTS_TOPIC, DECISIONS_TOPIC):
-        files = sorted((root / topic).glob("**/*.parquet")) if (root / topic).is_dir() else []
-        if not files:
-            frames[topic] = pl.DataFrame(schema=HISTORY_SCHEMA)
+def _pool_logs(columns: ColumnarEvents, records: History, compact: bool) -> dict[str, PoolLog]:
+    """Route decoded cluster-events rows to pools exactly as ``build_history`` does."""
+    rows = columns.rows
+    counts: dict[str, Counter[int]] = defaultdict(Counter)
+    for pool, partition, count in rows.group_by("pool", "partition").len().iter_rows():
+        if pool != ALL_POOLS:
+            counts[pool][partition] = count
+    pools = dict(records.pools)
+    for pool in counts:
+        pools.setdefault(pool, PoolLog(pool))
+    partitions = rows.height and int(rows["partition"].max()) + 1  # type: ignore[arg-type]
+    for pool in sorted(pools):
+        log = pools[pool]
+        found = counts.get(pool)
+        if found:
+            log.partition = min(found, key=lambda p: (-found[p], p)) if len(found) > 1 else next(iter(found))
+        elif partitions:
+            log.partition = partition_for(pool, partitions)
+        if log.partition is None:
             continue
-        frame = (
-            pl.scan_parquet([str(f) for f in files], schema=HISTORY_SCHEMA, missing_columns="insert")
-            .select("partition", "offset", "type", "value")
-            .collect()
-            .unique(subset=["partition", "offset"], keep="first", maintain_order=True)
+        mine = rows.filter((pl.col("partition") == log.partition) & pl.col("pool").is_in([pool, ALL_POOLS]))
+        log._offsets, log._events, log.time_only = split_pool(columns, mine, compact)
+    return dict(sorted(pools.items()))
+
+
+def _segments_frame(root: Path, topic: str) -> tuple[pl.DataFrame, int]:
+    """One topic's rows (partition, offset, type, value) in (partition, offset) order, the first copy of a
+    duplicated (partition, offset) kept; and how many rows are typed ``Malformed``."""
+    files = sorted((root / topic).glob("**/*.parquet")) if (root / topic).is_dir() else []
+    if not files:
+        return pl.DataFrame(schema=HISTORY_SCHEMA).select("partition", "offset", "type", "value"), 0
+    frame = (
+        pl.scan_parquet([str(f) for f in files], schema=HISTORY_SCHEMA, missing_columns="insert")
+        .select("partition", "offset", "type", "value")
+        .with_row_index("row")
+        .sort("partition", "offset", "row")
+        .filter(
+            ((pl.col("partition") != pl.col("partition").shift(1)) | (pl.col("offset") != pl.col("offset").shift(1)))
+            .fill_null(True)
         )
-        malformed += frame.filter(pl.col("type") == "Malformed").height
-        frames[topic] = frame.filter(pl.col("type") != "Malformed")
-    if not any(frame.height for frame in frames.values()):
-        raise FileNotFoundError(f"no history segments for {CLUSTER_EVENTS_TOPIC!r} or {DECISIONS_TOPIC!r} under {root}")
-    history = build_history(
-        _frame_records(frames[CLUSTER_EVENTS_TOPIC]), _frame_records(frames[DECISIONS_TOPIC]), str(root)
+        .drop("row")
+        .collect()
     )
-    history.malformed += malformed
+    bad = frame["type"] == "Malformed"
+    return frame.filter(~bad), int(bad.sum())
+
+
+def read_history(directory: str | Path, *, compact: bool = True) -> History:
+    """Load cluster-events and decisions from the Parquet history under ``directory``.
+
+    ``compact``: keep each pool's time-only events as columns (``PoolLog.time_only``) until its ``events``
+    are used; replay folds them without building them.
+    """
+    root = Path(directory)
+    events, bad_events = _segments_frame(root, CLUSTER_EVENTS_TOPIC)
+    records, bad_records = _segments_frame(root, DECISIONS_TOPIC)
+    if not events.height and not records.height:
+        raise FileNotFoundError(f"no history segments for {CLUSTER_EVENTS_TOPIC!r} or {DECISIONS_TOPIC!r} under {root}")
+    published = build_history([], _frame_records(records), str(root))
+    columns = decode_columns(events)
+    history = History(
+        pools=_pool_logs(columns, published, compact),
+        source=str(root),
+        malformed=published.malformed + columns.malformed + bad_events + bad_records,
+    )
     return history
 
 

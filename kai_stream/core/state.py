@@ -267,6 +267,13 @@ def _forget_pod(state: ClusterState, uid: str) -> None:
     state.last_pending.pop(uid, None)
 
 
+def _gpu_view(gpus: tuple[GpuDevice, ...] | None) -> tuple[tuple[int, str, int, bool, str], ...] | None:
+    """What the scheduler snapshot reads of a node's GPUs (not the utilisation or temperature readings)."""
+    if gpus is None:
+        return None
+    return tuple((d.index, d.uuid, d.memory_mib, d.healthy, d.reason) for d in gpus)
+
+
 def apply(state: ClusterState, event: AnyEvent, offset: int | None = None) -> bool:
     """Fold one event into ``state`` in place. Returns False (and changes nothing) for a re-delivery."""
     if offset is not None:
@@ -277,30 +284,34 @@ def apply(state: ClusterState, event: AnyEvent, offset: int | None = None) -> bo
     derived = state.derived
     match event:
         case NodeObserved(node=node):
+            if derived.dirty and state.nodes.get(node.name) != node:
+                derived.mark(None)
             state.nodes[node.name] = node
-            derived.mark(None)
         case NodeRemoved(name=name):
             state.nodes.pop(name, None)
             state.gpus.pop(name, None)
             derived.mark(None)
         case GpuHealthObserved(node=node_name, gpus=gpus):
+            if derived.dirty and _gpu_view(state.gpus.get(node_name)) != _gpu_view(gpus):
+                derived.mark(None)
             state.gpus[node_name] = gpus
-            derived.mark(None)
         case PodObserved(pod=pod):
             _observe_pod(state, pod, event.ts)
         case PodRemoved(uid=uid):
             _group_changed(state, uid, event.ts)
             _forget_pod(state, uid)
         case QueueObserved(queue=queue):
+            if derived.dirty and state.queues.get(queue.name) != queue:
+                derived.mark(None)
             state.queues[queue.name] = queue
-            derived.mark(None)
         case QueueRemoved(name=name):
             state.queues.pop(name, None)
             derived.mark(None)
         case PodGroupObserved(pod_group=group):
             key = f"{group.namespace}/{group.name}"
+            if derived.dirty and state.pod_groups.get(key) != group:
+                derived.mark(key)
             state.pod_groups[key] = group
-            derived.mark(key)
         case PodGroupRemoved(namespace=namespace, name=name):
             key = f"{namespace}/{name}"
             state.pod_groups.pop(key, None)

@@ -40,6 +40,7 @@ from kai_stream.core.events import (
 )
 from kai_stream.core.manifests import load_scenario
 from kai_stream.core.scheduler.cycle import run_cycle
+from kai_stream.core.scheduler.framework.session import Snapshot
 from kai_stream.core.state import ClusterState, apply, fold
 from kai_stream.simulate import outcome_of, simulate
 
@@ -64,6 +65,10 @@ class Checked:
         self.cycles += 1
         self.reused += before is not None and state.derived.parked.get(kw["pool"]) is before
         assert [dumps(d) for d in warm] == [dumps(d) for d in cold]
+        snapshot = state.derived.parked[kw["pool"]]
+        assert isinstance(snapshot, Snapshot)
+        scanned = {j.key for j in snapshot.base.jobs if any(t.prev_pipelined is not None for t in j.tasks)}
+        assert snapshot.builder.nominated == scanned
         return warm
 
 
@@ -129,7 +134,9 @@ def _pod(
 
 OPS = st.lists(
     st.tuples(
-        st.sampled_from(["pod", "pod", "pod", "gang", "finish", "remove", "unhealthy", "node", "tick", "fail"]),
+        st.sampled_from(
+            ["pod", "pod", "pod", "gang", "finish", "remove", "unhealthy", "readings", "node", "tick", "fail"]
+        ),
         st.integers(0, 7),
         st.sampled_from([0, 1, 2, 500]),
         st.sampled_from(["q0", "q1"]),
@@ -177,6 +184,10 @@ def test_random_sequences_warm_equals_cold(
             elif op == "unhealthy":
                 devices = tuple(GpuDevice(index=g, healthy=g != k % 4) for g in range(4))
                 event = GpuHealthObserved(event_id=f"h{serial}", ts=float(serial), node=f"n{k % 3}", gpus=devices)
+            elif op == "readings":
+                old = state.gpus.get(f"n{k % 3}", tuple(GpuDevice(index=g) for g in range(4)))
+                devices = tuple(d.model_copy(update={"utilization_pct": float(serial % 100)}) for d in old)
+                event = GpuHealthObserved(event_id=f"u{serial}", ts=float(serial), node=f"n{k % 3}", gpus=devices)
             elif op == "node":
                 node = NodeSpec(
                     name=f"n{k % 3}",

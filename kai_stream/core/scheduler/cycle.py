@@ -13,7 +13,7 @@ collection after it. Decisions do not depend on it.
 from __future__ import annotations
 
 import gc
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import kai_stream
@@ -37,22 +37,30 @@ def run_cycle(
     input_offset: int,
     code_version: str = kai_stream.__version__,
     reuse: bool = True,
+    inspect: Callable[[Session], None] | None = None,
 ) -> list[Decision]:
     """Run the configured actions over a snapshot of ``pool`` and return their decisions, in order.
 
     With ``reuse`` the pool's snapshot is kept in ``state.derived`` after the cycle and the next cycle on this
     state rebuilds only the jobs the fold changed since (the same decisions as without: ``reuse=False`` builds
-    everything from the state, as benchmarks of a cold cycle do)."""
+    everything from the state, as benchmarks of a cold cycle do). ``inspect`` is called with the closed session
+    (its queues carry the cycle's fair shares and allocations) before the snapshot is put back for the next cycle;
+    it must not keep the session."""
     with _gc_paused():
         if not reuse:
             session = open_session(state, config, pool=pool, input_offset=input_offset, code_version=code_version)
             _run_actions(session, config)
-            return session.close()
+            decisions = session.close()
+            if inspect is not None:
+                inspect(session)
+            return decisions
         session, snapshot = open_tracked_session(
             state, config, pool=pool, input_offset=input_offset, code_version=code_version
         )
         _run_actions(session, config)
         decisions = session.close()
+        if inspect is not None:
+            inspect(session)
         park_session(state, session, snapshot)
         return decisions
 

@@ -108,6 +108,9 @@ class Session:
     topologies: dict[str, tuple[str, ...]] = field(default_factory=dict)
     awaited: dict[str, int] = field(default_factory=dict)
     """Per preemptor job key: how many pods evicted for it (in an earlier cycle) are still releasing."""
+    nominated: set[str] = field(default_factory=set)
+    """Keys of the jobs with a task nominated when the session opened (``TaskInfo.prev_pipelined``: pipelined by an
+    earlier cycle); kept by the snapshot, so reading it costs nothing per job."""
     state_id: int = 0
     _stamp: int = 0
     _saved_tasks: dict[int, tuple[TaskInfo, str, NodeInfo | None, tuple[int, ...], int]] | None = None
@@ -450,7 +453,7 @@ class _JobBuilder:
     """Builds the job of one job key from its live managed pods, exactly as one scan of every pod in creation order
     would (the first of its pods in that order gives the job's attributes; tasks in (created, name, uid) order)."""
 
-    __slots__ = ("config", "node_by_name", "pool", "queues", "signatures", "state", "tasks")
+    __slots__ = ("config", "node_by_name", "nominated", "pool", "queues", "signatures", "state", "tasks")
 
     def __init__(
         self,
@@ -464,6 +467,7 @@ class _JobBuilder:
     ) -> None:
         self.state, self.config, self.pool = state, config, pool
         self.queues, self.node_by_name, self.signatures, self.tasks = queues, node_by_name, signatures, tasks
+        self.nominated: set[str] = set()
 
     def build(
         self, pods: dict[str, PodSpec], placed: list[_Placed], first_fit: set[str]
@@ -539,7 +543,7 @@ class _JobBuilder:
             0,
             bool(first.pod_group) and group is None,
         )
-        pending = False
+        pending = nominated = False
         pipelined = state.pipelined
         evicting = state.evicting
         signatures = self.signatures
@@ -560,6 +564,8 @@ class _JobBuilder:
             requests = pod.requests
             uid = pod.uid
             previous = pipelined.get(uid) if pipelined else None
+            if previous is not None:
+                nominated = True
             task = TaskInfo(
                 uid,
                 pod.namespace,
@@ -590,6 +596,8 @@ class _JobBuilder:
                 placed.append((task, node_by_name[node_name], indices, pod.terminating or uid in evicting))
             else:
                 pending = True
+        if nominated:
+            self.nominated.add(job_key)
         if job.group_missing:
             job.min_member = len(job_tasks) + 1
         if len(job_tasks) > 1:
@@ -848,6 +856,7 @@ class Snapshot:
             reference_memory=base.reference_memory,
         )
         ssn.index = base.index.clone(ssn)
+        ssn.nominated = set(self.builder.nominated)
         tasks = base.tasks
         for uid, preemptor in sorted(state.evicting_for.items()):
             victim = tasks.get(uid)
@@ -899,6 +908,7 @@ class Snapshot:
         added: list[JobInfo] = []
         for key in sorted(dirty):
             old = self.job_by_key.pop(key, None)
+            builder.nominated.discard(key)
             if old is not None:
                 if first_fit and any(t.node is not None and t.node.name in first_fit for t in old.tasks):
                     return False

@@ -31,6 +31,9 @@ __all__ = ["PoolReplay", "ReplayReport", "recorded_configs", "replay_history", "
 
 Progress = Callable[[int], None]
 _PROGRESS_EVERY = 4096
+_BLOCK = 32
+"""Forked workers rebuild runs of this many consecutive cycles in turn (the core keeps its snapshot warm
+between consecutive cycles)."""
 
 
 @dataclass
@@ -41,6 +44,7 @@ class PoolReplay:
     identical: int = 0
     cycles: int = 0
     cycle_s: float = 0.0
+    cycle_cpu_s: float = 0.0
     divergences: list[Divergence] = field(default_factory=list)
     state: ClusterState = field(default_factory=ClusterState)
 
@@ -175,7 +179,7 @@ class _PoolReplayer:
         decisions = self.log.decisions
         self.group += 1
         worker, workers = self.share
-        if self.group % workers != worker:
+        if (self.group // _BLOCK) % workers != worker:
             while self.next < len(decisions) and decisions[self.next].input_offset == offset:
                 self._fold_recorded(decisions[self.next])
             return
@@ -186,10 +190,11 @@ class _PoolReplayer:
                 self._diverged(self.next, offset, first, None, f"config {first.config_hash[:12]} was not recorded")
                 self._fold_recorded(first)
                 continue
-            started = time.perf_counter()
+            started, cpu_started = time.perf_counter(), time.process_time()
             rebuilt = run_cycle(
                 self.state, config, pool=self.log.pool, input_offset=offset, code_version=first.code_version
             )
+            self.result.cycle_cpu_s += time.process_time() - cpu_started
             self.result.cycle_s += time.perf_counter() - started
             self.result.cycles += 1
             if not rebuilt:
@@ -292,14 +297,15 @@ def _worker(share: tuple[int, int], counter: Synchronized[int], conn: Connection
 
     result = _PoolReplayer(log, configs, tick, share).run()
     state = result.state if share[0] == 0 else None
-    conn.send((result.identical, result.cycles, result.cycle_s, result.divergences, state))
+    conn.send((result.identical, result.cycles, result.cycle_s, result.cycle_cpu_s, result.divergences, state))
     conn.close()
 
 
 def _replay_forked(
     log: PoolLog, configs: dict[str, SchedulerConfig], workers: int, progress: Progress | None
 ) -> PoolReplay:
-    """Every worker folds the whole (already decoded) log but rebuilds only every ``workers``-th cycle.
+    """Every worker folds the whole (already decoded) log but rebuilds only every ``workers``-th run of
+    ``_BLOCK`` cycles.
 
     Folding recorded decisions never depends on rebuilt ones, so the cycles are independent given the fold;
     the decoded log is shared with the forked workers copy-on-write.
@@ -319,7 +325,7 @@ def _replay_forked(
             pipes.append(receive)
             processes.append(process)
         reported = 0
-        results: dict[int, tuple[int, int, float, list[Divergence], ClusterState | None]] = {}
+        results: dict[int, tuple[int, int, float, float, list[Divergence], ClusterState | None]] = {}
         while len(results) < workers:
             for worker, pipe in enumerate(pipes):
                 if worker not in results and pipe.poll(0.05):
@@ -340,10 +346,11 @@ def _replay_forked(
             process.join(timeout=5)
     merged = PoolReplay(pool=log.pool, decisions=len(log.decisions), events=log.event_count)
     for worker in sorted(results):
-        identical, cycles, cycle_s, divergences, state = results[worker]
+        identical, cycles, cycle_s, cycle_cpu_s, divergences, state = results[worker]
         merged.identical += identical
         merged.cycles += cycles
         merged.cycle_s += cycle_s
+        merged.cycle_cpu_s += cycle_cpu_s
         merged.divergences.extend(divergences)
         if state is not None:
             merged.state = state

@@ -75,7 +75,7 @@ from kai_stream.core.events import (
 )
 from kai_stream.core.scheduler.actions import ACTIONS
 from kai_stream.core.scheduler.framework.info import CPU, GPU, MEM
-from kai_stream.core.scheduler.framework.session import open_session
+from kai_stream.core.scheduler.framework.session import open_tracked_session, park_session
 from kai_stream.core.state import ClusterState, apply
 from kai_stream.history.schema import event_row, write_segment
 from kai_stream.trace.loaders import GPUS_PER_POD, Trace
@@ -297,9 +297,10 @@ class _Simulation:
     # ------------------------------------------------------------------ cycles
 
     def run_cycle(self) -> list[Decision]:
-        """``core.scheduler.cycle.run_cycle``, step for step, keeping the session for its fair shares."""
+        """``core.scheduler.cycle.run_cycle`` (snapshot reuse included), step for step, keeping the session's fair
+        shares."""
         with _gc_paused():
-            session = open_session(
+            session, snapshot = open_tracked_session(
                 self.state, self.config, pool=self.pool, input_offset=self.state.offset, code_version=self.version
             )
             for name in self.config.actions:
@@ -307,17 +308,18 @@ class _Simulation:
                 if action is not None:
                     action(session)
             decisions = session.close()
-        self.shares = {
-            name: (
-                q.fair_share[GPU],
-                q.fair_share[CPU],
-                q.fair_share[MEM],
-                q.allocated[GPU],
-                q.allocated[CPU],
-                q.allocated[MEM],
-            )
-            for name, q in sorted(session.queues.items())
-        }
+            self.shares = {
+                name: (
+                    q.fair_share[GPU],
+                    q.fair_share[CPU],
+                    q.fair_share[MEM],
+                    q.allocated[GPU],
+                    q.allocated[CPU],
+                    q.allocated[MEM],
+                )
+                for name, q in sorted(session.queues.items())
+            }
+            park_session(self.state, session, snapshot)
         return decisions
 
     def idle(self) -> bool:

@@ -138,6 +138,23 @@ class Derived:
         indexed = self.indexed
         if indexed is None:
             return
+        if (
+            old is not None
+            and new is not None
+            and old.managed
+            and new.managed
+            and old.namespace == new.namespace
+            and old.pod_group == new.pod_group
+            and (old.pod_group or old.name == new.name)
+            and _live(old)
+            and _live(new)
+        ):
+            indexed[new.uid] = new
+            key = job_key_of(new)
+            self.by_job[key][new.uid] = new
+            if self.dirty:
+                self.mark(key)
+            return
         if old is not None:
             indexed.pop(old.uid, None)
             key = job_key_of(old)

@@ -39,7 +39,7 @@ from kai_stream.core.events import (
     dumps,
 )
 from kai_stream.core.manifests import load_scenario
-from kai_stream.core.scheduler.cycle import run_cycle
+from kai_stream.core.scheduler.cycle import fair_shares, run_cycle
 from kai_stream.core.scheduler.framework.session import Snapshot
 from kai_stream.core.state import ClusterState, apply, fold
 from kai_stream.simulate import outcome_of, simulate
@@ -213,6 +213,7 @@ def test_random_sequences_warm_equals_cold(
                 )
             if event is not None:
                 apply(state, event, state.offset + 1)
+        assert fair_shares(state, config, "default") == fair_shares(copy.deepcopy(state), config, "default")
         decisions = check(state, config, pool="default", input_offset=state.offset)
         for i, decision in enumerate(decisions):
             apply(state, decision)

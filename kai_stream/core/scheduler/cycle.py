@@ -84,13 +84,18 @@ def _gc_paused() -> Iterator[None]:
 
 
 def fair_shares(state: ClusterState, config: SchedulerConfig, pool: str) -> dict[str, dict[str, float]]:
-    """Fair share per queue in ``pool``: gpu in devices, cpu in millicores, memory in MB (10^6 bytes)."""
-    session = open_session(state, config, pool=pool, input_offset=state.offset, code_version="")
-    return {
-        name: {
-            "gpu": q.fair_share[GPU] / UNIT,
-            "cpu": float(q.fair_share[CPU]),
-            "memory": q.fair_share[MEM] / MB,
+    """Fair share per queue in ``pool``: gpu in devices, cpu in millicores, memory in MB (10^6 bytes).
+
+    Opens the session as a cycle would (on the pool's kept snapshot when there is one) and runs no action."""
+    with _gc_paused():
+        session, snapshot = open_tracked_session(state, config, pool=pool, input_offset=state.offset, code_version="")
+        shares = {
+            name: {
+                "gpu": q.fair_share[GPU] / UNIT,
+                "cpu": float(q.fair_share[CPU]),
+                "memory": q.fair_share[MEM] / MB,
+            }
+            for name, q in sorted(session.queues.items())
         }
-        for name, q in sorted(session.queues.items())
-    }
+        park_session(state, session, snapshot)
+    return shares

@@ -1,12 +1,18 @@
 """The binder's Kubernetes half: apply one action through kubernetes-asyncio, idempotently, with retries.
 
-* Bind: read the pod first; if it is already on the decided node that is success (``already=True``), on
-  another node or replaced (uid differs) it is ``BindFailed``. Otherwise POST ``pods/binding`` with the uid
-  as precondition and the GPU indices as a binding annotation (the apiserver copies binding annotations
-  onto the pod in the same write, so nobody ever sees the pod bound without its GPUs). The response is a
-  ``Status`` the client cannot deserialize, hence ``_preload_content=False``. 409 is re-checked against the
-  pod: on the decided node it is ``already``, else ``BindFailed``. A bound pod's PodGroup loses our
-  ``UnschedulableOnNodePool`` condition.
+* Bind (``check_first``, the default, for a decision that may have been applied before): read the pod first;
+  if it is already on the decided node that is success (``already=True``), on another node or replaced (uid
+  differs) it is ``BindFailed``. Otherwise POST ``pods/binding`` with the uid as precondition and the GPU
+  indices as a binding annotation (the apiserver copies binding annotations onto the pod in the same write,
+  so nobody ever sees the pod bound without its GPUs). The response is a ``Status`` the client cannot
+  deserialize, hence ``_preload_content=False``. 409 is re-checked against the pod: on the decided node it
+  is ``already``, else ``BindFailed``. A bound pod's PodGroup loses our ``UnschedulableOnNodePool``
+  condition.
+* Bind without ``check_first`` (a decision this binder is the first to see): POST at once; the apiserver
+  refuses it (409) when the pod is bound, replaced or being deleted and answers 404 when it is gone, and
+  only then is the pod read, giving the same outcomes as above with one API call per bind instead of two.
+  The PodGroup comes from the decision's job (``namespace/group``); a group named exactly like its only pod
+  looks like no group there and is cleared only if this binder marked it.
 * Evict: POST ``pods/eviction``; 404 (or a different uid) means the pod is already gone (``already=True``).
 * Mark unschedulable (autoscaler signal): pod status condition ``PodScheduled=False`` reason
   ``Unschedulable`` with the pending reason as message (strategic merge on ``/status``, merged by condition
@@ -172,10 +178,11 @@ class KubeApplier:
         self.retry = retry
         self._marked_groups: dict[tuple[str, str], bool] = {}
 
-    async def apply(self, action: Action) -> Outcome | None:
-        """Apply one action; return the outcome to publish (None for autoscaler marks)."""
+    async def apply(self, action: Action, *, fresh: bool = False) -> Outcome | None:
+        """Apply one action; return the outcome to publish (None for autoscaler marks). ``fresh``: no one can have
+        applied it before (a bind then skips the read-first check)."""
         if isinstance(action, Bind):
-            return await self.bind(action.decision)
+            return await self.bind(action.decision, check_first=not fresh)
         if isinstance(action, Evict):
             return await self.evict(action.decision)
         assert isinstance(action, MarkUnschedulable)
@@ -226,18 +233,23 @@ class KubeApplier:
 
     # ------------------------------------------------------------------ bind
 
-    async def bind(self, decision: BindRequested) -> Outcome:
+    async def bind(self, decision: BindRequested, *, check_first: bool = True) -> Outcome:
         try:
-            return await self._bind(decision)
+            if check_first:
+                return await self._bind_checked(decision)
+            return await self._bind_directly(decision)
         except Exception as exc:  # a final API error becomes a BindFailed the scheduler folds
             return _bind_failed(decision, _error_text(exc))
 
-    async def _bind(self, decision: BindRequested) -> Outcome:
+    async def _bind_checked(self, decision: BindRequested) -> Outcome:
         pod = await self._read_pod(decision.namespace, decision.name)
         checked = _check_bindable(decision, pod)
         if checked is not None:
             return checked
         assert pod is not None
+        return await self._bind_directly(decision, pod.annotations.get(ANNOTATION_POD_GROUP))
+
+    async def _bind_directly(self, decision: BindRequested, group: str | None = None) -> Outcome:
         indices = ",".join(map(str, decision.gpu_indices))
         annotations = {ANNOTATION_GPU_INDICES: indices} if indices else None
         body = client.V1Binding(
@@ -254,15 +266,20 @@ class KubeApplier:
                 ),
             )
         except HttpStatusError as exc:
-            if exc.status != 409:
+            if exc.status not in (404, 409):
                 raise
             again = await self._read_pod(decision.namespace, decision.name)
             return _check_bindable(decision, again) or _bind_failed(decision, _error_text(exc))
-        await self._clear_group_mark(decision, pod)
+        await self._clear_group_mark(decision, group if group is not None else self._group_of(decision))
         return _bound(decision, already=False)
 
-    async def _clear_group_mark(self, decision: BindRequested, pod: Pod) -> None:
-        group = pod.annotations.get(ANNOTATION_POD_GROUP)
+    def _group_of(self, decision: BindRequested) -> str | None:
+        namespace, _, job = decision.job.partition("/")
+        if job and job != decision.name and namespace == decision.namespace:
+            return job
+        return decision.name if self._marked_groups.get((decision.namespace, decision.name)) else None
+
+    async def _clear_group_mark(self, decision: BindRequested, group: str | None) -> None:
         if not group or self._marked_groups.get((decision.namespace, group)) is False:
             return
         try:

@@ -1,5 +1,10 @@
 """The binder's I/O loop: consume the decisions topic, apply the planned actions, publish outcomes, commit.
 
+A decision at an offset at or past the partition's end as this binder first fetched it (after an assignment) is
+fresh: no earlier binder can have applied it, so its bind is POSTed without reading the pod first (the
+apiserver's 409/404 still decide a race, see ``kube.py``); older records may be re-deliveries and are checked
+first, so a restart never sends a second binding POST for a pod.
+
 Batches are pipelined: the next poll does not wait for the batches in flight (at most ``max_in_flight``), so a
 slow API call delays only its own pod. Each pod's actions still run in log order, across batches too (a lane
 waits for the pod's previous lane), and a decision planned in a batch in flight is not planned again.
@@ -120,6 +125,7 @@ class Binder:
         self._generation: dict[TopicPartition, int] = {}
         self._pod_tail: dict[str, asyncio.Future[None]] = {}
         self._failure: BaseException | None = None
+        self._fresh_from: dict[TopicPartition, int] = {}
 
     async def run(self, stop: asyncio.Event) -> None:
         """Process batches until ``stop`` is set; finishes the batches in flight and commits on the way out."""
@@ -162,6 +168,7 @@ class Binder:
             self._done.pop(tp, None)
             self._batches.pop(tp, None)
             self._generation[tp] = self._generation.get(tp, 0) + 1
+            self._fresh_from.pop(tp, None)
 
     async def process(self, tp: TopicPartition, records: list[Record]) -> None:
         """Apply one partition's batch and publish its outcomes; mark it done (committed once earlier ones are)."""
@@ -172,7 +179,14 @@ class Binder:
 
     async def start(self, tp: TopicPartition, records: list[Record]) -> None:
         """Decode and plan a batch now (in poll order), then apply it in a task; its slot is released at the end."""
+        fresh_from = self._fresh_from.get(tp)
+        if fresh_from is None:
+            high = self.consumer.highwater(tp)
+            fresh_from = high if high is not None else records[-1].offset + 1
+            if high is not None:
+                self._fresh_from[tp] = high
         decisions: list[DecisionsRecord] = []
+        fresh: set[str] = set()
         for record in records:
             decoded = await self._decode(record)
             if decoded is None:
@@ -180,6 +194,8 @@ class Binder:
             EVENTS_CONSUMED.labels(component=COMPONENT, topic=tp.topic, type=decoded.type).inc()
             if self.pool_filter is None or decoded.pool in self.pool_filter:
                 decisions.append(decoded)
+                if record.offset >= fresh_from:
+                    fresh.add(str(getattr(decoded, "decision_id", "")))
         actions = plan(decisions, done=_Planned(self._applied, self._in_flight_ids))
         ids = [action.decision.decision_id for action in actions]
         self._in_flight_ids.update(ids)
@@ -193,7 +209,9 @@ class Binder:
             chained.append((lane, self._pod_tail.get(key), finished))
             self._pod_tail[key] = finished
         self._idle.clear()
-        task = asyncio.create_task(self._apply(tp, batch, chained, ids), name=f"binder-batch-{tp.partition}")
+        task = asyncio.create_task(
+            self._apply(tp, batch, chained, ids, fresh), name=f"binder-batch-{tp.partition}"
+        )
         self._in_flight.add(task)
         task.add_done_callback(self._finished)
 
@@ -211,10 +229,13 @@ class Binder:
         batch: _Batch,
         chained: list[tuple[list[Action], asyncio.Future[None] | None, asyncio.Future[None]]],
         ids: list[str],
+        fresh: set[str],
     ) -> None:
         deliveries: list[asyncio.Future[Any]] = []
         try:
-            await asyncio.gather(*(self._run_lane(lane, after, done, deliveries) for lane, after, done in chained))
+            await asyncio.gather(
+                *(self._run_lane(lane, after, done, deliveries, fresh) for lane, after, done in chained)
+            )
             if deliveries:
                 await asyncio.gather(*deliveries)
         finally:
@@ -272,6 +293,7 @@ class Binder:
         after: asyncio.Future[None] | None,
         finished: asyncio.Future[None],
         deliveries: list[asyncio.Future[Any]],
+        fresh: Collection[str] = frozenset(),
     ) -> None:
         """One pod's actions, in order, once the pod's previous lane (an earlier batch) is finished."""
         try:
@@ -279,7 +301,7 @@ class Binder:
                 await after
             async with self._slots:
                 for action in lane:
-                    outcome = await self.applier.apply(action)
+                    outcome = await self.applier.apply(action, fresh=action.decision.decision_id in fresh)
                     if outcome is not None:
                         deliveries.extend(await self._publish(outcome))
         finally:

@@ -12,7 +12,11 @@ def main() -> None:
     from faust.worker import Worker
 
     logging.getLogger("faust").setLevel(settings.log_level)
-    Worker(app, loglevel=settings.log_level, quiet=True).execute_from_commandline()
+    worker = Worker(app, loglevel=settings.log_level, quiet=True)
+    # faust's progress spinner sets the root logger to DEBUG so that it "spins for every log message": every
+    # aiokafka debug call (several per request) then builds a LogRecord. No spinner, root logger at log_level.
+    worker.spinner = None
+    worker.execute_from_commandline()
 
 
 if __name__ == "__main__":

@@ -91,6 +91,34 @@ async def test_409_race_on_the_decided_node_counts_as_done(
     assert _posts(sim, "p1") == [201, 409]
 
 
+async def test_fresh_bind_posts_without_reading_and_409_404_read_after(
+    sim: SimCluster, applier: KubeApplier, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await sim.create(node("n1"))
+    await sim.create(node("n2"))
+    p = await sim.create(pod("p1"))
+    original = applier._read_pod
+    reads: list[str] = []
+
+    async def counted(namespace: str, name: str) -> Pod | None:
+        reads.append(name)
+        return await original(namespace, name)
+
+    monkeypatch.setattr(applier, "_read_pod", counted)
+    outcome = await applier.bind(bind(p, "n1", gpus=(3,)), check_first=False)
+    assert isinstance(outcome, PodBound) and not outcome.already and reads == []
+    assert sim.get("pods/team-a/p1")["metadata"]["annotations"]["kai.scheduler/gpu-indices"] == "3"
+    again = await applier.bind(bind(p, "n1", gpus=(3,)), check_first=False)
+    assert isinstance(again, PodBound) and again.already and again.event_id == outcome.event_id
+    elsewhere = await applier.bind(bind(p, "n2", offset=7), check_first=False)
+    assert isinstance(elsewhere, BindFailed) and "already bound to node n1" in elsewhere.error
+    ghost = {"metadata": {"name": "ghost", "namespace": "team-a", "uid": "u-ghost"}}
+    missing = await applier.bind(bind(ghost, "n1"), check_first=False)
+    assert isinstance(missing, BindFailed) and "not found" in missing.error
+    assert reads == ["p1", "p1", "ghost"]  # read only after a refused POST
+    assert _posts(sim, "p1") == [201, 409, 409] and sim.get("pods/team-a/p1")["spec"]["nodeName"] == "n1"
+
+
 async def test_evict_and_evict_again(sim: SimCluster, applier: KubeApplier) -> None:
     await sim.create(node("n1"))
     p = await sim.create(pod("p1"))
@@ -126,6 +154,17 @@ async def test_unschedulable_signal_on_pod_and_podgroup_cleared_by_bind(sim: Sim
     assert sim.get("podgroups/team-a/g1")["status"].get("schedulingConditions", []) == []
     await applier.mark_unschedulable(pending(p, "late pending", offset=7))
     assert _condition(sim.get("pods/team-a/p1"), "PodScheduled")["status"] == "True"  # type: ignore[index]
+
+
+async def test_fresh_bind_clears_the_group_named_by_the_decisions_job(sim: SimCluster, api: client.ApiClient) -> None:
+    await sim.create(node("n1"))
+    await sim.create(pod_group("g1"))
+    p = await sim.create(pod("p1", group="g1"))
+    await KubeApplier(api).mark_unschedulable(pending(p, "0/1 nodes have 8 free GPUs"))
+    assert sim.get("podgroups/team-a/g1")["status"]["schedulingConditions"]
+    decision = bind(p, "n1", offset=6).model_copy(update={"job": "team-a/g1"})
+    assert isinstance(await KubeApplier(api).bind(decision, check_first=False), PodBound)  # knows nothing marked
+    assert sim.get("podgroups/team-a/g1")["status"].get("schedulingConditions", []) == []
 
 
 async def test_5xx_is_retried_with_backoff_then_gives_up(sim: SimCluster, flaky: Proxy) -> None:

@@ -25,7 +25,7 @@ class GatedApplier:
         self.started: list[tuple[str, str]] = []
         self.gate = asyncio.Event()
 
-    async def apply(self, action: Action) -> Outcome | None:
+    async def apply(self, action: Action, *, fresh: bool = False) -> Outcome | None:
         decision = action.decision
         self.started.append((decision.name, decision.type))
         if decision.name == "slow" and decision.type == "BindRequested":

@@ -872,7 +872,11 @@ class Snapshot:
         return ssn
 
     def park(self, ssn: Session) -> None:
-        """Undo everything the cycle on ``ssn`` changed in the shared objects (``start`` with ``track``)."""
+        """Undo everything the cycle on ``ssn`` changed in the shared objects (``start`` with ``track``).
+
+        ``JobInfo.request_cache`` is cleared only on the jobs that had a pending task at open: a job without one
+        has no pending task all cycle (only ``unplace`` makes a task pending again, and only tasks placed in the
+        cycle), so its request is [0, 0, 0] whenever computed; when it gets one, the fold marks it dirty."""
         assert ssn._saved_tasks is not None and ssn._saved_nodes is not None
         for task, status, node, gpus, portion in ssn._saved_tasks.values():
             task.status, task.node, task.gpus, task.gpu_portion = status, node, gpus, portion
@@ -891,7 +895,7 @@ class Snapshot:
         for q, allocated, allocated_np, request in self.queue_base:
             q.allocated, q.allocated_np, q.request = allocated, allocated_np, request
             q.fair_share, q.share_cap = [0, 0, 0], [0, 0, 0]
-        for job in self.base.jobs:
+        for job in ssn.pending_jobs:
             job.request_cache = None
 
     # ------------------------------------------------------------------ between cycles

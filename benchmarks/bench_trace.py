@@ -5,8 +5,8 @@
    second, avg JCT, p99 queueing delay, utilization. Baseline: a naive FIFO first-fit loop in plain Python
    over the same jobs and nodes (no core, no history), to show what the core and the history cost.
 2. ``analyze``: a 10,000,000-row synthetic history (1.6 M pods through pending -> bind -> finish, with
-   pending reasons, evictions and fair-share records), generated column-wise with polars; the full summary
-   time. Baseline: a raw polars scan of the same files (every column but ``value``).
+   pending reasons, evictions and fair-share records), generated column-wise with polars, filling the typed
+   columns (phase, job, preemptor) as ``schema.event_row`` does; the full summary time. Baseline: a raw polars scan of the same files (every column but ``value``).
 
 Usage: ``.venv/bin/python benchmarks/bench_trace.py [trace|analyze|all] [--window 0:600h] [--rows 10000000]``
 """
@@ -154,6 +154,8 @@ def synthetic_history(directory: Path, rows: int, files: int = 8) -> int:
         where: pl.Expr | None = None,
         code: pl.Expr | None = None,
         action: str | None = None,
+        phase: str | None = None,
+        preemptor: pl.Expr | None = None,
     ) -> pl.DataFrame:
         src = base if where is None else base.filter(where)
         return src.select(
@@ -174,6 +176,9 @@ def synthetic_history(directory: Path, rows: int, files: int = 8) -> int:
             gpu_milli=pl.col("gpu").cast(pl.Int64),
             value=value,
             record_ts=pl.lit(None, pl.Int64),
+            phase=pl.lit(phase, pl.Utf8),
+            job=_cat("trace/{}", uid) if topic == "decisions" else pl.lit(None, pl.Utf8),
+            preemptor=preemptor if preemptor is not None else pl.lit(None, pl.Utf8),
         )
 
     bind_ts = pl.col("submit") + pl.col("wait")
@@ -186,6 +191,7 @@ def synthetic_history(directory: Path, rows: int, files: int = 8) -> int:
             pl.col("submit"),
             _cat('{"pod":{"name":"{}","phase":"Pending"},"f":"{}"}', uid, pl.lit(filler)),
             False,
+            phase="Pending",
         ),
         frame(
             "decisions",
@@ -204,6 +210,7 @@ def synthetic_history(directory: Path, rows: int, files: int = 8) -> int:
             end_ts,
             _cat('{"pod":{"name":"{}","phase":"Succeeded"},"f":"{}"}', uid, pl.lit(filler)),
             True,
+            phase="Succeeded",
         ),
         frame("cluster-events", "PodRemoved", end_ts, _cat('{"removed":"{}"}', uid), False),
         frame(
@@ -214,6 +221,7 @@ def synthetic_history(directory: Path, rows: int, files: int = 8) -> int:
             True,
             where=pl.col("i") % 100 == 0,
             action="reclaim",
+            preemptor=_cat("trace/pod-{}", pl.col("i") + 1),
         ),
     ]
     nodes = pl.DataFrame({"n": range(1000)}).select(
@@ -234,6 +242,9 @@ def synthetic_history(directory: Path, rows: int, files: int = 8) -> int:
         gpu_milli=pl.lit(None, pl.Int64),
         value=_cat('{"node":{"name":"node-{}","allocatable":{"gpu_milli":8000}}}', pl.col("n")),
         record_ts=pl.lit(None, pl.Int64),
+        phase=pl.lit(None, pl.Utf8),
+        job=pl.lit(None, pl.Utf8),
+        preemptor=pl.lit(None, pl.Utf8),
     )
     everything = pl.concat([nodes, *frames]).with_columns(is_ce=pl.col("topic") == "cluster-events")
     everything = everything.sort("ts", pl.col("is_ce"), descending=[False, True], maintain_order=True)

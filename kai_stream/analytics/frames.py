@@ -12,42 +12,69 @@ Definitions (what every number in the summary means):
   decisions' ``job`` field; else the pod itself) completes when all its pods finished; JCT = last finish -
   first submit.
 * Stranded GPUs: the free GPU capacity of nodes that are partly used (0 < used < allocatable).
+
+Speed: bulk rows (pods, binds, outcomes) are read through typed columns only (``phase``, ``job``,
+``preemptor``; never ``value``), and per pod everything is one ``group_by`` of one filtered scan
+(``pod_table``). JSON ``value`` is decoded only for the few node, queue and fair-share rows. Segments written
+before the typed columns existed get them extracted from ``value`` (slower, same figures).
 """
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
 import polars as pl
 
-from kai_stream.history.schema import HISTORY_SCHEMA
+from kai_stream.history.schema import HISTORY_SCHEMA, HISTORY_V2_COLUMNS
 
 __all__ = [
     "allocation_steps",
-    "decided",
     "lifecycle",
     "node_capacity",
-    "pod_labels",
+    "only_results",
     "pod_rows",
-    "pods",
-    "runs",
+    "pod_stream",
+    "pod_table",
+    "result_ids",
     "scan",
     "step_average",
     "step_sample",
 ]
 
 RELEASE_TYPES = ("PodEvicted", "BindFailed", "PodRemoved")
+OUTCOME_TYPES = ("PodBound", *RELEASE_TYPES)
 CLUSTER = "cluster-events"
+BIND_RESULTS = "bind-results"
+
+
+def _typed(path: str) -> bool:
+    return set(HISTORY_V2_COLUMNS) <= set(pl.read_parquet_schema(path))
+
+
+def _typed_from_value(lf: pl.LazyFrame) -> pl.LazyFrame:
+    """Segments written before the typed columns: the same fields extracted from ``value``."""
+    kind = pl.col("type")
+    return lf.with_columns(
+        phase=pl.when(kind == "PodObserved").then(pl.col("value").str.extract(r'"phase":"([^"]*)"', 1)),
+        job=pl.when(pl.col("action").is_not_null()).then(pl.col("value").str.extract(r'"job":"([^"]*)"', 1)),
+        preemptor=pl.when(kind == "EvictionRequested").then(pl.col("value").str.extract(r'"preemptor":"([^"]*)"', 1)),
+    )
 
 
 def scan(directory: str | Path) -> pl.LazyFrame:
-    """Every history segment under ``directory`` (any topic layout), minus the dead-letter topic."""
+    """Every history segment under ``directory`` (any topic layout, segments in path order), minus the
+    dead-letter topic; segments without the typed columns get them from ``value``."""
     root = Path(directory)
     files = sorted(str(p) for p in root.glob("**/*.parquet"))
     if not files:
         raise FileNotFoundError(f"no history segments (*.parquet) under {root}")
-    lf = pl.scan_parquet(files, schema=HISTORY_SCHEMA, missing_columns="insert")
-    return lf.filter(pl.col("topic") != "dead-letter")
+    parts = []
+    for typed, run in itertools.groupby(files, key=_typed):
+        lf = pl.scan_parquet(list(run), schema=HISTORY_SCHEMA, missing_columns="insert")
+        parts.append(lf if typed else _typed_from_value(lf))
+    whole = parts[0] if len(parts) == 1 else pl.concat(parts, how="vertical")
+    return whole.filter(pl.col("topic") != "dead-letter")
 
 
 def node_capacity(lf: pl.LazyFrame) -> pl.LazyFrame:
@@ -65,13 +92,12 @@ def node_capacity(lf: pl.LazyFrame) -> pl.LazyFrame:
     )
 
 
-def _classified(frame: pl.LazyFrame) -> pl.LazyFrame:
+def _pod_state() -> dict[str, pl.Expr]:
+    """Per pod row: log order, rank (0 pending observation, 2 ``PodBound``, 3 observation on a node,
+    4 release), hold (1 while holding GPUs) and finish."""
     kind = pl.col("type")
     on_node = (kind == "PodObserved") & pl.col("node").is_not_null()
-    terminal = on_node & (
-        pl.col("value").str.contains('"phase":"Succeeded"', literal=True)
-        | pl.col("value").str.contains('"phase":"Failed"', literal=True)
-    )
+    terminal = on_node & pl.col("phase").is_in(["Succeeded", "Failed"]).fill_null(False)
     rank = (
         pl.when((kind == "PodObserved") & pl.col("node").is_null())
         .then(0)
@@ -82,70 +108,127 @@ def _classified(frame: pl.LazyFrame) -> pl.LazyFrame:
         .otherwise(4)
         .cast(pl.Int8)
     )
-    return frame.select(
-        "uid",
-        "ts",
-        order=pl.col("partition").cast(pl.Int64) * (1 << 41) + pl.col("offset") * 2 + (pl.col("topic") != CLUSTER),
-        rank=rank,
-        hold=((kind == "PodBound") | (on_node & terminal.not_())).cast(pl.Int8),
-        finish=terminal | (kind == "PodRemoved"),
-        node=pl.col("node"),
-        gpu_milli=pl.col("gpu_milli"),
+    return {
+        "order": pl.col("partition").cast(pl.Int64) * (1 << 41) + pl.col("offset") * 2 + (pl.col("topic") != CLUSTER),
+        "rank": rank,
+        "hold": ((kind == "PodBound") | (on_node & terminal.not_())).cast(pl.Int8),
+        "finish": terminal | (kind == "PodRemoved"),
+    }
+
+
+def _pod_kinds() -> pl.Expr:
+    return (pl.col("topic") == CLUSTER) & pl.col("type").is_in(["PodObserved", *OUTCOME_TYPES])
+
+
+def only_results(lf: pl.LazyFrame) -> pl.LazyFrame:
+    """Outcomes found only on bind-results (not forwarded to cluster-events)."""
+    outcome = pl.col("type").is_in(OUTCOME_TYPES)
+    return lf.filter((pl.col("topic") == BIND_RESULTS) & outcome).join(
+        lf.filter((pl.col("topic") == CLUSTER) & outcome).select("id"), on="id", how="anti"
     )
+
+
+_POD_COLUMNS = ("uid", "ts", "order", "rank", "hold", "finish", "node", "gpu_milli")
 
 
 def pod_rows(lf: pl.LazyFrame) -> pl.LazyFrame:
     """The rows that say what a pod holds, unsorted: pending observations (rank 0, hold 0), ``PodBound`` (2, hold
     1), observations on a node (3, hold 1 unless Succeeded/Failed), releases (4, hold 0). From cluster-events
-    (one scan), plus outcomes found only on bind-results (not forwarded to cluster-events).
+    (one scan), plus outcomes found only on bind-results.
     """
+    state = _pod_state()
+    return pl.concat(
+        [
+            frame.select("uid", "ts", **state, node="node", gpu_milli="gpu_milli")
+            for frame in (lf.filter(_pod_kinds()), only_results(lf))
+        ],
+        how="vertical",
+    )
+
+
+def pod_stream(lf: pl.LazyFrame, only_results: pl.LazyFrame | None = None) -> pl.LazyFrame:
+    """One filtered scan of every row ``pod_table`` needs: the cluster-events pod rows of ``pod_rows``,
+    ``BindRequested`` decisions (rank 1, hold null) and queue labels of pending observations (``label``), then
+    ``only_results`` (outcomes only on bind-results) when given. Columns: those of ``pod_rows`` and queue, job,
+    label."""
     kind = pl.col("type")
-    outcomes = ["PodBound", *RELEASE_TYPES]
-    events = lf.filter((pl.col("topic") == CLUSTER) & kind.is_in(["PodObserved", *outcomes]))
-    only_results = lf.filter((pl.col("topic") == "bind-results") & kind.is_in(outcomes)).join(
-        lf.filter((pl.col("topic") == CLUSTER) & kind.is_in(outcomes)).select("id"), on="id", how="anti"
+    pod = _pod_kinds()
+    decision = kind == "BindRequested"
+    label = ((kind == "PodObserved") & pl.col("node").is_null() & (pl.col("queue") != "")).fill_null(False)
+    state = _pod_state()
+    main = lf.filter(pod | decision | label).select(
+        "uid",
+        "ts",
+        order=state["order"],
+        rank=pl.when(pod).then(state["rank"]).when(decision).then(pl.lit(1, pl.Int8)),
+        hold=pl.when(pod).then(state["hold"]),
+        finish=state["finish"],
+        node="node",
+        gpu_milli="gpu_milli",
+        queue="queue",
+        job=pl.when(decision).then(pl.col("job")),
+        label=label,
     )
-    return pl.concat([_classified(events), _classified(only_results)], how="vertical")
+    if only_results is None:
+        return main
+    results = only_results.select(
+        "uid",
+        "ts",
+        **state,
+        node="node",
+        gpu_milli="gpu_milli",
+        queue=pl.lit(None, pl.Utf8),
+        job=pl.lit(None, pl.Utf8),
+        label=pl.lit(False),
+    )
+    return pl.concat([main, results], how="vertical")
 
 
-def runs(rows: pl.LazyFrame) -> pl.LazyFrame:
-    """Per pod, assuming one run (true unless ``restarted``): submit, start, end, whether the end is a finish.
+def result_ids(lf: pl.LazyFrame) -> pl.LazyFrame:
+    """Ids of the outcomes on bind-results (usually none, or all also on cluster-events)."""
+    return lf.filter((pl.col("topic") == BIND_RESULTS) & pl.col("type").is_in(OUTCOME_TYPES)).select("id")
 
-    Simple aggregations per kind of row (cheap at ten million rows); a pod evicted, whose bind failed, or
-    observed pending more than once is ``restarted`` and gets replayed row by row by ``lifecycle``.
+
+def pod_table(stream: pl.LazyFrame) -> pl.LazyFrame:
+    """Per pod, assuming one run (true unless ``restarted``): submit, start, end, whether the end is a finish,
+    node, GPU request, first bind decision time, queue (first bind decision's, else the first label, else
+    "(none)") and job. A pod evicted, whose bind failed, or observed pending more than once is ``restarted``
+    and gets replayed row by row by ``lifecycle``.
     """
-    pending = (
-        rows.filter(pl.col("rank") == 0)
-        .group_by("uid")
-        .agg(submit=pl.col("ts").min(), pendings=pl.len(), asked_gpu=pl.col("gpu_milli").max())
+    rank, hold = pl.col("rank"), pl.col("hold")
+    pending, held, released, decision = rank == 0, hold == 1, (hold == 0) & (rank >= 3), rank == 1
+
+    def where(cond: pl.Expr, column: str | pl.Expr) -> pl.Expr:
+        return pl.when(cond).then(column)
+
+    per_pod = stream.group_by("uid").agg(
+        submit=where(pending, "ts").min(),
+        pendings=pending.sum(),
+        asked_gpu=where(pending, "gpu_milli").max(),
+        start=where(held, "ts").min(),
+        node=where(held, "node").first(ignore_nulls=True),
+        held_gpu=where(held, "gpu_milli").max(),
+        end=where(released, "ts").min(),
+        finished=(released & pl.col("finish")).any(),
+        interrupted=(released & (rank == 4) & pl.col("finish").not_()).any(),
+        decided=where(decision, "ts").min(),
+        decided_queue=where(decision, "queue").first(ignore_nulls=True),
+        job=where(decision, "job").first(ignore_nulls=True),
+        label_queue=where(pl.col("label"), "queue").first(ignore_nulls=True),
     )
-    held = (
-        rows.filter(pl.col("hold") == 1)
-        .group_by("uid")
-        .agg(start=pl.col("ts").min(), node=pl.col("node").first(), held_gpu=pl.col("gpu_milli").max())
-    )
-    released = (
-        rows.filter((pl.col("hold") == 0) & (pl.col("rank") >= 3))
-        .group_by("uid")
-        .agg(
-            end=pl.col("ts").min(),
-            finished=pl.col("finish").any(),
-            interrupted=((pl.col("rank") == 4) & pl.col("finish").not_()).any(),
-        )
-    )
-    return (
-        pending.join(held, on="uid", how="full", coalesce=True)
-        .join(released, on="uid", how="full", coalesce=True)
-        .select(
-            "uid",
-            "submit",
-            "start",
-            end=pl.when(pl.col("end") >= pl.col("start")).then(pl.col("end")),
-            finished=pl.col("finished").fill_null(False),
-            node="node",
-            gpu_milli=pl.coalesce("held_gpu", "asked_gpu"),
-            restarted=pl.col("interrupted").fill_null(False) | (pl.col("pendings").fill_null(0) > 1),
-        )
+    any_pod_row = pl.any_horizontal(pl.col("submit", "start", "end").is_not_null())
+    return per_pod.filter(any_pod_row).select(
+        "uid",
+        "submit",
+        "start",
+        end=pl.when(pl.col("end") >= pl.col("start")).then(pl.col("end")),
+        finished="finished",
+        node="node",
+        gpu_milli=pl.coalesce("held_gpu", "asked_gpu"),
+        restarted=pl.col("interrupted") | (pl.col("pendings") > 1),
+        decided="decided",
+        queue=pl.coalesce("decided_queue", "label_queue", pl.lit("(none)")),
+        job="job",
     )
 
 
@@ -153,7 +236,7 @@ def lifecycle(rows: pl.LazyFrame) -> pl.LazyFrame:
     """Pod rows in log order (time, then offset) with per-pod state: change (hold minus the pod's previous hold),
     node and gpu_milli carried forward. Window functions per pod: use it on the pods that restarted only.
     """
-    ordered = rows.sort("ts", "order")
+    ordered = rows.select(_POD_COLUMNS).sort("ts", "order")
     return ordered.with_columns(
         change=(pl.col("hold") - pl.col("hold").shift(1, fill_value=0).over("uid")).cast(pl.Int8),
         node=pl.col("node").forward_fill().over("uid"),
@@ -161,67 +244,48 @@ def lifecycle(rows: pl.LazyFrame) -> pl.LazyFrame:
     )
 
 
-def decided(lf: pl.LazyFrame) -> pl.LazyFrame:
-    """Per pod, from its ``BindRequested`` decisions: first bind decision time, resolved queue, job."""
-    return (
-        lf.filter(pl.col("type") == "BindRequested")
-        .group_by("uid")
-        .agg(decided=pl.col("ts").min(), decided_queue=pl.col("queue").first(), value=pl.col("value").first())
-        .select("uid", "decided", "decided_queue", job=pl.col("value").str.extract(r'"job":"([^"]*)"', 1))
-    )
-
-
-def pods(
-    per_pod: pl.LazyFrame, complex_life: pl.LazyFrame, decisions: pl.LazyFrame, labels: pl.LazyFrame
-) -> pl.LazyFrame:
-    """Per pod: submit (first pending observation), first bind, last finish, GPU request, queue, job."""
-    replayed = complex_life.group_by("uid").agg(
-        first_start=pl.col("ts").filter(pl.col("change") == 1).min(),
-        last_finish=pl.col("ts").filter((pl.col("change") == -1) & pl.col("finish")).max(),
-    )
-    return (
-        per_pod.join(replayed, on="uid", how="left")
-        .join(decisions, on="uid", how="left")
-        .join(labels, on="uid", how="left")
-        .select(
-            "uid",
-            "submit",
-            bind=pl.min_horizontal(
-                pl.when(pl.col("restarted")).then(pl.col("first_start")).otherwise(pl.col("start")), "decided"
-            ),
-            finish=pl.when(pl.col("restarted"))
-            .then(pl.col("last_finish"))
-            .otherwise(pl.when(pl.col("finished")).then(pl.col("end"))),
-            gpu_milli="gpu_milli",
-            queue=pl.coalesce("decided_queue", "label_queue", pl.lit("(none)")),
-            job="job",
+def pods(per_pod: pl.DataFrame, complex_life: pl.DataFrame) -> pl.DataFrame:
+    """Per pod: submit (first pending observation), first bind, last finish, GPU request, queue, job, and the
+    columns ``allocation_steps`` needs (node, start, end, restarted)."""
+    restarted = pl.col("restarted")
+    if complex_life.height:
+        replayed = complex_life.group_by("uid").agg(
+            first_start=pl.col("ts").filter(pl.col("change") == 1).min(),
+            last_finish=pl.col("ts").filter((pl.col("change") == -1) & pl.col("finish")).max(),
         )
+        per_pod = per_pod.join(replayed, on="uid", how="left", maintain_order="left")
+    else:
+        per_pod = per_pod.with_columns(first_start=pl.lit(None, pl.Float64), last_finish=pl.lit(None, pl.Float64))
+    return per_pod.select(
+        "uid",
+        "submit",
+        bind=pl.min_horizontal(pl.when(restarted).then(pl.col("first_start")).otherwise(pl.col("start")), "decided"),
+        finish=pl.when(restarted).then(pl.col("last_finish")).otherwise(pl.when(pl.col("finished")).then("end")),
+        gpu_milli="gpu_milli",
+        queue="queue",
+        job="job",
+        node="node",
+        start="start",
+        end="end",
+        restarted="restarted",
     )
 
 
-def pod_labels(lf: pl.LazyFrame) -> pl.LazyFrame:
-    """uid -> the queue label of its first observation (when set)."""
-    return (
-        lf.filter((pl.col("type") == "PodObserved") & pl.col("node").is_null() & (pl.col("queue") != ""))
-        .group_by("uid")
-        .agg(label_queue=pl.col("queue").first())
-    )
-
-
-def allocation_steps(per_pod: pl.LazyFrame, complex_life: pl.LazyFrame) -> pl.LazyFrame:
-    """The rows that change allocation (unsorted): ts, uid, node, GPU delta (milli)."""
-    simple = per_pod.filter(pl.col("restarted").not_() & pl.col("start").is_not_null())
+def allocation_steps(pods_df: pl.DataFrame, complex_life: pl.DataFrame) -> pl.DataFrame:
+    """The rows that change allocation, unsorted: ts, node, queue, GPU delta (milli)."""
+    simple = pods_df.filter(pl.col("restarted").not_() & pl.col("start").is_not_null())
     gpu = pl.col("gpu_milli").fill_null(0)
-    return pl.concat(
-        [
-            simple.select("uid", "node", ts="start", delta=gpu),
-            simple.filter(pl.col("end").is_not_null()).select("uid", "node", ts="end", delta=-gpu),
-            complex_life.filter(pl.col("change") != 0).select(
-                "uid", "node", "ts", delta=pl.col("change").cast(pl.Int64) * gpu
-            ),
-        ],
-        how="vertical",
-    )
+    parts = [
+        simple.select("node", "queue", ts="start", delta=gpu),
+        simple.filter(pl.col("end").is_not_null()).select("node", "queue", ts="end", delta=-gpu),
+    ]
+    if complex_life.height:
+        changes = complex_life.filter(pl.col("change") != 0).join(
+            pods_df.select("uid", "queue"), on="uid", how="left", maintain_order="left"
+        )
+        node = pl.col("node").cast(pods_df.schema["node"])
+        parts.append(changes.select(node, "queue", "ts", delta=pl.col("change").cast(pl.Int64) * gpu))
+    return pl.concat(parts, how="vertical")
 
 
 def step_average(ts: pl.Series, value: pl.Series, start: float, end: float) -> float:
@@ -243,4 +307,4 @@ def step_sample(frame: pl.DataFrame, times: pl.Series, by: str | None = None) ->
     groups = ordered.select(by).unique().sort(by)
     full = grid.join(groups, how="cross").sort("t")
     joined = full.join_asof(ordered, left_on="t", right_on="ts", by=by, strategy="backward", check_sortedness=False)
-    return joined.select("t", by, pl.col("v").fill_null(0.0))
+    return joined.select("t", pl.col(by).cast(pl.Utf8), pl.col("v").fill_null(0.0))

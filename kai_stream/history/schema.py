@@ -5,6 +5,11 @@ time), the columns analytics filter on (pool, namespace, name, uid, queue, node,
 and the canonical JSON of the whole event (``value``) from which replay rebuilds it byte for byte.
 ``record_ts`` is the Kafka record timestamp (ms) when the row came from the broker, else null; a record that
 does not decode is kept with type ``Malformed`` and its raw text as ``value``.
+
+Typed copies of fields that analytics needs on bulk rows, so a summary never parses ``value`` for them (added
+after the first layout; segments written before have no such columns, read them as null — see
+``HISTORY_V2_COLUMNS``): ``phase`` (``PodObserved``: the pod's phase), ``job`` (decisions: the pod group) and
+``preemptor`` (``EvictionRequested``: the job that caused it).
 """
 
 from __future__ import annotations
@@ -48,7 +53,11 @@ HISTORY_SCHEMA: dict[str, Any] = {
     "gpu_milli": pl.Int64,
     "value": pl.Utf8,
     "record_ts": pl.Int64,
+    "phase": pl.Utf8,
+    "job": pl.Utf8,
+    "preemptor": pl.Utf8,
 }
+HISTORY_V2_COLUMNS = ("phase", "job", "preemptor")
 
 
 def event_row(
@@ -70,10 +79,13 @@ def event_row(
             uid=event.uid,
             queue=event.queue,
             action=event.action,
+            job=event.job,
         )
         if isinstance(event, BindRequested | PodPipelined | EvictionRequested):
             row["node"] = event.node
-        elif isinstance(event, PodPending):
+        if isinstance(event, EvictionRequested):
+            row["preemptor"] = event.preemptor
+        if isinstance(event, PodPending):
             row["code"] = event.code
     elif isinstance(event, OutcomeBase):
         row.update(namespace=event.namespace, name=event.name, uid=event.uid)
@@ -87,6 +99,7 @@ def event_row(
             queue=pod.queue,
             node=pod.node_name,
             gpu_milli=pod.requests.gpu_milli,
+            phase=pod.phase,
         )
     elif isinstance(event, PodRemoved):
         row.update(namespace=event.namespace, name=event.name, uid=event.uid)
@@ -130,4 +143,4 @@ def write_segment(rows: list[dict[str, Any]], directory: Path, name: str) -> Pat
 
 def scan_history(directory: Path) -> pl.LazyFrame:
     """A lazy scan over every segment under ``directory``."""
-    return pl.scan_parquet(str(directory / "**" / "*.parquet"), schema=HISTORY_SCHEMA)
+    return pl.scan_parquet(str(directory / "**" / "*.parquet"), schema=HISTORY_SCHEMA, missing_columns="insert")

@@ -151,15 +151,24 @@ def topic_of(event: Model) -> str:
     return "cluster-events"
 
 
-def write_history(directory: Path, *, split: int = 2) -> None:
-    """Write the events as Parquet segments by topic (``split`` segments per topic, to test multi-file scans)."""
+def write_history(directory: Path, *, split: int = 2, results: str = "none") -> None:
+    """Write the events as Parquet segments by topic (``split`` segments per topic, to test multi-file scans).
+
+    ``results``: "none" (outcomes on cluster-events only), "copy" (also on bind-results, as the trace simulator
+    writes them) or "only" (``PodBound`` on bind-results only, not forwarded to cluster-events).
+    """
     by_topic: dict[str, list[dict[str, Any]]] = {}
     for event in events():
-        topic = topic_of(event)
-        rows = by_topic.setdefault(topic, [])
-        if hasattr(event, "input_offset"):
-            event = event.model_copy(update={"input_offset": len(by_topic.get("cluster-events", [])) - 1})
-        rows.append(event_row(topic, 0, len(rows), event))
+        topics = [topic_of(event)]
+        if results != "none" and isinstance(event, PodBound | PodEvicted):
+            topics = (
+                ["bind-results"] if results == "only" and isinstance(event, PodBound) else [*topics, "bind-results"]
+            )
+        for topic in topics:
+            rows = by_topic.setdefault(topic, [])
+            if hasattr(event, "input_offset"):
+                event = event.model_copy(update={"input_offset": len(by_topic.get("cluster-events", [])) - 1})
+            rows.append(event_row(topic, 0, len(rows), event))
     for topic, rows in by_topic.items():
         size = -(-len(rows) // split)
         for i in range(0, len(rows), size):

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import polars as pl
 import pytest
 from analytics_synthetic import write_history
 
 from kai_stream.analytics import jain_index, summarize
+from kai_stream.history.schema import HISTORY_V2_COLUMNS
 
 
 @pytest.fixture(scope="module")
@@ -96,3 +98,22 @@ def test_jain_index_extremes() -> None:
 def test_missing_history_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError, match="no history segments"):
         summarize(tmp_path)
+
+
+def test_segments_without_typed_columns_give_the_same_summary(summary, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    write_history(tmp_path)
+    for path in tmp_path.glob("**/*.parquet"):
+        pl.read_parquet(path).drop(HISTORY_V2_COLUMNS).write_parquet(path)
+    assert "phase" not in pl.read_parquet_schema(next(tmp_path.glob("**/*.parquet")))
+    assert summarize(tmp_path, bins=50).to_json() == summary.to_json()
+
+
+@pytest.mark.parametrize("results", ["copy", "only"])
+def test_outcomes_on_bind_results_count_once(summary, tmp_path: Path, results: str) -> None:  # type: ignore[no-untyped-def]
+    write_history(tmp_path, results=results)
+    assert (tmp_path / "bind-results").is_dir()
+    got, want = summarize(tmp_path, bins=50).to_json(), summary.to_json()
+    assert got["cluster"]["events"] >= want["cluster"]["events"]
+    got["cluster"] = {k: v for k, v in got["cluster"].items() if k != "events"}
+    want["cluster"] = {k: v for k, v in want["cluster"].items() if k != "events"}
+    assert got == want

@@ -8,6 +8,7 @@ the broker, so the agent goes on to the next batch without waiting for the commi
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -19,6 +20,8 @@ from kai_stream.streams import tables, topics
 from kai_stream.streams.app import PARTITIONS, app, kafka, names, settings
 from kai_stream.streams.codecs import CODEC
 from kai_stream.streams.runtime import InRecord, SchedulerRuntime, load_scheduler_config
+
+log = logging.getLogger(__name__)
 
 
 async def _send(topic: str, partition: int, key: bytes, record: Any) -> Any:
@@ -83,7 +86,10 @@ class _Committer:
             self._wake.clear()
             offsets, self._pending = self._pending, {}
             if offsets:
-                await self._commit(offsets)
+                try:
+                    await self._commit(offsets)
+                except Exception as exc:  # left uncommitted: re-delivered after a restart, deduplicated there
+                    log.warning("processor: commit failed: %r", exc)
 
     @staticmethod
     async def _commit(offsets: dict[TP, int]) -> None:

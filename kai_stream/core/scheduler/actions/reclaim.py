@@ -50,6 +50,8 @@ class _Reclaim:
         """Queues with no victim left (evictions committed by earlier searches of this run are final)."""
         self._at_start = {q.name: list(q.allocated) for q in self._leaves}
         """Each leaf's allocation as this action began (for the pending reason of a job whose search failed)."""
+        self._over_details: dict[tuple[str, tuple[int, ...]], dict[str, str]] = {}
+        """``NotEnoughOverQuotaShare`` details per queue and allocation (shared, never mutated)."""
 
     def queue_path_key(self, q: QueueInfo, job: JobInfo) -> tuple[object, ...]:
         path = q.ancestry()
@@ -160,9 +162,13 @@ class _Reclaim:
         leaf = job.queue
         assert leaf is not None
         previous = self.ssn.pending.get(pending[0].uid)
-        details = queue_details("queue", leaf)
-        for r, name in enumerate(RESOURCES):
-            details[f"queue_{name}_allocated"] = _fmt(r, allocated[r])
+        key = (leaf.name, tuple(allocated))
+        details = self._over_details.get(key)
+        if details is None:
+            details = queue_details("queue", leaf)
+            for r, name in enumerate(RESOURCES):
+                details[f"queue_{name}_allocated"] = _fmt(r, allocated[r])
+            self._over_details[key] = details
         info = PendingInfo(
             "NotEnoughOverQuotaShare",
             f"job {job.key} does not fit and queue {leaf.name} would exceed its {bound} by reclaiming",

@@ -107,7 +107,8 @@ def bench_trace(window: str) -> None:
     print(
         f"  cycles {stats.cycles:,} ({stats.cycle_wall_s:.1f} s in the core, "
         f"{1000 * stats.cycle_wall_s / max(stats.cycles, 1):.1f} ms/cycle), skipped {stats.skipped_cycles:,}, "
-        f"decisions {stats.decisions:,}, history rows {stats.events:,} (write {stats.write_wall_s:.1f} s)"
+        f"decisions {stats.decisions:,} (PodPending {stats.pending_reasons:,}), history rows {stats.events:,} "
+        f"(write {stats.write_wall_s:.1f} s)"
     )
     print(
         f"  avg JCT {c['jct_s']['avg'] / 3600:.2f} h, p99 queueing delay {c['queueing_delay_s']['p99'] / 3600:.2f} h, "

@@ -63,6 +63,7 @@ from kai_stream.core.events import (
     PodGroupRemoved,
     PodGroupSpec,
     PodObserved,
+    PodPending,
     PodPipelined,
     PodRemoved,
     PodSpec,
@@ -100,6 +101,8 @@ class SimulationStats:
     decisions: int = 0
     binds: int = 0
     evictions: int = 0
+    pending_reasons: int = 0
+    """PodPending decisions emitted."""
     events: int = 0
     simulated_s: float = 0.0
     t0: float = 0.0
@@ -383,6 +386,7 @@ class _Simulation:
             for decision in linked:
                 again |= self.react(decision, ts)
             self.stats.decisions += len(linked)
+            self.stats.pending_reasons += sum(1 for d in linked if isinstance(d, PodPending))
             if not again:
                 return
 

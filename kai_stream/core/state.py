@@ -78,6 +78,9 @@ class Pipelined:
 
 STRUCTURAL = None
 """A ``Derived.dirty`` entry that says: rebuild the pool's snapshot from scratch."""
+NODE_MARK = "\0node/"
+"""Prefix of a node name in a ``Derived.dirty`` set (job keys never start with it): that node's spec or GPUs
+changed."""
 
 
 def _live(pod: PodSpec) -> bool:
@@ -89,8 +92,9 @@ class Derived:
 
     * ``by_job`` — per job key, the live (not Succeeded/Failed) managed pods, by uid;
     * ``unmanaged`` — live pods of other schedulers; ``succeeded`` — Succeeded pods per job key;
-    * ``dirty`` — per pool with a parked snapshot: the job keys touched since it was parked, or ``STRUCTURAL``
-      (nodes, GPUs, queues, priority classes, topologies or foreign pods changed: rebuild it);
+    * ``dirty`` — per pool with a parked snapshot: the job keys touched since it was parked (and ``NODE_MARK`` +
+      name for a node whose spec or GPUs changed), or ``STRUCTURAL`` (queues, priority classes, topologies or
+      foreign pods changed: rebuild it);
     * ``parked`` — per pool, the snapshot kept between cycles (owned by ``framework.session``).
 
     ``indexed`` is the pod object each index entry came from; None means "not in sync" (a copy, or a state
@@ -302,15 +306,15 @@ def apply(state: ClusterState, event: AnyEvent, offset: int | None = None) -> bo
     match event:
         case NodeObserved(node=node):
             if derived.dirty and state.nodes.get(node.name) != node:
-                derived.mark(None)
+                derived.mark(NODE_MARK + node.name)
             state.nodes[node.name] = node
         case NodeRemoved(name=name):
             state.nodes.pop(name, None)
             state.gpus.pop(name, None)
-            derived.mark(None)
+            derived.mark(NODE_MARK + name)
         case GpuHealthObserved(node=node_name, gpus=gpus):
             if derived.dirty and _gpu_view(state.gpus.get(node_name)) != _gpu_view(gpus):
-                derived.mark(None)
+                derived.mark(NODE_MARK + node_name)
             state.gpus[node_name] = gpus
         case PodObserved(pod=pod):
             _observe_pod(state, pod, event.ts)

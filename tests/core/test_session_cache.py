@@ -135,7 +135,7 @@ def _pod(
 OPS = st.lists(
     st.tuples(
         st.sampled_from(
-            ["pod", "pod", "pod", "gang", "finish", "remove", "unhealthy", "readings", "node", "tick", "fail"]
+            ["pod", "pod", "pod", "gang", "finish", "remove", "unhealthy", "readings", "node", "tick", "fail", "queue"]
         ),
         st.integers(0, 7),
         st.sampled_from([0, 1, 2, 500]),
@@ -191,10 +191,15 @@ def test_random_sequences_warm_equals_cold(
             elif op == "node":
                 node = NodeSpec(
                     name=f"n{k % 3}",
-                    allocatable=Resources(gpu_milli=4000, cpu_milli=16_000, memory=64 * GIB),
+                    allocatable=Resources(gpu_milli=4000 if k < 6 else 8000, cpu_milli=16_000, memory=64 * GIB),
                     unschedulable=k % 2 == 0,
+                    labels={"zone": f"z{k % 2}"},
                 )
                 event = NodeObserved(event_id=f"n{serial}", ts=float(serial), node=node)
+            elif op == "queue":
+                res = QueueResources(gpu=QueueResource(quota=1000 * (k % 3), over_quota_weight=1 + k % 2))
+                spec = QueueSpec(name=queue, parent="root", resources=res, created=float(queue[-1]))
+                event = QueueObserved(event_id=f"q{serial}", ts=float(serial), queue=spec)
             elif op == "tick":
                 event = Tick(event_id=f"t{serial}", ts=float(serial) + 3600 * k)
             elif op == "fail" and state.assumed:

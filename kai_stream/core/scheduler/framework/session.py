@@ -42,7 +42,7 @@ from kai_stream.core.scheduler.framework.info import (
 )
 from kai_stream.core.scheduler.framework.nodeindex import NodeIndex
 from kai_stream.core.scheduler.framework.plugins import registry
-from kai_stream.core.state import ClusterState, pending_signature
+from kai_stream.core.state import NODE_MARK, ClusterState, pending_signature
 
 if TYPE_CHECKING:
     from kai_stream.core.scheduler.framework.statement import Statement
@@ -361,10 +361,6 @@ def _build_queues(state: ClusterState) -> tuple[dict[str, QueueInfo], list[Queue
     for q in queues.values():
         q.children.sort(key=key)
     return queues, roots
-
-
-def _interner() -> dict[object, int]:
-    return {}
 
 
 def _node_info(state: ClusterState, spec_name: str, idx: int, classes: dict[object, int]) -> NodeInfo:
@@ -742,15 +738,17 @@ class Snapshot:
     pending: set[str]
     builder: _JobBuilder
     first_fit: set[str]
-    """Nodes whose tasks must all be placed in pod order (see ``_JobBuild.first_fit``): a change there needs a
-    full build."""
+    """Nodes whose tasks must all be placed in pod order (see ``_JobBuilder.build``): a change there needs a full
+    build."""
+    classes: dict[object, int]
+    """Node class interner (``NodeInfo.class_id``: equal ids for nodes that every static predicate treats alike)."""
     queue_base: list[tuple[QueueInfo, list[int], list[int], list[int]]] = field(default_factory=list)
 
     @classmethod
     def build(cls, state: ClusterState, config: SchedulerConfig, pool: str, chash: str) -> Snapshot:
         derived = state.derived
         derived.sync(state.pods)
-        classes = _interner()
+        classes: dict[object, int] = {}
         node_names = sorted(n for n, spec in state.nodes.items() if spec.pool == pool)
         nodes = [_node_info(state, name, i, classes) for i, name in enumerate(node_names)]
         node_by_name = {n.name: n for n in nodes}
@@ -824,7 +822,7 @@ class Snapshot:
             node.free_whole = node.count_free_whole()
         base.index.build()
         job_by_key = {job.key: job for job in base.jobs}
-        return cls(pool, chash, base, job_by_key, pending, builder, first_fit)
+        return cls(pool, chash, base, job_by_key, pending, builder, first_fit, classes)
 
     # ------------------------------------------------------------------ one cycle
 
@@ -900,6 +898,27 @@ class Snapshot:
 
     # ------------------------------------------------------------------ between cycles
 
+    def _refresh_node(self, state: ClusterState, name: str) -> bool:
+        """Take a node's new labels, taints, schedulability and GPU health; False when the pool's node set, its
+        readiness or its capacity changed (those move totals, indices and task portions: full build)."""
+        base = self.base
+        node = base.node_by_name.get(name)
+        spec = state.nodes.get(name)
+        in_pool = spec is not None and spec.pool == self.pool
+        if node is None:
+            return not in_pool
+        if not in_pool:
+            return False
+        fresh = _node_info(state, name, node.idx, self.classes)
+        same = (fresh.gpu_count, fresh.cpu_alloc, fresh.mem_alloc, fresh.gpu_memory_mib, fresh.ready)
+        if same != (node.gpu_count, node.cpu_alloc, node.mem_alloc, node.gpu_memory_mib, node.ready):
+            return False
+        base.index.remove(node)
+        node.labels, node.taints, node.unschedulable = fresh.labels, fresh.taints, fresh.unschedulable
+        node.class_id, node.healthy, node.gpu_faults = fresh.class_id, fresh.healthy, fresh.gpu_faults
+        base.index.add(node)
+        return True
+
     def refresh(self, state: ClusterState, config: SchedulerConfig, dirty: set[str]) -> bool:
         """Rebuild the jobs in ``dirty`` from the state; False when only a full build gives the same snapshot."""
         base = self.base
@@ -910,7 +929,11 @@ class Snapshot:
         builder.state, builder.config = state, config
         removed: list[JobInfo] = []
         added: list[JobInfo] = []
-        for key in sorted(dirty):
+        keys = sorted(dirty)
+        while keys and keys[0].startswith(NODE_MARK):
+            if not self._refresh_node(state, keys.pop(0)[len(NODE_MARK) :]):
+                return False
+        for key in keys:
             old = self.job_by_key.pop(key, None)
             builder.nominated.discard(key)
             if old is not None:

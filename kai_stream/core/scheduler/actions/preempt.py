@@ -13,7 +13,7 @@ from collections.abc import Iterator
 
 from kai_stream.core.scheduler.actions._common.fairness import queue_details
 from kai_stream.core.scheduler.actions._common.solver import SearchSpec, awaiting, free_gpu, search
-from kai_stream.core.scheduler.actions._common.victims import VictimLists, VictimUnit, victim_units
+from kai_stream.core.scheduler.actions._common.victims import VictimLists, VictimUnit, victim_filter, victim_units
 from kai_stream.core.scheduler.framework.info import JobInfo, TaskInfo
 from kai_stream.core.scheduler.framework.ordering import JobsByQueue
 from kai_stream.core.scheduler.framework.session import Session
@@ -27,7 +27,7 @@ class _Preempt:
         self._pool_free: int | None = None
         self._gave_up: set[tuple[object, ...]] = set()
         self._floor: dict[str, int] = {}
-        self.lists = VictimLists(session.hooks.job_key, lambda j: session.hooks.may_evict(NAME, j, j))
+        self.lists = VictimLists(session.hooks.job_key, victim_filter(session, NAME))
 
     @property
     def pool_free(self) -> int:

@@ -31,7 +31,7 @@ from kai_stream.core.scheduler.actions._common.fairness import (
     within,
 )
 from kai_stream.core.scheduler.actions._common.solver import SearchSpec, awaiting, free_gpu, search
-from kai_stream.core.scheduler.actions._common.victims import VictimLists, VictimUnit, victim_units
+from kai_stream.core.scheduler.actions._common.victims import VictimLists, VictimUnit, victim_filter, victim_units
 from kai_stream.core.scheduler.framework.info import RESOURCES, JobInfo, QueueInfo, TaskInfo
 from kai_stream.core.scheduler.framework.ordering import JobsByQueue
 from kai_stream.core.scheduler.framework.session import PendingInfo, Session
@@ -42,8 +42,8 @@ NAME = "reclaim"
 class _Reclaim:
     def __init__(self, session: Session) -> None:
         self.ssn = session
-        self.pool_free = free_gpu(session)
-        self.victims = VictimLists(session.hooks.job_key, lambda j: session.hooks.may_evict(NAME, j, j))
+        self._pool_free: int | None = None
+        self.victims = VictimLists(session.hooks.job_key, victim_filter(session, NAME))
         self._gave_up: set[tuple[object, ...]] = set()
         self._leaves = [q for q in session.queues.values() if not q.children and q.jobs]
         self._spent: set[str] = set()
@@ -52,6 +52,14 @@ class _Reclaim:
         """Each leaf's allocation as this action began (for the pending reason of a job whose search failed)."""
         self._over_details: dict[tuple[str, tuple[int, ...]], dict[str, str]] = {}
         """``NotEnoughOverQuotaShare`` details per queue and allocation (shared, never mutated)."""
+
+    @property
+    def pool_free(self) -> int:
+        """The pool's free GPU when the action began: computed at the first search, before which nothing was
+        placed or evicted."""
+        if self._pool_free is None:
+            self._pool_free = free_gpu(self.ssn)
+        return self._pool_free
 
     def queue_path_key(self, q: QueueInfo, job: JobInfo) -> tuple[object, ...]:
         path = q.ancestry()
@@ -63,8 +71,26 @@ class _Reclaim:
         assert leaf is not None
         within_deserved = within(leaf, request, leaf.quota)
 
+        r0, r1, r2 = request[0] > 0, request[1] > 0, request[2] > 0
+
         def eligible(q: QueueInfo) -> bool:
-            return over(q, request, q.fair_share) or (within_deserved and over(q, request, q.quota))
+            """over(q, request, q.fair_share) or (within_deserved and over(q, request, q.quota)), inlined."""
+            a = q.allocated
+            b = q.fair_share
+            if (
+                (r0 and b[0] != UNLIMITED and a[0] > b[0])
+                or (r1 and b[1] != UNLIMITED and a[1] > b[1])
+                or (r2 and b[2] != UNLIMITED and a[2] > b[2])
+            ):
+                return True
+            if not within_deserved:
+                return False
+            b = q.quota
+            return (
+                (r0 and b[0] != UNLIMITED and a[0] > b[0])
+                or (r1 and b[1] != UNLIMITED and a[1] > b[1])
+                or (r2 and b[2] != UNLIMITED and a[2] > b[2])
+            )
 
         queues = self.ssn.queues
         pools: dict[str, tuple[list[JobInfo], int]] = {}

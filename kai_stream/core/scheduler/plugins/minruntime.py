@@ -3,7 +3,7 @@
 The limit is the victim queue's ``min_runtime_s``, inherited from the nearest ancestor that sets one; -1 means
 never evictable by preempt/reclaim, 0 or unset means no protection. A job's start is the latest start time of
 its running pods (event time); a job with no known start is not protected. Consolidation moves jobs without
-killing them, so it is not limited.
+killing them, so it is not limited. A session where no queue sets a limit registers no victim filter.
 """
 
 from __future__ import annotations
@@ -27,29 +27,24 @@ def job_started(job: JobInfo) -> float | None:
     return max(starts) if starts else None
 
 
-def protected_until(job: JobInfo) -> float | None:
-    """Event time until which ``job`` is protected (inf when never evictable), or None when not protected."""
-    if job.queue is None:
-        return None
-    limit = min_runtime(job.queue)
-    if not limit:
-        return None
-    if limit < 0:
-        return float("inf")
-    started = job_started(job)
-    return None if started is None else started + limit
-
-
 class MinRuntimePlugin:
     name = "minruntime"
 
     def on_session_open(self, session: Session) -> None:
         now = session.ctx.ts
+        limits = {name: min_runtime(q) for name, q in session.queues.items()}
+        if not any(limits.values()):
+            return
 
         def may_evict(action: str, preemptor: JobInfo, victim: JobInfo) -> bool:
-            if action not in PROTECTED_ACTIONS:
+            if action not in PROTECTED_ACTIONS or victim.queue is None:
                 return True
-            until = protected_until(victim)
-            return until is None or now >= until
+            limit = limits.get(victim.queue.name) if victim.queue.name in limits else min_runtime(victim.queue)
+            if not limit:
+                return True
+            if limit < 0:
+                return False
+            started = job_started(victim)
+            return started is None or now >= started + limit
 
         session.hooks.victim_filters.append(may_evict)

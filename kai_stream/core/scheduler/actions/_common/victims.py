@@ -10,9 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kai_stream.core.scheduler.framework.info import RUNNING, UNIT, JobInfo, NodeInfo, QueueInfo, TaskInfo
+
+if TYPE_CHECKING:
+    from kai_stream.core.scheduler.framework.session import Session
 
 
 @dataclass(slots=True)
@@ -49,17 +52,32 @@ def victim_units(job: JobInfo) -> list[VictimUnit]:
     return units
 
 
+def _running(job: JobInfo) -> bool:
+    for t in job.tasks:  # noqa: SIM110 (a plain loop: any() over a generator costs twice as much here)
+        if t.status == RUNNING:
+            return True
+    return False
+
+
+def victim_filter(session: Session, action: str) -> Callable[[JobInfo], bool] | None:
+    """The session's victim filters for ``action`` as a one-argument check, None when none is registered."""
+    if not session.hooks.victim_filters:
+        return None
+    return lambda j: session.hooks.may_evict(action, j, j)
+
+
 def gpu_devices(milli: int) -> str:
     return f"{milli / UNIT:g}"
 
 
 class VictimLists:
     """Per queue, its preemptible jobs that were running when the action started and that the victim filters
-    allow (asked once per action run: the built-in filters depend on the victim and event time only), in reverse
+    allow (asked once per action run: the built-in filters depend on the victim and event time only; ``allowed``
+    None: no filter), in reverse
     job order. ``live`` skips the leading jobs whose evictions were committed (no running pod left), so later
     searches of the same action do not walk them again."""
 
-    def __init__(self, job_key: Callable[[JobInfo], Any], allowed: Callable[[JobInfo], bool]) -> None:
+    def __init__(self, job_key: Callable[[JobInfo], Any], allowed: Callable[[JobInfo], bool] | None) -> None:
         self.job_key = job_key
         self.allowed = allowed
         self._lists: dict[str, list[JobInfo]] = {}
@@ -68,13 +86,12 @@ class VictimLists:
     def live(self, queue: QueueInfo) -> tuple[list[JobInfo], int]:
         jobs = self._lists.get(queue.name)
         if jobs is None:
-            jobs = [
-                j for j in queue.jobs if j.preemptible and any(t.status == RUNNING for t in j.tasks) and self.allowed(j)
-            ]
+            allowed = self.allowed
+            jobs = [j for j in queue.jobs if j.preemptible and _running(j) and (allowed is None or allowed(j))]
             jobs.sort(key=self.job_key, reverse=True)
             self._lists[queue.name] = jobs
         i = self._start.get(queue.name, 0)
-        while i < len(jobs) and not any(t.status == RUNNING for t in jobs[i].tasks):
+        while i < len(jobs) and not _running(jobs[i]):
             i += 1
         self._start[queue.name] = i
         return jobs, i

@@ -45,9 +45,12 @@ class ProportionPlugin:
 
     def __init__(self) -> None:
         self.session: Session | None = None
+        self._keys: dict[tuple[str, int, int, int, int, int, int], SortKey] = {}
+        """Queue keys by (queue, allocation, job request): the rest of what a key reads is fixed per session."""
 
     def on_session_open(self, session: Session) -> None:
         self.session = session
+        self._keys = {}
         set_fair_shares(session.roots, session.total)
         for q in session.queues.values():
             q.share_cap = [allocatable_share(q, r) for r in range(3)]
@@ -64,6 +67,15 @@ class ProportionPlugin:
 
     def queue_key(self, q: QueueInfo, job: JobInfo) -> SortKey:
         request = self._request(job)
+        alloc = q.allocated
+        memo = (q.name, alloc[0], alloc[1], alloc[2], request[0], request[1], request[2])
+        key = self._keys.get(memo)
+        if key is None:
+            key = self._keys[memo] = self._queue_key(q, request)
+        return key
+
+    @staticmethod
+    def _queue_key(q: QueueInfo, request: list[int]) -> SortKey:
         alloc, fair, quota = q.allocated, q.fair_share, q.quota
         over_fair_share = alloc[0] > fair[0] or alloc[1] > fair[1] or alloc[2] > fair[2]
         over_deserved = False

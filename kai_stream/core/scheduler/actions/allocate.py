@@ -12,6 +12,7 @@ from kai_stream.core.events import PendingCode
 from kai_stream.core.scheduler.framework.info import PENDING, RELEASING, JobInfo, TaskInfo
 from kai_stream.core.scheduler.framework.ordering import JobsByQueue
 from kai_stream.core.scheduler.framework.session import PendingInfo, Session
+from kai_stream.core.scheduler.framework.statement import Operation
 
 NAME = "allocate"
 
@@ -36,19 +37,68 @@ def _no_fit(predicates: dict[str, int], ssn: Session) -> PendingInfo:
     return PendingInfo(code, f"{reason}; unhealthy GPUs: {faults}" if faults else reason, predicates, {})
 
 
+class _Diagnosis:
+    """Per node of the pool, the first predicate a task shape fails there (None: it fits), and their counts."""
+
+    __slots__ = ("counts", "failures", "state_id")
+
+    def __init__(self, state_id: int, failures: list[str | None], counts: dict[str, int]) -> None:
+        self.state_id = state_id
+        self.failures = failures
+        self.counts = counts
+
+
 class _Allocator:
     def __init__(self, session: Session) -> None:
         self.ssn = session
-        self._diagnoses: dict[tuple[int, ...], tuple[int, dict[str, int]]] = {}
+        self._diagnoses: dict[tuple[int, ...], _Diagnosis] = {}
         self._job_failures: dict[tuple[object, ...], tuple[int, PendingInfo]] = {}
+        self._commits: dict[int, int] = {session.state_id: 0}
+        """State ids this action committed (the one it began with first), to their position in ``_touched``."""
+        self._touched: list[list[int]] = [[]]
+        """Per committed state: the nodes (by index) whose usage the commit that led to it changed."""
 
-    def diagnose(self, task: TaskInfo) -> dict[str, int]:
+    def committed(self, touched: list[int]) -> None:
+        """Record a commit of this action: the session is now at a new state that differs only on ``touched``."""
+        self._commits[self.ssn.state_id] = len(self._touched)
+        self._touched.append(touched)
+
+    def diagnose(self, task: TaskInfo, open_ops: list[Operation]) -> dict[str, int]:
+        """``NodeIndex.diagnose(task)``. Cached per task shape; a cached diagnosis of an earlier committed state is
+        brought up to date on the nodes changed since (committed by this action, or ``open_ops`` placed by the
+        open statement), the only ones where a node's first failure can differ."""
+        ssn = self.ssn
         key = task.shape
         cached = self._diagnoses.get(key)
-        if cached is not None and cached[0] == self.ssn.state_id:
-            return cached[1]
-        counts = self.ssn.index.diagnose(task)
-        self._diagnoses[key] = (self.ssn.state_id, counts)
+        if cached is not None and cached.state_id == ssn.state_id:
+            return cached.counts
+        since = self._commits.get(cached.state_id) if cached is not None else None
+        if cached is None or since is None:
+            nodes = ssn.nodes
+            failures = [ssn.index._first_failure(task, node) for node in nodes]
+            counts: dict[str, int] = {}
+            for reason in failures:
+                if reason is not None:
+                    counts[reason] = counts.get(reason, 0) + 1
+            self._diagnoses[key] = _Diagnosis(ssn.state_id, failures, counts)
+            return counts
+        changed = {i for touched in self._touched[since + 1 :] for i in touched}
+        changed.update(op.task.node.idx for op in open_ops if op.task.node is not None)
+        failures = list(cached.failures)
+        counts = dict(cached.counts)
+        nodes = ssn.nodes
+        for i in changed:
+            old, new = failures[i], ssn.index._first_failure(task, nodes[i])
+            if old == new:
+                continue
+            failures[i] = new
+            if old is not None:
+                counts[old] -= 1
+            if new is not None:
+                counts[new] = counts.get(new, 0) + 1
+        ordered = sorted((failures.index(r), r) for r, n in counts.items() if n > 0)
+        counts = {r: counts[r] for _, r in ordered}
+        self._diagnoses[key] = _Diagnosis(ssn.state_id, failures, counts)
         return counts
 
     def mark(self, tasks: list[TaskInfo], info: PendingInfo) -> None:
@@ -97,7 +147,7 @@ class _Allocator:
             placement = ssn.index.find(task)
             if placement is None:
                 if failure is None:
-                    failure = _no_fit(self.diagnose(task), ssn)
+                    failure = _no_fit(self.diagnose(task, stmt.ops), ssn)
                 unplaced.append(task)
                 if active + placed + remaining < job.min_member:
                     break
@@ -112,7 +162,9 @@ class _Allocator:
             return
         if any(op.kind == "pipeline" for op in stmt.ops):
             stmt.convert_to_pipeline([op.task for op in stmt.ops])
+        touched = [op.task.node.idx for op in stmt.ops if op.task.node is not None]
         stmt.commit()
+        self.committed(touched)
         if failure is not None:
             self.mark(unplaced, failure)
 

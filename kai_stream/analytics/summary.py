@@ -181,9 +181,28 @@ def summarize(directory: str | Path, *, bins: int = 400) -> Summary:
     end = float(totals["last"][0] or 0.0)
     span = max(end - start, 0.0)
 
-    steps = steps.sort("ts", maintain_order=True).with_columns(
-        alloc=pl.col("delta").cum_sum(), queue_alloc=pl.col("delta").cum_sum().over("queue")
+    pods_full = pods_df.with_columns(
+        job=pl.coalesce("job", "uid"),
+        queue=pl.col("queue").fill_null("(none)"),
+        delay=pl.col("bind") - pl.col("submit"),
     )
+    steps, jobs = pl.collect_all(
+        [
+            steps.lazy()
+            .sort("ts", maintain_order=True)
+            .with_columns(alloc=pl.col("delta").cum_sum(), queue_alloc=pl.col("delta").cum_sum().over("queue")),
+            pods_full.lazy()
+            .group_by("job")
+            .agg(
+                queue=pl.col("queue").first(),
+                submit=pl.col("submit").min(),
+                finish=pl.col("finish").max(),
+                done=pl.col("finish").is_not_null().all(),
+                pods=pl.len(),
+            ),
+        ]
+    )
+    steps = steps.rechunk()  # one chunk, as the sums of the step averages were taken before (same rounding)
 
     def free_on_partly_used(used: pl.Expr) -> pl.Expr:
         return pl.when((used > 0) & (used < pl.col("cap"))).then(pl.col("cap") - used).otherwise(0)
@@ -202,18 +221,6 @@ def summarize(directory: str | Path, *, bins: int = 400) -> Summary:
     avg_stranded = F.step_average(stranded["ts"], stranded["stranded"], start, end) if stranded.height else 0.0
     avg_free = capacity - avg_alloc
 
-    pods_full = pods_df.with_columns(
-        job=pl.coalesce("job", "uid"),
-        queue=pl.col("queue").fill_null("(none)"),
-        delay=pl.col("bind") - pl.col("submit"),
-    )
-    jobs = pods_full.group_by("job").agg(
-        queue=pl.col("queue").first(),
-        submit=pl.col("submit").min(),
-        finish=pl.col("finish").max(),
-        done=pl.col("finish").is_not_null().all(),
-        pods=pl.len(),
-    )
     done = jobs.filter(pl.col("done") & pl.col("submit").is_not_null()).with_columns(
         jct=pl.col("finish") - pl.col("submit")
     )

@@ -52,6 +52,20 @@ class _Reclaim:
         """Each leaf's allocation as this action began (for the pending reason of a job whose search failed)."""
         self._over_details: dict[tuple[str, tuple[int, ...]], dict[str, str]] = {}
         """``NotEnoughOverQuotaShare`` details per queue and allocation (shared, never mutated)."""
+        self._position = {q.name: i for i, q in enumerate(self._leaves)}
+        self._over_share: set[int] = set()
+        self._over_quota: set[int] = set()
+        """Positions in ``_leaves`` of the leaves over their fair share / deserved quota on some resource, as the
+        action began or after one of their jobs' reclaims was committed. A leaf's allocation grows only through its
+        own jobs' placements (evictions lower it), so any other leaf is over neither and cannot give victims."""
+        for i, q in enumerate(self._leaves):
+            self._classify(i, q)
+
+    def _classify(self, i: int, q: QueueInfo) -> None:
+        a = q.allocated
+        for bound, found in ((q.fair_share, self._over_share), (q.quota, self._over_quota)):
+            if any(bound[r] != UNLIMITED and a[r] > bound[r] for r in range(3)):
+                found.add(i)
 
     @property
     def pool_free(self) -> int:
@@ -95,7 +109,10 @@ class _Reclaim:
         queues = self.ssn.queues
         pools: dict[str, tuple[list[JobInfo], int]] = {}
         spent = self._spent
-        for q in self._leaves:
+        leaves = self._leaves
+        maybe = self._over_share | self._over_quota if within_deserved else self._over_share
+        for i in sorted(maybe):
+            q = leaves[i]
             if q is leaf or q.name in spent or not eligible(q):
                 continue
             jobs, start = self.victims.live(q)
@@ -182,6 +199,8 @@ class _Reclaim:
         if not search(ssn, self.validator(job, request)):
             self._gave_up.add(shape)
             self.over_share_at_start(job, pending, request, bound)
+        else:
+            self._classify(self._position[leaf.name], leaf)
 
     def over_share(self, job: JobInfo, pending: list[TaskInfo], bound: str, allocated: list[int]) -> None:
         """Give ``pending`` the reason ``NotEnoughOverQuotaShare``, with the queue's numbers at ``allocated``."""

@@ -3,12 +3,25 @@
 from __future__ import annotations
 
 from kai_stream.core.scheduler.framework.hooks import SortKey
-from kai_stream.core.scheduler.framework.info import JobInfo
+from kai_stream.core.scheduler.framework.info import ALLOCATED, PIPELINED, RUNNING, JobInfo
 from kai_stream.core.scheduler.framework.session import Session
+
+_BELOW: SortKey = (0,)
+_REACHED: SortKey = (1,)
+_ACTIVE = (RUNNING, ALLOCATED, PIPELINED)
 
 
 def _below_minimum_first(job: JobInfo) -> SortKey:
-    return (0 if job.active_count() < job.min_member else 1,)
+    """(0,) while ``job.active_count() < job.min_member``, else (1,); counts only up to the minimum."""
+    need = job.min_member
+    if need <= 0:
+        return _REACHED
+    for task in job.tasks:
+        if task.status in _ACTIVE:
+            need -= 1
+            if not need:
+                return _REACHED
+    return _BELOW
 
 
 def _ready(job: JobInfo, active: int) -> bool:

@@ -77,13 +77,14 @@ class _Consolidation:
         request = ssn.job_request(job)
         if ssn.hooks.check_job(job, request) is not None:
             return
-        if self._free is None or self._free[0] != ssn.state_id:
-            self._free = (ssn.state_id, free_gpu(ssn))
-        pool_free = self._free[1]
-        if request[GPU] <= 0 or pool_free < request[GPU] or not self.movable:
+        if request[GPU] <= 0:
             return
         shape = (tuple(t.shape for t in pending), job.min_member, job.queue.name, job.topology)
         if self._failed.get(shape) == ssn.state_id:
+            return
+        if self._free is None or self._free[0] != ssn.state_id:
+            self._free = (ssn.state_id, free_gpu(ssn))
+        if self._free[1] < request[GPU] or not self.movable:
             return
 
         def candidates() -> Iterator[VictimUnit]:

@@ -16,11 +16,12 @@ first when the pod (restarted by its controller, same name) is pending again; th
 from __future__ import annotations
 
 from collections.abc import Iterator
+from operator import itemgetter
 
 from kai_stream.core.scheduler.actions._common.fairness import queue_details
 from kai_stream.core.scheduler.actions._common.solver import SearchSpec, awaiting, free_gpu, search
-from kai_stream.core.scheduler.actions._common.victims import VictimUnit, victim_units
-from kai_stream.core.scheduler.framework.info import GPU, RUNNING, UNIT, JobInfo, NodeInfo, TaskInfo
+from kai_stream.core.scheduler.actions._common.victims import VictimUnit, running, victim_units
+from kai_stream.core.scheduler.framework.info import GPU, UNIT, JobInfo, NodeInfo, TaskInfo
 from kai_stream.core.scheduler.framework.ordering import JobsByQueue
 from kai_stream.core.scheduler.framework.session import Session
 
@@ -28,7 +29,12 @@ NAME = "consolidation"
 
 
 def _node_free(node: NodeInfo) -> int:
-    return sum(node.gpu_free_now(g) for g in range(len(node.healthy)) if node.healthy[g])
+    """Sum of ``gpu_free_now`` over the node's healthy GPUs."""
+    total = 0
+    for ok, used, rel, pipe in zip(node.healthy, node.gpu_used, node.gpu_rel, node.gpu_pipe, strict=True):
+        if ok:
+            total += UNIT - used - (pipe - rel if pipe > rel else 0)
+    return total
 
 
 class _Consolidation:
@@ -44,25 +50,25 @@ class _Consolidation:
         earlier ``try_job`` returned before searching, so nothing has moved), as it costs O(running pods)."""
         if self._movable is None:
             session = self.ssn
-            movable = [
-                j
-                for j in session.jobs
-                if j.queue is not None and j.preemptible and any(t.status == RUNNING for t in j.tasks)
-            ]
+            movable = [j for j in session.jobs if j.queue is not None and j.preemptible and running(j)]
             by_job = sorted(movable, key=session.hooks.job_key, reverse=True)
-            rank = {j.key: i for i, j in enumerate(by_job)}
             node_free: dict[int, int] = {}
 
-            def free(node: NodeInfo) -> int:
-                value = node_free.get(node.idx)
-                if value is None:
-                    value = node_free[node.idx] = _node_free(node)
-                return value
-
             def emptiest(job: JobInfo) -> int:
-                return max((free(t.node) for t in job.tasks if t.node is not None), default=0)
+                """Most free GPU on any node of the job (0 with no node)."""
+                best: int | None = None
+                for t in job.tasks:
+                    node = t.node
+                    if node is not None:
+                        value = node_free.get(node.idx)
+                        if value is None:
+                            value = node_free[node.idx] = _node_free(node)
+                        if best is None or value > best:
+                            best = value
+                return 0 if best is None else best
 
-            self._movable = sorted(by_job, key=lambda j: (-emptiest(j), rank[j.key]))
+            ranked = sorted([(-emptiest(j), rank, j) for rank, j in enumerate(by_job)], key=itemgetter(0, 1))
+            self._movable = [j for _, _, j in ranked]
         return self._movable
 
     def try_job(self, job: JobInfo) -> None:

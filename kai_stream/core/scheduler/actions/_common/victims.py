@@ -52,7 +52,8 @@ def victim_units(job: JobInfo) -> list[VictimUnit]:
     return units
 
 
-def _running(job: JobInfo) -> bool:
+def running(job: JobInfo) -> bool:
+    """Whether some pod of the job is running (``any(t.status == RUNNING ...)``)."""
     for t in job.tasks:  # noqa: SIM110 (a plain loop: any() over a generator costs twice as much here)
         if t.status == RUNNING:
             return True
@@ -87,11 +88,11 @@ class VictimLists:
         jobs = self._lists.get(queue.name)
         if jobs is None:
             allowed = self.allowed
-            jobs = [j for j in queue.jobs if j.preemptible and _running(j) and (allowed is None or allowed(j))]
+            jobs = [j for j in queue.jobs if j.preemptible and running(j) and (allowed is None or allowed(j))]
             jobs.sort(key=self.job_key, reverse=True)
             self._lists[queue.name] = jobs
         i = self._start.get(queue.name, 0)
-        while i < len(jobs) and not _running(jobs[i]):
+        while i < len(jobs) and not running(jobs[i]):
             i += 1
         self._start[queue.name] = i
         return jobs, i

@@ -31,6 +31,8 @@ from aiokafka import TopicPartition
 from kubernetes_asyncio import client
 
 from connectors.kubernetes import KubernetesConnector
+from connectors.kubernetes.catalog import event_key
+from connectors.kubernetes.kinds import KINDS
 from connectors.simcluster import scenario as sim_scenario
 from connectors.simcluster.client import kube_client_config
 from connectors.simcluster.controller import recreated_uid
@@ -53,10 +55,11 @@ from kai_stream.core.events import (
     loads_decisions_record,
     stable_id,
 )
+from kai_stream.core.manifests import ManifestError, object_to_events
 from kai_stream.core.state import ClusterState, apply
 from kai_stream.kafka import make_consumer
 from kai_stream.settings import KafkaSettings
-from kai_stream.simulate import SimulationResult
+from kai_stream.simulate import SimulationResult, round_barrier
 from kai_stream.streams.engine import is_decision
 from kai_stream.subscribe import high_watermarks
 from kai_stream.topics import TopicNames, create_topics
@@ -218,7 +221,6 @@ class Pipeline:
         self.broker: EmbeddedBroker | None = None
         self.kafka: KafkaSettings | None = None
         self.cluster = SimCluster(time_scale=options.time_scale)
-        self.stop_settle_s = 1.5
         self.connector: KubernetesConnector | None = None
         self.tail: LogTail | None = None
         self._api: client.ApiClient | None = None
@@ -528,11 +530,6 @@ class Pipeline:
 
     # ------------------------------------------------------------------ rounds (simulate --live)
 
-    def signal_processor(self, sig: signal.Signals) -> None:
-        """Send ``sig`` to the processor subprocess (SIGSTOP / SIGCONT pause and resume it)."""
-        if self._processor is not None and self._processor.poll() is None:
-            self._processor.send_signal(sig)
-
     async def _until_quiet(
         self, group: str, topic: str, deadline: float, quiet_s: float, *, at_least: int = 0
     ) -> None:
@@ -582,63 +579,101 @@ class Pipeline:
                     missing.append(f"{decision.namespace}/{decision.name} re-created")
         return missing
 
+    def _connector_behind(self) -> list[str]:
+        """What of the simulated cluster's current objects the connector has not published yet (an object at a
+        version it has not observed, or one gone without its removal): empty once cluster-events holds the
+        API's whole state, the binder's status marks included."""
+        assert self.connector is not None
+        catalog = self.connector.catalog
+        behind: list[str] = []
+        present: set[tuple[str, str, str]] = set()
+        for kind in KINDS:
+            for obj in self.cluster.objects(kind.plural):
+                try:
+                    events = object_to_events(
+                        {**obj, "kind": kind.kind, "apiVersion": kind.api_version},
+                        ts=0.0,
+                        scheduler_name=self.options.scheduler_name,
+                    )
+                except (ManifestError, KeyError):
+                    continue
+                for event in events:
+                    key = event_key(event)
+                    if key is not None:
+                        present.add(key)
+                        if catalog.is_new(key, event.event_id):
+                            behind.append(f"{'/'.join(filter(None, key))} observed")
+        behind.extend(f"{'/'.join(filter(None, key))} removed" for key in catalog.objects if key not in present)
+        return behind
+
     async def _until_reaction_observed(self, decisions: list[Decision], deadline: float, quiet_s: float) -> None:
-        """Until the connector published the whole reaction to a round's decisions, then quiet on cluster-events:
-        a quiet period alone is not proof under load (a watch event can lag the binder's commit)."""
-        while missing := self._missing_reaction(decisions):
+        """Until the connector published the whole reaction to a round's decisions and everything else the API
+        now holds, then quiet on cluster-events: a quiet period alone is not proof under load (a watch event can
+        lag the binder's commit)."""
+        while missing := self._missing_reaction(decisions) or self._connector_behind():
             if time.monotonic() > deadline:
                 raise TimeoutError(f"the cluster's reaction was not observed: {', '.join(missing[:5])}")
             await asyncio.sleep(0.05)
         await self._until_quiet(self.binder_group_id, self.names.decisions, deadline, quiet_s)
 
+    async def _until_decisions_seen(self, deadline: float) -> None:
+        """Until the tail has read every decision on the broker now (fetch high-watermarks)."""
+        assert self.kafka is not None
+        ends = await high_watermarks(self.kafka, self.names.decisions)
+        while any(self.tail_ends(self.names.decisions).get(TopicPartition(self.names.decisions, p), 0) < end
+                  for p, end in ends.items()):
+            if time.monotonic() > deadline:
+                raise TimeoutError("the tail did not read the round's decisions")
+            await asyncio.sleep(0.02)
+
     async def run_rounds(self, *, quiet_s: float = 0.3, timeout_s: float = 120.0) -> int:
         """Drive the pipeline in rounds, the way the in-process simulate runs (``kai_stream/simulate.py``), and
-        return the number of rounds. The simulated API holds every write (``hold_writes``) before the binder
-        starts; then, per round: (1) the processor decides on the quiescent log (it has committed all of
-        cluster-events and nothing arrives) while the binder's calls wait; (2) the processor is paused
-        (SIGSTOP), the API lets writes through, and the binder's outcomes plus the connector's observations of
-        what it did land in cluster-events until everything is committed and quiet; then the pods a
-        consolidation moved are re-created (standing in for their workload controllers, as the in-process
-        simulate does); (3) writes are held again and the processor resumes, finding the whole reaction on the
-        log at once. A round that decides nothing ends the run. So each cycle sees exactly the state after the
-        previous round's reaction, whatever the timing of the binder's outcomes against the connector's watch
-        events.
+        return the number of rounds. The processor runs cycles only on a Tick (``cycle_on=tick``) and the
+        simulated API holds every write (``hold_writes``) before the binder starts. Per round: (1) once the log
+        holds everything of the previous round, the round's barrier Tick (``round_barrier``) is published and
+        the processor decides on exactly the log up to it; (2) once it has committed the barrier and the tail
+        has read its decisions, the API lets writes through, and the binder's outcomes plus the connector's
+        observations of what it did land in cluster-events until the whole reaction is observed and
+        everything is committed and quiet; the pods a consolidation moved are re-created (standing in for their
+        workload controllers, as the in-process simulate does); (3) writes are held again. A round that decides
+        nothing ends the run. Where a cycle lands depends only on the barriers, never on timing.
         """
-        assert self.tail is not None
+        assert self.tail is not None and self.connector is not None
         deadline = time.monotonic() + timeout_s
-        decided = -1
-        rounds = 0
+        await asyncio.wait_for(self.connector.synced.wait(), timeout_s)
         seen = 0
+        rounds = 0
         while True:
-            await self._until_quiet(
-                self.processor_app_id, self.names.cluster_events, deadline, quiet_s, at_least=1
-            )
-            end = self.tail_position(self.names.decisions)
-            if end == decided:
-                return rounds
-            decided = end
             rounds += 1
-            self.signal_processor(signal.SIGSTOP)
+            await self.connector.publish(round_barrier(rounds, 0.0 if self.options.scenario_time else time.time()))
+            assert self.kafka is not None
+            barrier_end = sum((await high_watermarks(self.kafka, self.names.cluster_events)).values())
+            await self._until_quiet(
+                self.processor_app_id, self.names.cluster_events, deadline, quiet_s, at_least=barrier_end
+            )
+            await self._until_decisions_seen(deadline)
+            made = self.tail.all_decisions()
+            round_decisions = made[seen:]
+            if not round_decisions:
+                return rounds
+            seen = len(made)
+            self.cluster.release_writes()
             try:
-                # A fetch the processor sent just before it stopped must be answered (empty) before any write,
-                # or it resumes on a partial reaction; under CPU contention the broker can take a while to get to it.
-                await asyncio.sleep(self.stop_settle_s)
-                self.cluster.release_writes()
-                await self._until_quiet(self.binder_group_id, self.names.decisions, deadline, quiet_s, at_least=end)
-                made = self.tail.all_decisions()
-                round_decisions = made[seen:]
+                await self._until_quiet(
+                    self.binder_group_id, self.names.decisions, deadline, quiet_s,
+                    at_least=self.tail_position(self.names.decisions),
+                )
                 moved = [
                     d.uid for d in round_decisions if isinstance(d, EvictionRequested) and d.details.get("move_to")
                 ]
-                seen = len(made)
                 if any([self.cluster.controller.recreate(uid) is not None for uid in moved]):
                     await self._until_quiet(
-                        self.binder_group_id, self.names.decisions, deadline, quiet_s, at_least=end
+                        self.binder_group_id, self.names.decisions, deadline, quiet_s,
+                        at_least=self.tail_position(self.names.decisions),
                     )
                 await self._until_reaction_observed(round_decisions, deadline, quiet_s)
-                self.cluster.hold_writes()
             finally:
-                self.signal_processor(signal.SIGCONT)
+                self.cluster.hold_writes()
 
 
 async def simulate_live(
@@ -661,7 +696,11 @@ async def simulate_live(
         scenario_time=True,
         pin_scenario_identity=True,
         topic_prefix=f"live-{os.getpid()}-{int(time.time() * 1000)}-",
-        processor_env={"KAI_STREAM_KAFKA_SESSION_TIMEOUT_MS": "6000", "KAI_STREAM_KAFKA_HEARTBEAT_INTERVAL_MS": "500"},
+        processor_env={
+            "KAI_STREAM_KAFKA_SESSION_TIMEOUT_MS": "6000",
+            "KAI_STREAM_KAFKA_HEARTBEAT_INTERVAL_MS": "500",
+            "KAI_STREAM_PROCESSOR_CYCLE_ON": "tick",
+        },
     )
     pipeline = Pipeline(options)
     pipeline.cluster.hold_writes()

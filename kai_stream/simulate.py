@@ -6,10 +6,13 @@ does (``kai_stream/streams/engine.py``):
 * the scenario's observed events come first; the log has ``partitions`` partitions (the cluster-events topic
   spec), a pool's events go to ``partition_for(pool)``, cluster-wide ones (pool ``*``) to every partition,
   and offsets count per partition as the broker's do;
+* a round starts with a barrier: one ``Tick`` for every pool (``ALL_POOLS``, so one record in every partition,
+  event id ``stable_id("round-barrier", str(round))``, the latest event time), which is what
+  ``simulate --live`` publishes once the log holds the previous round's whole reaction (its processor runs
+  cycles only on a Tick, ``KAI_STREAM_PROCESSOR_CYCLE_ON=tick``);
 * a round runs, per pool (sorted), ``run_cycle`` with ``input_offset`` = the offset of the last event in that
-  pool's partition and ``ts`` = the latest event time, skipping a pool whose partition got nothing since its
-  last cycle; its decisions are chained after the pool's head hash and folded *without* an offset (they live
-  in the decisions topic, not in cluster-events);
+  pool's partition (the barrier) and ``ts`` = the latest event time; its decisions are chained after the pool's
+  head hash and folded *without* an offset (they live in the decisions topic, not in cluster-events);
 * then the cluster reacts, all of it before the next round (``simulate --live`` only lets the processor
   decide once the binder and the connector are done, so rounds are the same on both sides): per decision, in
   order, what the binder and the connector publish into cluster-events (``follow_ups``):
@@ -58,6 +61,7 @@ from kai_stream.core.events import (
     PodPending,
     PodRemoved,
     PodSpec,
+    Tick,
     chain,
     stable_id,
 )
@@ -79,6 +83,7 @@ __all__ = [
     "pools_of",
     "recreated_after_eviction",
     "recreated_uid",
+    "round_barrier",
     "simulate",
 ]
 
@@ -316,6 +321,11 @@ def cluster_events_partitions() -> int:
     return next(spec.partitions for spec in load_specs() if spec.name == "cluster-events")
 
 
+def round_barrier(round_number: int, ts: float) -> Tick:
+    """The Tick that opens round ``round_number`` (from 1) of a simulation, live or in-process (module doc)."""
+    return Tick(event_id=stable_id("round-barrier", str(round_number)), ts=ts, pool=ALL_POOLS)
+
+
 @dataclass
 class EmulatedCluster:
     """The cluster-events log as ``simulate`` models it (module doc): the state it folds to, per-partition
@@ -329,6 +339,10 @@ class EmulatedCluster:
         """Append ``event`` to cluster-events and fold it."""
         self.log.append(event)
         apply(self.state, event, self.state.offset + 1)
+
+    def start_round(self, round_number: int) -> None:
+        """Append the barrier that opens round ``round_number`` (``round_barrier``)."""
+        self.observe(round_barrier(round_number, self.state.now))
 
     def decide(self, decision: Decision) -> list[ClusterEvent]:
         """Fold ``decision`` (no offset: it is not in cluster-events) and return the events it will cause."""
@@ -348,7 +362,8 @@ def simulate(
     heads: dict[str, str] = {}
     last_input: dict[str, int] = {}
     result = SimulationResult(state=state, config=config, decisions=[])
-    for _ in range(cycles):
+    for round_number in range(1, cycles + 1):
+        cluster.start_round(round_number)
         decided: list[Decision] = []
         reactions: list[ClusterEvent] = []
         for pool in pools_of(state):

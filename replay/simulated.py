@@ -1,11 +1,12 @@
 """Replay of an in-process simulation (``kai_stream.simulate``): scenario events + the decisions it made.
 
 The simulation's log is the one ``kai_stream.simulate.EmulatedCluster`` keeps (the contract in
-``kai_stream/simulate.py``): the scenario's events, then per round every pool's decisions (pools sorted, each
-pool's cycle at ``input_offset`` = the last offset of its cluster-events partition, decisions folded without
-an offset), then every event those decisions cause (outcomes, the connector's observations, re-created pods).
-Replay rebuilds the same log around the recorded decisions and checks each pool's cycle: its ``input_offset``
-must be where the rebuilt log stands, and ``run_cycle`` must return the recorded decisions byte for byte.
+``kai_stream/simulate.py``): the scenario's events, then per round its barrier Tick, every pool's decisions (pools
+sorted, each pool's cycle at ``input_offset`` = the last offset of its cluster-events partition, decisions folded
+without an offset), then every event those decisions cause (outcomes, the connector's observations, re-created
+pods). Replay rebuilds the same log around the recorded decisions and checks each pool's cycle: its
+``input_offset`` must be where the rebuilt log stands, and ``run_cycle`` must return the recorded decisions byte
+for byte.
 """
 
 from __future__ import annotations
@@ -61,7 +62,8 @@ def replay_simulation(
         pool = results.setdefault(subject.pool, PoolReplay(pool=subject.pool))
         pool.divergences.append(Divergence(subject.pool, i, i, subject.input_offset, recorded, rebuilt, why))
 
-    for round_ in _rounds(decisions):
+    for round_number, round_ in enumerate(_rounds(decisions), start=1):
+        cluster.start_round(round_number)
         reactions: list[ClusterEvent] = []
         for group in round_:
             batch = [decisions[i] for i in group]

@@ -249,6 +249,12 @@ class KubernetesConnector:
         for pool in self.catalog.tick_pools():
             await self._send(Tick(event_id=stable_id("tick", pool, repr(now)), ts=now, pool=pool))
 
+    async def publish(self, event: ObservedEvent) -> None:
+        """Publish an event of the caller's (``simulate --live``'s round barriers) in log order with ours, and
+        wait until it is on the broker."""
+        await self._send(event)
+        await self.flush()
+
     async def _ticks(self, interval_s: float) -> None:
         await self.synced.wait()
         while True:

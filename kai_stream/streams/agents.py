@@ -38,6 +38,7 @@ runtime = SchedulerRuntime(
     max_cycle_delay_s=settings.max_cycle_delay_s,
     fair_share_interval_s=settings.fair_share_interval_s,
     gc_freeze_interval_s=settings.gc_freeze_interval_s,
+    cycle_on_tick=settings.cycle_on == "tick",
 )
 
 

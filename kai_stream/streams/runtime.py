@@ -12,6 +12,8 @@ collections stop rescanning it.
 Fair shares (the ``on_fair_share`` cache) are computed on a Tick of a pool only when something other than
 ticks changed the pool since they were last computed, and at most every ``fair_share_interval_s``: each
 computation opens a full session.
+With ``cycle_on_tick`` only a Tick starts a cycle (for the pools it touched, at once, never deferred): the
+other records are folded and wait for it.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from aiokafka import TopicPartition
 import kai_stream
 from kai_stream.core.config import SchedulerConfig, config_hash, load_config
 from kai_stream.core.events import (
+    ALL_POOLS,
     ClusterEvent,
     DeadLetter,
     DecisionsRecord,
@@ -81,6 +84,7 @@ class SchedulerRuntime:
         max_cycle_delay_s: float = 0.0,
         fair_share_interval_s: float = 10.0,
         gc_freeze_interval_s: float | None = None,
+        cycle_on_tick: bool = False,
     ) -> None:
         self.kafka = kafka
         self.names = names
@@ -92,6 +96,7 @@ class SchedulerRuntime:
         self.partitions = partitions
         self.engines: dict[int, PartitionEngine] = {}
         self.max_cycle_delay_s = max_cycle_delay_s
+        self.cycle_on_tick = cycle_on_tick
         self._deferred: dict[int, set[str]] = defaultdict(set)
         self._last_cycle: dict[int, float] = {}
         self._last_cost: dict[int, float] = {}
@@ -100,6 +105,7 @@ class SchedulerRuntime:
         self.fair_share_interval_s = fair_share_interval_s
         self.gc_freeze_interval_s = gc_freeze_interval_s
         self._fair_share_stale: dict[int, set[str]] = defaultdict(set)
+        self._rebuilt_ticks: dict[int, set[str]] = {}
         self._fair_share_at: dict[tuple[int, str], float] = {}
         self._frozen_at = time.monotonic()
 
@@ -157,6 +163,12 @@ class SchedulerRuntime:
             await asyncio.gather(*letters)
         engine.rebuild(events, recorded)
         engine.offset = max(engine.offset, last, before - 1, engine.needed_until(recorded))
+        self._rebuilt_ticks[partition] = {
+            pool
+            for offset, event in events
+            if isinstance(event, Tick) and offset >= before
+            for pool in (engine.pools if event.pool == ALL_POOLS else (event.pool,))
+        }
         log.info(
             "processor: rebuilt partition %d to offset %d (%d events, %d decisions) in %.2fs",
             partition, engine.offset, len(events), len(recorded), time.monotonic() - started,
@@ -229,6 +241,7 @@ class SchedulerRuntime:
             if engine is None:
                 engine = await self.rebuild(record.partition, record.offset)
                 touched[record.partition].update(engine.pools)
+                ticked[record.partition].update(self._rebuilt_ticks.pop(record.partition, set()))
             if record.offset <= engine.offset:
                 continue
             try:
@@ -245,6 +258,8 @@ class SchedulerRuntime:
             else:
                 self._fair_share_stale[record.partition].update(folded)
         published: list[Outgoing] = []
+        if self.cycle_on_tick:
+            touched, backlog = ticked, None
         for partition in sorted(set(touched) | set(self._deferred)):
             engine = self.engines.get(partition)
             if engine is None:

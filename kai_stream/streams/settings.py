@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -15,6 +17,10 @@ class ProcessorSettings(BaseSettings):
     ``fair_share_interval_s``: fair shares (a full session) are recomputed on a Tick at most this often, and only
     when the pool changed since. ``gc_freeze_interval_s``: how often the long-lived state is frozen out of
     the garbage collector's scans.
+    ``cycle_on``: ``batch`` (default) runs a cycle for every pool a consumed batch touched; ``tick`` only for
+    the pools a Tick touched, everything else is folded and waits for the next Tick. ``tick`` is for runs driven
+    in rounds from outside (``simulate --live`` publishes a round-barrier Tick once the log holds the cluster's
+    whole reaction), so where a cycle lands never depends on how the broker split the log into fetches.
     ``fetch_max_wait_ms``: Tansu answers a fetch only when its wait expires, so a short wait is the
     latency floor of every hop (faust hard-codes 1500 ms; the app overrides it).
     """
@@ -34,3 +40,4 @@ class ProcessorSettings(BaseSettings):
     fair_share_interval_s: float = 10.0
     gc_freeze_interval_s: float = 10.0
     log_level: str = "WARNING"
+    cycle_on: Literal["batch", "tick"] = "batch"

@@ -130,6 +130,7 @@ async def test_label_and_field_selectors(v1: client.CoreV1Api, sim: SimCluster) 
     assert await names(field_selector="spec.nodeName=") == ["b", "c"]
     assert await names(field_selector="metadata.namespace=ml") == ["c"]
     assert await names(field_selector="metadata.name=b,status.phase=Pending") == ["b"]
+    await sim.wait_until(lambda: sim.get("pods/default/a")["status"]["phase"] == "Running", timeout=3)
     assert await names(field_selector="status.phase!=Pending") == ["a"]
     assert await names(label_selector="app=train", field_selector="metadata.namespace!=ml") == ["a"]
     with pytest.raises(ApiException) as bad:

@@ -1,4 +1,5 @@
-"""SchedulerRuntime over the real broker, without faust: dead letters, publish, restart without re-deciding."""
+"""SchedulerRuntime over the real broker, without faust: dead letters, publish, restart without re-deciding, cycles
+only on Ticks (``cycle_on_tick``)."""
 
 from __future__ import annotations
 
@@ -12,17 +13,21 @@ from kai_stream.core.events import ALL_POOLS, DeadLetter, Model, dumps, loads_de
 from kai_stream.core.manifests import load_scenario
 from kai_stream.kafka import make_producer, partition_for, read_topic
 from kai_stream.settings import KafkaSettings
+from kai_stream.simulate import round_barrier
+from kai_stream.streams.engine import is_decision
 from kai_stream.streams.runtime import InRecord, SchedulerRuntime
-from kai_stream.topics import TopicNames
+from kai_stream.topics import TopicNames, create_topics
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _runtime(kafka: KafkaSettings, topics: TopicNames, producer: AIOKafkaProducer) -> SchedulerRuntime:
+def _runtime(
+    kafka: KafkaSettings, topics: TopicNames, producer: AIOKafkaProducer, *, cycle_on_tick: bool = False
+) -> SchedulerRuntime:
     async def send(topic: str, partition: int, key: bytes, record: Model) -> Any:
         return await producer.send(topic, dumps(record), key=key, partition=partition)
 
-    return SchedulerRuntime(kafka, topics, SchedulerConfig(), send, partitions=8)
+    return SchedulerRuntime(kafka, topics, SchedulerConfig(), send, partitions=8, cycle_on_tick=cycle_on_tick)
 
 
 async def test_dead_letters_publishes_and_does_not_decide_twice_after_restart(
@@ -59,5 +64,48 @@ async def test_dead_letters_publishes_and_does_not_decide_twice_after_restart(
         assert len(again) == len(decisions)
         engine = restarted.engines[partition]
         assert engine.pools["default"].head == first.engines[partition].pools["default"].head
+    finally:
+        await producer.stop()
+
+
+async def test_cycle_on_tick_decides_only_at_a_tick_even_one_a_rebuild_already_read(
+    kafka_settings: KafkaSettings, topics: TopicNames, topic_prefix: str
+) -> None:
+    partition = partition_for("default", 8)
+    producer = make_producer(kafka_settings)
+    await producer.start()
+    try:
+        for event in load_scenario((ROOT / "examples" / "fair-share.yaml").read_text()):
+            await producer.send_and_wait(topics.cluster_events, dumps(event), key=b"default", partition=partition)
+        scenario = [
+            InRecord(r.partition, r.offset, r.key, r.value, r.timestamp)
+            for r in await read_topic(kafka_settings, topics.cluster_events)
+        ]
+        waiting = _runtime(kafka_settings, topics, producer, cycle_on_tick=True)
+        assert await waiting.process(scenario) == [], "no Tick yet: fold only"
+
+        tick = dumps(round_barrier(1, 0.0))
+        await producer.send_and_wait(topics.cluster_events, tick, key=ALL_POOLS.encode(), partition=partition)
+        records = [
+            InRecord(r.partition, r.offset, r.key, r.value, r.timestamp)
+            for r in await read_topic(kafka_settings, topics.cluster_events)
+        ]
+        assert len(records) == len(scenario) + 1
+        decided = [o.record for o in await waiting.process(records[-1:]) if is_decision(o.record)]
+        assert decided and {d.input_offset for d in decided} == {records[-1].offset}
+
+        # A processor that starts after the Tick is on the log: its rebuild reads the Tick, and still decides
+        # there (once), as the one that saw it arrive did.
+        late = _runtime(kafka_settings, topics, producer, cycle_on_tick=True)
+        assert await late.process(records[:3]) == [], "the decisions were published: a rebuild folds them"
+        fresh_topics = TopicNames.with_prefix(f"{topic_prefix}fresh-")
+        await create_topics(kafka_settings, names=fresh_topics)
+        for record in records:
+            await producer.send_and_wait(
+                fresh_topics.cluster_events, record.value or b"", key=record.key, partition=partition
+            )
+        fresh = _runtime(kafka_settings, fresh_topics, producer, cycle_on_tick=True)
+        rebuilt = [o.record for o in await fresh.process(records[:1]) if is_decision(o.record)]
+        assert [dumps(d) for d in rebuilt] == [dumps(d) for d in decided]
     finally:
         await producer.stop()

@@ -22,6 +22,10 @@ faust scheduler processor (subprocess), binder. Two phases on one pipeline:
    cluster-events topic (the same records, burst included) from the beginning; ratio = burst records/s /
    raw records/s (target >= 0.5).
 
+Both phases also print the CPU seconds per pod of the processor subprocess and of this process (simulated API,
+connector, binder, pod creation): on a shared, loaded machine the latencies mostly measure how long each
+process waits for a core, the CPU figures are what changes compare.
+
 Usage: ``python benchmarks/bench_pipeline.py [--nodes 1000] [--pods 10000] [--rate 100] [--burst 5000]``.
 """
 
@@ -100,7 +104,13 @@ async def create_pods(url: str, first: int, count: int, rate: float) -> float:
 
         async def one(i: int) -> None:
             async with slots:
-                await core.create_namespaced_pod("bench", pod(i), _preload_content=False)
+                response = await core.create_namespaced_pod("bench", pod(i), _preload_content=False)
+                try:
+                    body = await response.read()
+                finally:
+                    response.release()  # unreleased, its connection would stay out of the pool
+                if response.status != 201:
+                    raise RuntimeError(f"creating pod {i}: HTTP {response.status}: {body[:200]!r}")
 
         tasks = []
         for n in range(count):

@@ -7,7 +7,7 @@
 2. ``analyze``: a 10,000,000-row synthetic history (1.9 M pods through pending -> bind -> finish, with
    pending reasons and evictions; no fair-share or queue records: those few rows are JSON-decoded alone and
    are covered by tests/analytics), generated column-wise with polars, filling the typed columns (phase, job,
-   preemptor) as ``schema.event_row`` does; the full summary time and CPU seconds. Baseline: the cheapest read
+   preemptor, shares) as ``schema.event_row`` does; the full summary time and CPU seconds. Baseline: the cheapest read
    of what the summary needs, a raw polars scan of the columns it reads for the bulk rows (``SUMMARY_COLUMNS``;
    it never reads ``value`` for them). Until 2026-11-22 the baseline scanned every column but ``value`` (also
    printed, to compare with older figures): a summary that needs fewer columns made that one too generous.
@@ -184,6 +184,7 @@ def synthetic_history(directory: Path, rows: int, files: int = 8) -> int:
             phase=pl.lit(phase, pl.Utf8),
             job=_cat("trace/{}", uid) if topic == "decisions" else pl.lit(None, pl.Utf8),
             preemptor=preemptor if preemptor is not None else pl.lit(None, pl.Utf8),
+            shares=pl.lit(None, HISTORY_SCHEMA["shares"]),
         )
 
     bind_ts = pl.col("submit") + pl.col("wait")
@@ -250,6 +251,7 @@ def synthetic_history(directory: Path, rows: int, files: int = 8) -> int:
         phase=pl.lit(None, pl.Utf8),
         job=pl.lit(None, pl.Utf8),
         preemptor=pl.lit(None, pl.Utf8),
+        shares=pl.lit(None, HISTORY_SCHEMA["shares"]),
     )
     everything = pl.concat([nodes, *frames]).with_columns(is_ce=pl.col("topic") == "cluster-events")
     everything = everything.sort("ts", pl.col("is_ce"), descending=[False, True], maintain_order=True)

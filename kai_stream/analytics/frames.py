@@ -14,8 +14,8 @@ Definitions (what every number in the summary means):
 * Stranded GPUs: the free GPU capacity of nodes that are partly used (0 < used < allocatable).
 
 Speed: bulk rows (pods, binds, outcomes) are read through typed columns only (``phase``, ``job``,
-``preemptor``; never ``value``), and per pod everything is one ``group_by`` of one filtered scan
-(``pod_table``). JSON ``value`` is decoded only for the few node, queue and fair-share rows. Segments written
+``preemptor``, ``shares``; never ``value``), and per pod everything is one ``group_by`` of one filtered scan
+(``pod_table``). JSON ``value`` is decoded only for the few node and queue rows. Segments written
 before the typed columns existed get them extracted from ``value`` (slower, same figures).
 """
 
@@ -52,10 +52,42 @@ def _typed(path: str) -> bool:
     return set(HISTORY_V2_COLUMNS) <= set(pl.read_parquet_schema(path))
 
 
+_SHARE_JSON = pl.Struct(
+    {
+        "queues": pl.List(
+            pl.Struct(
+                {
+                    "queue": pl.Utf8,
+                    "fair_share": pl.Struct({"gpu_milli": pl.Int64}),
+                    "deserved": pl.Struct({"gpu_milli": pl.Int64}),
+                }
+            )
+        )
+    }
+)
+
+
+def _shares_from_value() -> pl.Expr:
+    share = pl.element().struct
+    return (
+        pl.col("value")
+        .str.json_decode(_SHARE_JSON)
+        .struct.field("queues")
+        .list.eval(
+            pl.struct(
+                queue=share.field("queue"),
+                fair_gpu_milli=share.field("fair_share").struct.field("gpu_milli"),
+                deserved_gpu_milli=share.field("deserved").struct.field("gpu_milli"),
+            )
+        )
+    )
+
+
 def _typed_from_value(lf: pl.LazyFrame) -> pl.LazyFrame:
     """Segments written before the typed columns: the same fields extracted from ``value``."""
     kind = pl.col("type")
     return lf.with_columns(
+        shares=pl.when(kind == "FairShareRecorded").then(_shares_from_value()),
         phase=pl.when(kind == "PodObserved").then(pl.col("value").str.extract(r'"phase":"([^"]*)"', 1)),
         job=pl.when(pl.col("action").is_not_null()).then(pl.col("value").str.extract(r'"job":"([^"]*)"', 1)),
         preemptor=pl.when(kind == "EvictionRequested").then(pl.col("value").str.extract(r'"preemptor":"([^"]*)"', 1)),

@@ -21,23 +21,6 @@ from kai_stream.analytics import frames as F
 
 __all__ = ["Summary", "jain_index", "summarize"]
 
-_SHARE_DTYPE = pl.Struct(
-    {
-        "ts": pl.Float64,
-        "queues": pl.List(
-            pl.Struct(
-                {
-                    "queue": pl.Utf8,
-                    "fair_share": pl.Struct({"gpu_milli": pl.Int64}),
-                    "deserved": pl.Struct({"gpu_milli": pl.Int64}),
-                    "allocated": pl.Struct({"gpu_milli": pl.Int64}),
-                }
-            )
-        ),
-    }
-)
-
-
 @dataclass
 class Summary:
     """Everything ``analyze`` prints; ``series`` holds the sampled time series for plots (not in JSON)."""
@@ -97,16 +80,10 @@ def _group_step_average(steps: pl.DataFrame, by: str, value: str, start: float, 
 def _fair_shares(rows: pl.DataFrame) -> pl.DataFrame:
     if rows.height == 0:
         return pl.DataFrame(schema={"ts": pl.Float64, "queue": pl.Utf8, "fair": pl.Int64, "deserved": pl.Int64})
-    decoded = rows.select(pl.col("value").str.json_decode(_SHARE_DTYPE).alias("r")).unnest("r")
     return (
-        decoded.explode("queues")
-        .unnest("queues")
-        .select(
-            "ts",
-            "queue",
-            fair=pl.col("fair_share").struct.field("gpu_milli"),
-            deserved=pl.col("deserved").struct.field("gpu_milli"),
-        )
+        rows.explode("shares")
+        .unnest("shares")
+        .select("ts", "queue", fair="fair_gpu_milli", deserved="deserved_gpu_milli")
     )
 
 
@@ -157,7 +134,7 @@ def summarize(directory: str | Path, *, bins: int = 400) -> Summary:
             .group_by("code")
             .agg(decisions=pl.len(), pods=pl.col("uid").n_unique()),
             lf.filter(pl.col("type") == "EvictionRequested").select("ts", "uid", "queue", "action", "preemptor"),
-            lf.filter(pl.col("type") == "FairShareRecorded").select("ts", "value"),
+            lf.filter(pl.col("type") == "FairShareRecorded").select("ts", "shares"),
             lf.filter(pl.col("type") == "QueueObserved").select("value"),
         ],
         engine="streaming",

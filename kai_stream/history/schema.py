@@ -8,8 +8,9 @@ does not decode is kept with type ``Malformed`` and its raw text as ``value``.
 
 Typed copies of fields that analytics needs on bulk rows, so a summary never parses ``value`` for them (added
 after the first layout; segments written before have no such columns, read them as null — see
-``HISTORY_V2_COLUMNS``): ``phase`` (``PodObserved``: the pod's phase), ``job`` (decisions: the pod group) and
-``preemptor`` (``EvictionRequested``: the job that caused it).
+``HISTORY_V2_COLUMNS``): ``phase`` (``PodObserved``: the pod's phase), ``job`` (decisions: the pod group),
+``preemptor`` (``EvictionRequested``: the job that caused it) and ``shares`` (``FairShareRecorded``: per queue,
+GPU fair share and deserved in milli-devices; a trace run writes one such row per changed cycle, ~1 KB of JSON).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from kai_stream.core.events import (
     DeadLetter,
     DecisionBase,
     EvictionRequested,
+    FairShareRecorded,
     Model,
     ObservedBase,
     OutcomeBase,
@@ -56,8 +58,9 @@ HISTORY_SCHEMA: dict[str, Any] = {
     "phase": pl.Utf8,
     "job": pl.Utf8,
     "preemptor": pl.Utf8,
+    "shares": pl.List(pl.Struct({"queue": pl.Utf8, "fair_gpu_milli": pl.Int64, "deserved_gpu_milli": pl.Int64})),
 }
-HISTORY_V2_COLUMNS = ("phase", "job", "preemptor")
+HISTORY_V2_COLUMNS = ("phase", "job", "preemptor", "shares")
 
 
 def event_row(
@@ -103,6 +106,11 @@ def event_row(
         )
     elif isinstance(event, PodRemoved):
         row.update(namespace=event.namespace, name=event.name, uid=event.uid)
+    elif isinstance(event, FairShareRecorded):
+        row["shares"] = [
+            {"queue": q.queue, "fair_gpu_milli": q.fair_share.gpu_milli, "deserved_gpu_milli": q.deserved.gpu_milli}
+            for q in event.queues
+        ]
     elif isinstance(event, ConfigRecorded):
         row["id"] = event.config_hash
     elif isinstance(event, DeadLetter):

@@ -15,18 +15,20 @@ from typing import Any
 from faust.types import TP, EventT
 from mode.types.signals import BaseSignalT
 
+from kai_stream.core.events import Model, dumps
 from kai_stream.observability import Health, HealthSettings, serve_health
 from kai_stream.streams import tables, topics
 from kai_stream.streams.app import PARTITIONS, app, kafka, names, settings
-from kai_stream.streams.codecs import CODEC
 from kai_stream.streams.runtime import InRecord, SchedulerRuntime, load_scheduler_config
 
 log = logging.getLogger(__name__)
 
 
-async def _send(topic: str, partition: int, key: bytes, record: Any) -> Any:
-    channel = topics.decisions if topic == names.decisions else topics.dead_letter
-    return await channel.send(key=key, value=record, partition=partition, value_serializer=CODEC, force=True)
+async def _send(topic: str, partition: int, key: bytes, record: Model) -> Any:
+    """Hand one record (canonical bytes, as the ``kai-stream`` codec writes them) to faust's producer; returns
+    the delivery future. Straight to the producer: faust's ``Topic.send`` machinery (message wrappers,
+    callbacks, codec lookup) cost about as much as the send itself."""
+    return await app.producer.send(topic, key, dumps(record), partition, None, None)
 
 
 runtime = SchedulerRuntime(

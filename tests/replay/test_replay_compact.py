@@ -6,7 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import orjson
+import pytest
 
+import replay.runner
 from kai_stream.core.config import SchedulerConfig
 from kai_stream.core.events import (
     CLUSTER_EVENT,
@@ -69,7 +71,7 @@ def _oracle(log: PoolLog) -> list[ClusterEvent]:
     return [CLUSTER_EVENT.validate_json(dumps(event)) for event in log.events]
 
 
-def test_compact_replay_equals_full_replay(tmp_path: Path) -> None:
+def test_compact_replay_equals_full_replay(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     run = run_engine(_stream(90), SchedulerConfig(), tick_cycles=False)
     write_history(tmp_path, [run.log], segment_records=50)
 
@@ -80,6 +82,10 @@ def test_compact_replay_equals_full_replay(tmp_path: Path) -> None:
     report = replay_history(read_history(tmp_path))
     assert report.ok and report.identical == len(run.log.decisions) > 20
     assert report.events == len(run.log.events)
+    monkeypatch.setattr(replay.runner, "_BLOCK", 4)  # both workers rebuild cycles
+    forked = replay_history(read_history(tmp_path), workers=2)
+    assert (forked.ok, forked.identical, forked.events) == (True, report.identical, report.events)
+    assert forked.pools["default"].state == report.pools["default"].state
 
     full = read_history(tmp_path, compact=False)
     assert full.pools["default"].time_only is None

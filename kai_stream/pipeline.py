@@ -530,6 +530,11 @@ class Pipeline:
 
     # ------------------------------------------------------------------ rounds (simulate --live)
 
+    def signal_processor(self, sig: signal.Signals) -> None:
+        """Send ``sig`` to the processor subprocess (SIGSTOP / SIGCONT pause and resume it)."""
+        if self._processor is not None and self._processor.poll() is None:
+            self._processor.send_signal(sig)
+
     async def _until_quiet(
         self, group: str, topic: str, deadline: float, quiet_s: float, *, at_least: int = 0
     ) -> None:

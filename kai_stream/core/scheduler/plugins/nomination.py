@@ -24,12 +24,11 @@ class NominationPlugin:
 
     def __init__(self) -> None:
         self._with_nomination: set[str] = set()
-        """Jobs with a task nominated when the session opened (nominations are only read from the state)."""
+        """Jobs with a task nominated when the session opened (``Session.nominated``, kept by the snapshot, so a
+        session does not scan every job's tasks for it; nominations are only read from the state)."""
 
     def on_session_open(self, session: Session) -> None:
-        self._with_nomination = {
-            job.key for job in session.jobs if any(t.prev_pipelined is not None for t in job.tasks)
-        }
+        self._with_nomination = session.nominated
         session.hooks.job_keys.append(self._job_key)
         session.hooks.queue_keys.append(self._queue_key)
 

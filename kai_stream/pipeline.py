@@ -260,23 +260,44 @@ class Pipeline:
         self.start_binder()
 
     async def stop(self) -> None:
-        await self.stop_binder()
-        await self._cancel("connector")
-        self.stop_processor()
-        for extra in self._extra_processors:
-            if extra.poll() is None:
-                extra.terminate()
-                await asyncio.to_thread(extra.wait, 15)
+        """Stop everything in order. Every step runs even when an earlier one fails (a failed binder must not
+        leave the processor subprocess or the broker running); the first failure is raised at the end."""
+        failures: list[BaseException] = []
+
+        async def step(action: Callable[[], Any]) -> None:
+            try:
+                result = action()
+                if asyncio.iscoroutine(result):
+                    await result
+            except Exception as exc:
+                log.warning("pipeline: stopping: %r", exc)
+                failures.append(exc)
+
+        def stop_extra_processors() -> None:
+            for extra in self._extra_processors:
+                if extra.poll() is None:
+                    extra.terminate()
+                    try:
+                        extra.wait(15)
+                    except subprocess.TimeoutExpired:
+                        extra.kill()
+
+        await step(self.stop_binder)
+        await step(lambda: self._cancel("connector"))
+        await step(self.stop_processor)
+        await step(lambda: asyncio.to_thread(stop_extra_processors))
         if self.tail is not None:
-            await self.tail.stop()
+            await step(self.tail.stop)
         if self._api is not None:
-            await self._api.close()
-        await self.cluster.stop()
+            await step(self._api.close)
+        await step(self.cluster.stop)
         if self.broker is not None:
-            await asyncio.to_thread(self.broker.stop)
+            await step(lambda: asyncio.to_thread(self.broker.stop) if self.broker is not None else None)
         if self._processor_log is not None:
-            self._processor_log.close()
-        self._workdir.cleanup()
+            await step(self._processor_log.close)
+        await step(self._workdir.cleanup)
+        if failures:
+            raise failures[0]
 
     async def __aenter__(self) -> Pipeline:
         try:

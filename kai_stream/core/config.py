@@ -62,12 +62,29 @@ class SchedulerConfig(BaseModel):
     )
     max_consolidation_preemptees: int = Field(default=16, ge=0)
     default_queue: str = "default-queue"
+    preempt_min_runtime_s: float = Field(
+        default=0.0,
+        description="the pool's preempt min-runtime where no queue from the victim's leaf up sets one "
+        "(seconds; -1 never, 0 none)",
+    )
+    reclaim_min_runtime_s: float = Field(
+        default=0.0,
+        description="the pool's reclaim min-runtime where no queue on the resolution path sets one "
+        "(seconds; -1 never, 0 none)",
+    )
 
     @field_validator("actions")
     @classmethod
     def _unique_actions(cls, value: tuple[ActionName, ...]) -> tuple[ActionName, ...]:
         if len(set(value)) != len(value):
             raise ValueError("actions must not repeat")
+        return value
+
+    @field_validator("preempt_min_runtime_s", "reclaim_min_runtime_s")
+    @classmethod
+    def _min_runtime(cls, value: float) -> float:
+        if value < 0 and value != -1:
+            raise ValueError(f"must be -1 (never) or >= 0, got {value!r}")
         return value
 
     @field_validator("plugins")

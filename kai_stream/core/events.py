@@ -132,12 +132,21 @@ class NodeSpec(Model):
 
 
 class QueueSpec(Model):
+    """A Queue. Min-runtimes are seconds (-1: never evicted by that action, 0: no protection, None: unset).
+
+    ``preempt_min_runtime_s`` / ``reclaim_min_runtime_s`` are KAI's ``spec.preemptMinRuntime`` /
+    ``spec.reclaimMinRuntime``; ``min_runtime_s`` is our ``spec.minRuntime`` shorthand, which stands for either
+    of them where that one is unset (histories written before the split carry only it).
+    """
+
     name: str
     uid: str = ""
     parent: str | None = None
     priority: int = 100
     resources: QueueResources = QueueResources()
     min_runtime_s: float | None = None
+    preempt_min_runtime_s: float | None = None
+    reclaim_min_runtime_s: float | None = None
     created: float = 0.0
 
 

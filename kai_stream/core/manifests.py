@@ -15,7 +15,11 @@ Conventions (documented in ``events.PodSpec`` too):
   otherwise); annotation ``kai.scheduler/gpu-indices`` ("0,1") names its GPUs when known;
 * queue: label ``kai.scheduler/queue``, else the PodGroup's queue (resolved by the scheduler), else the
   configured default queue;
-* cluster-scoped objects (Queue, PriorityClass, Topology) go to every pool (``pool="*"``).
+* cluster-scoped objects (Queue, PriorityClass, Topology) go to every pool (``pool="*"``);
+* a Queue's ``spec.preemptMinRuntime`` and ``spec.reclaimMinRuntime`` (KAI's) are read into their own fields,
+  each a number of seconds or a Go duration ("15m", "4h", "1h30m"), ``-1`` for never; ``spec.minRuntime`` is
+  our shorthand that stands for either one where it is unset. How they are inherited and resolved is the
+  ``minruntime`` plugin's business (see its module docstring).
 """
 
 from __future__ import annotations
@@ -294,14 +298,16 @@ def _duration(o: _Obj, path: str, value: Any) -> float:
     return total
 
 
-def _min_runtime(o: _Obj) -> float | None:
-    """One min-runtime for both preempt and reclaim: the larger of KAI's preemptMinRuntime/reclaimMinRuntime."""
-    found = [
-        _duration(o, f"spec.{key}", o.get(f"spec.{key}"))
-        for key in ("minRuntime", "preemptMinRuntime", "reclaimMinRuntime")
-        if o.get(f"spec.{key}") is not None
-    ]
-    return max(found) if found else None
+def _min_runtime(o: _Obj, key: str) -> float | None:
+    """``spec.<key>`` in seconds (a number or a duration like "15m"), None when absent; -1 (never) or >= 0."""
+    path = f"spec.{key}"
+    raw = o.get(path)
+    if raw is None:
+        return None
+    seconds = -1.0 if isinstance(raw, str) and raw.strip() == "-1" else _duration(o, path, raw)
+    if seconds < 0 and seconds != -1:
+        raise o.error(path, f"must be -1 (never) or >= 0, got {raw!r}")
+    return seconds
 
 
 def _queue(o: _Obj, ts: float) -> list[ObservedEvent]:
@@ -316,7 +322,9 @@ def _queue(o: _Obj, ts: float) -> list[ObservedEvent]:
             cpu=_queue_resource(o, "cpu", 1),
             memory=_queue_resource(o, "memory", MB),
         ),
-        min_runtime_s=_min_runtime(o),
+        min_runtime_s=_min_runtime(o, "minRuntime"),
+        preempt_min_runtime_s=_min_runtime(o, "preemptMinRuntime"),
+        reclaim_min_runtime_s=_min_runtime(o, "reclaimMinRuntime"),
         created=o.created(ts),
     )
     return [QueueObserved(event_id=o.event_id(), ts=ts, pool=ALL_POOLS, queue=spec)]

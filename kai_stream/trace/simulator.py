@@ -27,7 +27,8 @@ Rules of the simulated world (the same reactions as ``kai_stream.simulate``'s em
      needs a pending pod. The fair shares are then the allocations (``shares_when_idle``).
    * *quiet*: the last cycle returned no decision, nothing but ``Tick``s was folded since, and no time
      threshold the core reads was crossed since that cycle: a partial gang's stale-gang deadline
-     (last change + grace) or a running pod's min-runtime expiry (start + a queue's min runtime). The cycle
+     (last change + grace) or a running pod's min-runtime expiry (start + any preempt/reclaim min-runtime a
+     queue or the pool default sets). The cycle
      is a function of the state, and the state then differs only in ``now`` and the offset, which only
      those two thresholds read.
 """
@@ -331,15 +332,18 @@ class _Simulation:
 
     def crossed(self, since: float, now: float) -> bool:
         """Whether a time threshold the core reads lies in (since, now]: a partial gang's stale-gang deadline or
-        a running pod's min-runtime expiry (for every min runtime a queue sets; inheritance only narrows it)."""
+        a running pod's min-runtime expiry (for every preempt/reclaim min-runtime a queue or the pool default sets;
+        inheritance and reclaim's resolution below the common ancestor only pick among them)."""
         grace = self.config.stale_gang_grace_s
         for job in sorted(self.partial):
             group = self.groups[job]
             changed = self.state.group_changed.get(f"{group.namespace}/{group.name}", 0.0)
             if since < changed + grace <= now:
                 return True
-        limits = sorted({q.min_runtime_s for q in self.state.queues.values() if q.min_runtime_s})
-        limits = [limit for limit in limits if limit > 0]
+        found = {self.config.preempt_min_runtime_s, self.config.reclaim_min_runtime_s}
+        for q in self.state.queues.values():
+            found.update((q.min_runtime_s or 0, q.preempt_min_runtime_s or 0, q.reclaim_min_runtime_s or 0))
+        limits = sorted(limit for limit in found if limit > 0)
         if not limits:
             return False
         for pod in self.pods.values():

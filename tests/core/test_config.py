@@ -14,6 +14,7 @@ def test_defaults_follow_kai() -> None:
     assert config.actions == ("allocate", "consolidation", "reclaim", "preempt", "stalegangeviction")
     assert (config.placement.gpu, config.placement.cpu, config.stale_gang_grace_s) == ("binpack", "binpack", 60.0)
     assert config.scheduler_name == "kai-scheduler"
+    assert (config.preempt_min_runtime_s, config.reclaim_min_runtime_s) == (0.0, 0.0)
 
 
 def test_load_and_hash(tmp_path: Path) -> None:
@@ -32,6 +33,8 @@ def test_load_and_hash(tmp_path: Path) -> None:
         ("placement: {gpu: diagonal}", "placement.gpu"),
         ("actions: [allocate, dance]", "actions"),
         ("stale_gang_grace_s: -1", "stale_gang_grace_s"),
+        ("reclaim_min_runtime_s: -2", "reclaim_min_runtime_s"),
+        ("preempt_min_runtime_s: soon", "preempt_min_runtime_s"),
         ("bogus: 1", "bogus"),
         ("plugins: [nope]", "plugins"),
         ("- a list", "mapping"),

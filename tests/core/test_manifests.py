@@ -69,6 +69,22 @@ def test_queue_units_gpu_devices_cpu_millicores_memory_mb() -> None:
     assert q.resources.memory.quota == 1000 * 10**6
 
 
+def _queue_spec(**spec: Any) -> Any:
+    event = _one({"apiVersion": "scheduling.run.ai/v2", "kind": "Queue", "metadata": {"name": "q"}, "spec": spec})
+    assert isinstance(event, QueueObserved)
+    return event.queue
+
+
+def test_queue_min_runtimes_are_read_into_their_own_fields() -> None:
+    q = _queue_spec(preemptMinRuntime="4h", reclaimMinRuntime="15m")
+    assert (q.min_runtime_s, q.preempt_min_runtime_s, q.reclaim_min_runtime_s) == (None, 4 * 3600.0, 15 * 60.0)
+    q = _queue_spec(minRuntime="1h30m", preemptMinRuntime=-1, reclaimMinRuntime=90)
+    assert (q.min_runtime_s, q.preempt_min_runtime_s, q.reclaim_min_runtime_s) == (5400.0, -1.0, 90.0)
+    q = _queue_spec(reclaimMinRuntime="-1")
+    assert (q.min_runtime_s, q.preempt_min_runtime_s, q.reclaim_min_runtime_s) == (None, None, -1.0)
+    assert _queue_spec().reclaim_min_runtime_s is None
+
+
 def _pod(**spec: Any) -> dict[str, Any]:
     metadata = spec.pop("metadata", {})
     return {
@@ -209,6 +225,16 @@ ERRORS = [
         ["Pod ns/p", "pod-group-name", "'g'"],
     ),
     ("duplicate", QUEUE + "---\n" + QUEUE, ["Queue q", "duplicate"]),
+    (
+        "bad reclaim min-runtime",
+        _doc(QUEUE, spec={"preemptMinRuntime": "4h", "reclaimMinRuntime": "15 minutes"}),
+        ["Queue q", "spec.reclaimMinRuntime", "15 minutes"],
+    ),
+    (
+        "negative preempt min-runtime",
+        _doc(QUEUE, spec={"preemptMinRuntime": -5}),
+        ["Queue q", "spec.preemptMinRuntime", "-1"],
+    ),
     (
         "fraction out of range",
         QUEUE + "---\n" + _doc(POD, metadata__annotations={"gpu-fraction": "1.5"}),

@@ -87,3 +87,68 @@ def test_consolidation_within_budget_moves_both_quarters() -> None:
     assert pods["ml/whole"] == {"status": "Running", "queue": "default-queue", "node": "n1", "gpu_indices": [0]}
     assert {pods["ml/qa"]["node"], pods["ml/qb"]["node"]} == {"n2", "n3"}
     assert sum(1 for d in result.decisions if d.type == "EvictionRequested") == 2
+
+
+def _statuses(name: str, tick: float) -> dict[str, str]:
+    result, _ = run(name, tick=tick)
+    return {key: pod["status"] for key, pod in result.to_json()["pods"].items()}
+
+
+def test_min_runtime_preempt_and_reclaim_limits_are_separate() -> None:
+    # 30 minutes in: past qb's reclaimMinRuntime (15m), not past its preemptMinRuntime (4h).
+    result, expect = run("min-runtime-preempt-vs-reclaim.yaml", tick=T0 + 40 * 60)
+    check(result, expect)
+    # 10 minutes in: reclaim is still blocked too.
+    early = _statuses("min-runtime-preempt-vs-reclaim.yaml", T0 + 20 * 60)
+    assert [early[k] for k in ("ml/a1", "ml/b1", "ml/b2", "ml/b-build")] == ["Pending", "Running", "Running", "Pending"]
+    # past 4h: preempt is allowed as well, and the build job takes the remaining train job.
+    late = _statuses("min-runtime-preempt-vs-reclaim.yaml", T0 + 5 * 3600)
+    assert late["ml/b-build"] == "Running" and late["ml/b1"] == late["ml/b2"] == "Evicted"
+
+
+def test_min_runtime_reclaim_from_a_cousin_resolves_below_the_common_ancestor() -> None:
+    # org is the common ancestor: dept-a's 1h holds, q-victim's own 5m does not.
+    early = _statuses("min-runtime-lca-cousin.yaml", T0 + 20 * 60)
+    assert early["ml/v1"] == "Running" and early["ml/c1"] == "Pending"
+    result, expect = run("min-runtime-lca-cousin.yaml", tick=T0 + 75 * 60)
+    check(result, expect)
+
+
+def test_min_runtime_reclaim_from_a_sibling_resolves_from_the_victim_leaf() -> None:
+    # dept-a is the common ancestor: q-victim's own 5m holds, not dept-a's 1h.
+    early = _statuses("min-runtime-lca-sibling.yaml", T0 + 12 * 60)
+    assert early["ml/v1"] == "Running" and early["ml/s1"] == "Pending"
+    result, expect = run("min-runtime-lca-sibling.yaml", tick=T0 + 20 * 60)
+    check(result, expect)
+
+
+def test_min_runtime_minus_one_never_reclaimed() -> None:
+    result, expect = run("min-runtime-never.yaml", tick=T0 + 10 * 86400)
+    check(result, expect)
+
+
+def test_min_runtime_pool_default_from_the_config() -> None:
+    early = _statuses("min-runtime-pool-default.yaml", T0 + 30 * 60)
+    assert early["ml/b1"] == "Running" and early["ml/a1"] == "Pending"
+    result, expect = run("min-runtime-pool-default.yaml", tick=T0 + 75 * 60)
+    check(result, expect)
+
+
+def test_min_runtime_protected_elastic_job_gives_only_its_surplus() -> None:
+    result, expect = run("min-runtime-elastic-surplus.yaml", tick=T0 + 20 * 60)
+    check(result, expect)
+
+
+def test_min_runtime_unprotected_elastic_job_loses_its_core_too() -> None:
+    """The contrast for the scenario above: once the limit has passed, the gang core is reclaimed as well."""
+    late = _statuses("min-runtime-elastic-surplus.yaml", T0 + 2 * 3600)
+    assert {late[f"ml/el-{i}"] for i in range(4)} == {"Evicted"}
+    assert [late[f"ml/a{i}"] for i in range(1, 5)] == ["Running"] * 4
+
+
+def test_min_runtime_sibling_and_cousin_reclaimers_in_one_cycle() -> None:
+    """One action run, two reclaimer leaves resolving to different limits for the same victim queue."""
+    result, expect = run("min-runtime-lca-both.yaml", tick=T0 + 20 * 60)
+    check(result, expect)
+    late = _statuses("min-runtime-lca-both.yaml", T0 + 75 * 60)
+    assert late["ml/c1"] == late["ml/s1"] == "Running" and late["ml/v1"] == late["ml/v2"] == "Evicted"

@@ -61,16 +61,28 @@ def test_skipping_gives_the_same_history_byte_for_byte(
         assert "".join(a[topic]["value"]) == "".join(b[topic]["value"])
 
 
-def test_a_quiet_cycle_is_skipped_until_a_min_runtime_expires(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("queue_field", "config"),
+    [
+        ("min_runtime_s", SchedulerConfig()),
+        ("reclaim_min_runtime_s", SchedulerConfig()),
+        (None, SchedulerConfig(reclaim_min_runtime_s=100.0)),
+    ],
+    ids=["queue-shorthand", "queue-reclaim", "pool-default"],
+)
+def test_a_quiet_cycle_is_skipped_until_a_min_runtime_expires(
+    tmp_path: Path, queue_field: str | None, config: SchedulerConfig
+) -> None:
     path = tmp_path / "one-node.yaml"
     path.write_text(yaml.safe_dump_all(nodes_yaml(1, 8, "64", "256Gi"), sort_keys=False))
     nodes = cluster_events(path)
+    update = {queue_field: 100.0} if queue_field else {}
     queues = [
-        q.model_copy(update={"queue": q.queue.model_copy(update={"min_runtime_s": 100.0})})
+        q.model_copy(update={"queue": q.queue.model_copy(update=update)})
         for q in auto_queue_events(nodes, ["a", "b"])
         if isinstance(q, QueueObserved)
     ]
-    sim = _Simulation(nodes + queues, SchedulerConfig(), pool="default", max_cycles=8)
+    sim = _Simulation(nodes + queues, config, pool="default", max_cycles=8)
     job = {"duration": 1000.0, "cpu_milli": 0, "memory": 0}
     for i in range(2):
         sim.arrive(i, {**job, "job_id": f"a{i}", "submit": 0.0, "gpus": 4, "gpu_milli": 4000, "queue": "a"}, 0.0)

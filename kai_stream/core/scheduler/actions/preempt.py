@@ -1,10 +1,11 @@
 """preempt: inside one queue, a pending job evicts strictly lower-priority preemptible jobs of that queue.
 
 Per pending job (queue order), victims are running preemptible jobs of the same leaf queue whose priority is
-strictly lower and that the victim filters allow (min-runtime), taken in reverse job order (lowest priority,
-then newest, first). A victim set is accepted when the job's whole gang is placed within its queue's limits
-(and, for a non-preemptible job, its deserved quota). Once a search fails, jobs of the same shape and priority
-in the same queue are not searched again in this action run.
+strictly lower and that the victim scopes allow (min-runtime: a protected elastic job gives only its surplus
+pods), taken in reverse job order (lowest priority, then newest, first). A victim set is accepted when the
+job's whole gang is placed within its queue's limits (and, for a non-preemptible job, its deserved quota).
+Once a search fails, jobs of the same shape and priority in the same queue are not searched again in this
+action run.
 """
 
 from __future__ import annotations
@@ -13,7 +14,13 @@ from collections.abc import Iterator
 
 from kai_stream.core.scheduler.actions._common.fairness import queue_details
 from kai_stream.core.scheduler.actions._common.solver import SearchSpec, awaiting, free_gpu, search
-from kai_stream.core.scheduler.actions._common.victims import VictimLists, VictimUnit, victim_filter, victim_units
+from kai_stream.core.scheduler.actions._common.victims import (
+    NO_SURPLUS_ONLY,
+    VictimLists,
+    VictimUnit,
+    victim_judges,
+    victim_units,
+)
 from kai_stream.core.scheduler.framework.info import JobInfo, TaskInfo
 from kai_stream.core.scheduler.framework.ordering import JobsByQueue
 from kai_stream.core.scheduler.framework.session import Session
@@ -27,7 +34,7 @@ class _Preempt:
         self._pool_free: int | None = None
         self._gave_up: set[tuple[object, ...]] = set()
         self._floor: dict[str, int] = {}
-        self.lists = VictimLists(session.hooks.job_key, victim_filter(session, NAME))
+        self.lists = VictimLists(session.hooks.job_key, victim_judges(session, NAME))
 
     @property
     def pool_free(self) -> int:
@@ -37,16 +44,17 @@ class _Preempt:
             self._pool_free = free_gpu(self.ssn)
         return self._pool_free
 
-    def victims(self, preemptor: JobInfo) -> list[JobInfo]:
+    def victims(self, preemptor: JobInfo) -> tuple[list[JobInfo], frozenset[JobInfo]]:
+        """The victim jobs in the order they are taken, and those of them limited to their surplus pods."""
         queue = preemptor.queue
         assert queue is not None
         floor = self._floor.get(queue.name)
         if floor is None:
             floor = self._floor[queue.name] = min((j.priority for j in queue.jobs), default=preemptor.priority)
         if preemptor.priority <= floor:
-            return []
-        jobs, start = self.lists.live(queue)
-        return [j for j in jobs[start:] if j.priority < preemptor.priority and j is not preemptor]
+            return [], NO_SURPLUS_ONLY
+        jobs, start, surplus = self.lists.live(queue, self.lists.key(preemptor, queue))
+        return [j for j in jobs[start:] if j.priority < preemptor.priority and j is not preemptor], surplus
 
     def try_job(self, job: JobInfo) -> None:
         ssn = self.ssn
@@ -59,13 +67,13 @@ class _Preempt:
         shape = (tuple(t.shape for t in pending), job.min_member, queue.name, job.priority, job.topology)
         if shape in self._gave_up:
             return
-        victims = self.victims(job)
+        victims, surplus = self.victims(job)
         if not victims:
             return
 
         def candidates() -> Iterator[VictimUnit]:
             for victim in victims:
-                yield from victim_units(victim)
+                yield from victim_units(victim, victim in surplus)
 
         base = {**queue_details("queue", queue), "preemptor_priority": str(job.priority)}
 

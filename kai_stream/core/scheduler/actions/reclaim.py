@@ -1,14 +1,15 @@
 """reclaim: a pending job takes resources from other queues that hold more than their share.
 
 Per pending job (queue order), when its leaf queue stays within fair share with the job (a non-preemptible
-job: within deserved), victims are preemptible running jobs of other leaf queues
-that the victim filters allow (min-runtime). Victim queues are visited in reverse queue order (ranked once
-per search: the queue that would be scheduled last first), each one's jobs in reverse job order, and a queue
-gives victims only while it is over its fair share — or over its deserved quota while the reclaimer stays
-within its own — on a resource the job requests. A victim set is accepted when the job's gang is placed and,
-at every level of the reclaimer's ancestry, the reclaimer side's saturation (allocated / fair share) is not
-above that of any sibling that lost resources; a preemptible reclaimer's ancestors must also end within their
-fair share (net of victims inside them, so a leaf may reclaim from a sibling of its own department).
+job: within deserved), victims are preemptible running jobs of other leaf queues that the victim scopes allow
+for the job's leaf queue (min-runtime, resolved per reclaimer and victim leaf; a protected elastic job gives
+only its surplus pods). Victim queues are visited in reverse queue order (ranked once per search: the queue
+that would be scheduled last first), each one's jobs in reverse job order, and a queue gives victims only
+while it is over its fair share — or over its deserved quota while the reclaimer stays within its own — on a
+resource the job requests. A victim set is accepted when the job's gang is placed and, at every level of the
+reclaimer's ancestry, the reclaimer side's saturation (allocated / fair share) is not above that of any
+sibling that lost resources; a preemptible reclaimer's ancestors must also end within their fair share (net of
+victims inside them, so a leaf may reclaim from a sibling of its own department).
 
 A job whose queue is past its fair share gets the pending reason ``NotEnoughOverQuotaShare``. Once a search
 fails, jobs of the same shape in the same queue are not searched again in this action run (later reclaims only
@@ -20,7 +21,7 @@ this run, and the job's reason must not flip to allocate's ``NoNodeFits`` for on
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Hashable, Iterator
 
 from kai_stream.core.scheduler.actions._common.fairness import (
     UNLIMITED,
@@ -31,7 +32,7 @@ from kai_stream.core.scheduler.actions._common.fairness import (
     within,
 )
 from kai_stream.core.scheduler.actions._common.solver import SearchSpec, awaiting, free_gpu, search
-from kai_stream.core.scheduler.actions._common.victims import VictimLists, VictimUnit, victim_filter, victim_units
+from kai_stream.core.scheduler.actions._common.victims import VictimLists, VictimUnit, victim_judges, victim_units
 from kai_stream.core.scheduler.framework.info import RESOURCES, JobInfo, QueueInfo, TaskInfo
 from kai_stream.core.scheduler.framework.ordering import JobsByQueue
 from kai_stream.core.scheduler.framework.session import PendingInfo, Session
@@ -43,11 +44,13 @@ class _Reclaim:
     def __init__(self, session: Session) -> None:
         self.ssn = session
         self._pool_free: int | None = None
-        self.victims = VictimLists(session.hooks.job_key, victim_filter(session, NAME))
+        self.victims = VictimLists(session.hooks.job_key, victim_judges(session, NAME))
         self._gave_up: set[tuple[object, ...]] = set()
         self._leaves = [q for q in session.queues.values() if not q.children and q.jobs]
-        self._spent: set[str] = set()
-        """Queues with no victim left (evictions committed by earlier searches of this run are final)."""
+        self._spent: set[Hashable] = set()
+        """Victim lists (``VictimLists.key``: a queue, or a queue and the judges a reclaimer leaf resolved to when
+        victim scopes are registered) with no victim left (evictions committed by earlier searches of this run are
+        final)."""
         self._at_start = {q.name: list(q.allocated) for q in self._leaves}
         """Each leaf's allocation as this action began (for the pending reason of a job whose search failed)."""
         self._over_details: dict[tuple[str, tuple[int, ...]], dict[str, str]] = {}
@@ -107,28 +110,34 @@ class _Reclaim:
             )
 
         queues = self.ssn.queues
-        pools: dict[str, tuple[list[JobInfo], int]] = {}
+        pools: dict[str, tuple[list[JobInfo], int, frozenset[JobInfo]]] = {}
         spent = self._spent
         leaves = self._leaves
+        victims = self.victims
+        judged = victims.judges is not None
         maybe = self._over_share | self._over_quota if within_deserved else self._over_share
         for i in sorted(maybe):
             q = leaves[i]
-            if q is leaf or q.name in spent or not eligible(q):
+            if q is leaf:
                 continue
-            jobs, start = self.victims.live(q)
+            key = victims.key(reclaimer, q) if judged else q.name
+            if key in spent or not eligible(q):
+                continue
+            jobs, start, surplus = victims.live(q, key)
             if start < len(jobs):
-                pools[q.name] = (jobs, start)
+                pools[q.name] = (jobs, start, surplus)
             else:
-                spent.add(q.name)
-        heads = {name: jobs[start] for name, (jobs, start) in pools.items()}
+                spent.add(key)
+        heads = {name: jobs[start] for name, (jobs, start, _) in pools.items()}
         ranked = sorted(pools, key=lambda name: (self.queue_path_key(queues[name], heads[name]), name))
         for name in reversed(ranked):
             q = queues[name]
-            jobs, start = pools[name]
+            jobs, start, surplus = pools[name]
             for i in range(start, len(jobs)):
                 if not eligible(q):
                     break
-                for unit in victim_units(jobs[i]):
+                job = jobs[i]
+                for unit in victim_units(job, job in surplus):
                     if not eligible(q):
                         break
                     yield unit

@@ -1,8 +1,9 @@
 """Typed hook aliases and the one ``Hooks`` bundle that plugins fill when a session opens.
 
 Combinators (as in KAI): orderings are lexicographic keys — the first plugin whose key differs decides,
-then creation time, then uid; the first failing predicate stops; job checks stop at the first refusal.
-Keys instead of pairwise comparators so that sorting stays O(n log n) in C.
+then creation time, then uid; the first failing predicate stops; job checks stop at the first refusal;
+victim scopes give the narrowest answer ("none" < "surplus" < "all"). Keys instead of pairwise comparators so
+that sorting stays O(n log n) in C.
 """
 
 from __future__ import annotations
@@ -27,8 +28,18 @@ JobCheckFn = Callable[[JobInfo, list[int]], tuple[PendingCode, str] | None]
 """Refuses a job before placement (limits, deserved quota): (code, human reason) or None."""
 JobReadyFn = Callable[[JobInfo, int], bool]
 """Whether a job with ``active`` placed pods may be committed (gang: active >= minMember)."""
-VictimFilterFn = Callable[[str, JobInfo, JobInfo], bool]
-"""Whether ``action`` may evict pods of the victim job (third) for the preemptor job (second)."""
+EvictScope = Literal["all", "surplus", "none"]
+"""What a victim job may give: every running pod, only its surplus pods (those above ``minMember``; never its
+gang core), or nothing."""
+VictimJudgeFn = Callable[[JobInfo], EvictScope]
+"""What a victim job of one queue may give to one action and preemptor leaf (see ``VictimScopeFn``)."""
+VictimScopeFn = Callable[[str, JobInfo, QueueInfo], VictimJudgeFn | None]
+"""For ``action`` and the preemptor job (second), the judge of the victim jobs of a victim queue (third); None:
+every one of them may be taken whole. Asked at every victim search, so it should be cheap (memoized). The judge
+may depend on the preemptor only through its leaf queue, and otherwise on the victim job and event time: victim
+searches keep one victim list per (victim queue, judges) for the whole action run and ask a judge once per job
+and list, so a scope should return the same judge object wherever its answer is the same (min-runtime: one
+judge per resolved limit)."""
 
 
 @dataclass
@@ -38,7 +49,7 @@ class Hooks:
     predicates: list[tuple[str, PredicateFn]] = field(default_factory=list)
     job_checks: list[JobCheckFn] = field(default_factory=list)
     job_ready: list[JobReadyFn] = field(default_factory=list)
-    victim_filters: list[VictimFilterFn] = field(default_factory=list)
+    victim_scopes: list[VictimScopeFn] = field(default_factory=list)
     gpu_strategy: Strategy = "binpack"
     cpu_strategy: Strategy = "binpack"
 
@@ -71,5 +82,33 @@ class Hooks:
     def ready(self, job: JobInfo, active: int) -> bool:
         return all(fn(job, active) for fn in self.job_ready)
 
+    def victim_judges(self, action: str, preemptor: JobInfo, victim_queue: QueueInfo) -> tuple[VictimJudgeFn, ...]:
+        """The judges of the victim scopes for victim jobs of ``victim_queue`` (empty: all may be taken whole)."""
+        judges: list[VictimJudgeFn] = []
+        for fn in self.victim_scopes:
+            judge = fn(action, preemptor, victim_queue)
+            if judge is not None:
+                judges.append(judge)
+        return tuple(judges)
+
+    def evict_scope(self, action: str, preemptor: JobInfo, victim: JobInfo) -> EvictScope:
+        """What ``action`` may evict of ``victim`` for ``preemptor``: the narrowest answer of the victim scopes."""
+        if not self.victim_scopes or victim.queue is None:
+            return "all"
+        return narrowest(self.victim_judges(action, preemptor, victim.queue), victim)
+
     def may_evict(self, action: str, preemptor: JobInfo, victim: JobInfo) -> bool:
-        return all(fn(action, preemptor, victim) for fn in self.victim_filters)
+        """Whether ``action`` may evict the whole victim job for the preemptor."""
+        return not self.victim_scopes or self.evict_scope(action, preemptor, victim) == "all"
+
+
+def narrowest(judges: tuple[VictimJudgeFn, ...], victim: JobInfo) -> EvictScope:
+    """The narrowest answer of ``judges`` for ``victim`` ("none" as soon as one refuses)."""
+    scope: EvictScope = "all"
+    for judge in judges:
+        answer = judge(victim)
+        if answer == "none":
+            return "none"
+        if answer == "surplus":
+            scope = "surplus"
+    return scope

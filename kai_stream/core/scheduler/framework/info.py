@@ -159,7 +159,10 @@ class QueueInfo:
     fair_share: list[int] = field(default_factory=lambda: [0, 0, 0])
     share_cap: list[int] = field(default_factory=lambda: [0, 0, 0])
     version: int = 0
-    min_runtime_s: float | None = None
+    preempt_min_runtime_s: float | None = None
+    """This queue's own preempt min-runtime (``spec.preemptMinRuntime``, else ``spec.minRuntime``), None: unset."""
+    reclaim_min_runtime_s: float | None = None
+    """This queue's own reclaim min-runtime (``spec.reclaimMinRuntime``, else ``spec.minRuntime``), None: unset."""
     jobs: list[JobInfo] = field(default_factory=list)
 
     def ancestry(self) -> list[QueueInfo]:

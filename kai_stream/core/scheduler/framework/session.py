@@ -337,7 +337,8 @@ def _queue_info(spec: QueueSpec) -> QueueInfo:
         quota=[x.quota for x in res],
         limit=[x.limit for x in res],
         weight=[x.over_quota_weight for x in res],
-        min_runtime_s=spec.min_runtime_s,
+        preempt_min_runtime_s=spec.min_runtime_s if spec.preempt_min_runtime_s is None else spec.preempt_min_runtime_s,
+        reclaim_min_runtime_s=spec.min_runtime_s if spec.reclaim_min_runtime_s is None else spec.reclaim_min_runtime_s,
     )
 
 

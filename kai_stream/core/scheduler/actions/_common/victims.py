@@ -3,15 +3,17 @@
 An elastic job (more active pods than ``minMember``) first offers its surplus pods, newest first, each as its
 own unit, so a search that needs little takes only pods above the minimum; then the rest of the job (its gang
 core) as one unit, so a gang is never left partly running. A plain job is one unit. Only pods that were
-running when the cycle started are offered (pods placed during this cycle are not victims).
+running when the cycle started are offered (pods placed during this cycle are not victims). A job the victim
+scopes limit to its surplus (min-runtime) offers its surplus units only.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from kai_stream.core.scheduler.framework.hooks import VictimJudgeFn, narrowest
 from kai_stream.core.scheduler.framework.info import RUNNING, UNIT, JobInfo, NodeInfo, QueueInfo, TaskInfo
 
 if TYPE_CHECKING:
@@ -38,8 +40,9 @@ class VictimUnit:
         return {t.node.name for t in self.tasks if t.node is not None}
 
 
-def victim_units(job: JobInfo) -> list[VictimUnit]:
-    """The job's units in the order a search takes them (surplus pods first, then the gang core)."""
+def victim_units(job: JobInfo, surplus_only: bool = False) -> list[VictimUnit]:
+    """The job's units in the order a search takes them (surplus pods first, then the gang core unless
+    ``surplus_only``)."""
     running = [t for t in job.tasks if t.status == RUNNING]
     if not running:
         return []
@@ -47,7 +50,7 @@ def victim_units(job: JobInfo) -> list[VictimUnit]:
     surplus = max(0, min(len(running), job.active_count() - job.min_member))
     units = [VictimUnit(job, [t]) for t in running[:surplus]]
     rest = running[surplus:]
-    if rest:
+    if rest and not surplus_only:
         units.append(VictimUnit(job, rest))
     return units
 
@@ -60,11 +63,19 @@ def running(job: JobInfo) -> bool:
     return False
 
 
-def victim_filter(session: Session, action: str) -> Callable[[JobInfo], bool] | None:
-    """The session's victim filters for ``action`` as a one-argument check, None when none is registered."""
-    if not session.hooks.victim_filters:
+JudgesFn = Callable[[JobInfo, QueueInfo], tuple[VictimJudgeFn, ...]]
+"""(preemptor, victim queue) -> the victim judges of one action (``Hooks.victim_judges``)."""
+
+NO_SURPLUS_ONLY: frozenset[JobInfo] = frozenset()
+
+
+def victim_judges(session: Session, action: str) -> JudgesFn | None:
+    """The session's victim scopes for ``action``, None when none is registered (every preemptible running job
+    may be taken whole)."""
+    hooks = session.hooks
+    if not hooks.victim_scopes:
         return None
-    return lambda j: session.hooks.may_evict(action, j, j)
+    return lambda preemptor, queue: hooks.victim_judges(action, preemptor, queue)
 
 
 def gpu_devices(milli: int) -> str:
@@ -72,27 +83,63 @@ def gpu_devices(milli: int) -> str:
 
 
 class VictimLists:
-    """Per queue, its preemptible jobs that were running when the action started and that the victim filters
-    allow (asked once per action run: the built-in filters depend on the victim and event time only; ``allowed``
-    None: no filter), in reverse
-    job order. ``live`` skips the leading jobs whose evictions were committed (no running pod left), so later
-    searches of the same action do not walk them again."""
+    """Per victim queue, its preemptible jobs that were running when the action started, in reverse job order;
+    ``live`` skips the leading jobs whose evictions were committed (no running pod left), so later searches of the
+    same action do not walk them again.
 
-    def __init__(self, job_key: Callable[[JobInfo], Any], allowed: Callable[[JobInfo], bool] | None) -> None:
+    With victim scopes registered (``judges`` not None), a preemptor sees the queue's list as its judges allow it:
+    jobs they refuse left out, and the set of jobs limited to their surplus pods. The judges for a (preemptor,
+    victim queue) are asked at each ``key`` (scopes memoize them); the list is kept per (victim queue, judges), so
+    preemptors whose leaves resolve to the same judges share it, and is derived from the queue's unfiltered list
+    (already sorted) the first time those judges are met."""
+
+    def __init__(self, job_key: Callable[[JobInfo], Any], judges: JudgesFn | None) -> None:
         self.job_key = job_key
-        self.allowed = allowed
-        self._lists: dict[str, list[JobInfo]] = {}
-        self._start: dict[str, int] = {}
+        self.judges = judges
+        self._lists: dict[Hashable, list[JobInfo]] = {}
+        self._surplus: dict[Hashable, frozenset[JobInfo]] = {}
+        self._start: dict[Hashable, int] = {}
 
-    def live(self, queue: QueueInfo) -> tuple[list[JobInfo], int]:
+    def key(self, preemptor: JobInfo, queue: QueueInfo) -> Hashable:
+        """What the list ``preemptor`` sees of ``queue`` is kept under: the queue's name when nothing limits it,
+        else (queue name, judges)."""
+        if self.judges is None:
+            return queue.name
+        judges = self.judges(preemptor, queue)
+        return (queue.name, judges) if judges else queue.name
+
+    def _all(self, queue: QueueInfo) -> list[JobInfo]:
         jobs = self._lists.get(queue.name)
         if jobs is None:
-            allowed = self.allowed
-            jobs = [j for j in queue.jobs if j.preemptible and running(j) and (allowed is None or allowed(j))]
+            jobs = [j for j in queue.jobs if j.preemptible and running(j)]
             jobs.sort(key=self.job_key, reverse=True)
             self._lists[queue.name] = jobs
-        i = self._start.get(queue.name, 0)
+            self._surplus[queue.name] = NO_SURPLUS_ONLY
+        return jobs
+
+    def live(self, queue: QueueInfo, key: Hashable) -> tuple[list[JobInfo], int, frozenset[JobInfo]]:
+        """For the list kept under ``key`` (from ``key``): (victim jobs, index of the first one still running, the
+        jobs that may give only their surplus pods)."""
+        jobs = self._lists.get(key)
+        if jobs is None:
+            jobs = self._all(queue)
+            if isinstance(key, tuple):
+                judges: tuple[VictimJudgeFn, ...] = key[1]
+                allowed: list[JobInfo] = []
+                limited: list[JobInfo] = []
+                for j in jobs:
+                    if not running(j):
+                        continue
+                    answer = narrowest(judges, j)
+                    if answer == "none":
+                        continue
+                    if answer == "surplus":
+                        limited.append(j)
+                    allowed.append(j)
+                jobs = self._lists[key] = allowed
+                self._surplus[key] = frozenset(limited) if limited else NO_SURPLUS_ONLY
+        i = self._start.get(key, 0)
         while i < len(jobs) and not running(jobs[i]):
             i += 1
-        self._start[queue.name] = i
-        return jobs, i
+        self._start[key] = i
+        return jobs, i, self._surplus[key]

@@ -1,9 +1,14 @@
 """The event schema round-trips through its canonical bytes, and bad bytes are rejected clearly."""
 
+import uuid
+
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from kai_stream.core.events import (
     BindRequested,
+    ID_NAMESPACE,
     MalformedEvent,
     NodeObserved,
     NodeSpec,
@@ -47,6 +52,12 @@ def test_decision_round_trips_and_ids_are_stable() -> None:
     assert loads_decision(dumps(decision)) == decision
     assert decision.decision_id == _bind("p1").decision_id
     assert decision.decision_id != _bind("p2").decision_id
+
+
+@given(st.lists(st.text(), min_size=1, max_size=5))
+def test_stable_id_is_the_uuid5_of_the_joined_parts(parts: list[str]) -> None:
+    """Ids recorded by earlier versions (``str(uuid.uuid5(...))``) must still be what the same parts give."""
+    assert stable_id(*parts) == str(uuid.uuid5(ID_NAMESPACE, "\x1f".join(parts)))
 
 
 def test_malformed_bytes_raise_with_reason() -> None:

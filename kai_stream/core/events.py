@@ -38,9 +38,18 @@ class Model(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
+_ID_PREFIX = ID_NAMESPACE.bytes
+
+
 def stable_id(*parts: str) -> str:
-    """A deterministic id (uuid5) from its parts; the same inputs always give the same id."""
-    return str(uuid.uuid5(ID_NAMESPACE, "\x1f".join(parts)))
+    """A deterministic id (uuid5) from its parts; the same inputs always give the same id. Computed as RFC 4122
+    section 4.3 does (SHA-1 of namespace and name, version 5, variant 10) straight from the digest, which is
+    what ``str(uuid.uuid5(ID_NAMESPACE, name))`` returns without building the ``UUID`` object."""
+    digest = bytearray(hashlib.sha1(_ID_PREFIX + "\x1f".join(parts).encode(), usedforsecurity=False).digest()[:16])
+    digest[6] = (digest[6] & 0x0F) | 0x50
+    digest[8] = (digest[8] & 0x3F) | 0x80
+    h = digest.hex()
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
 
 # --------------------------------------------------------------------------- value objects

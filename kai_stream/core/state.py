@@ -231,13 +231,13 @@ class ClusterState:
 
 
 def _pending_signature(decision: PodPending) -> str:
-    predicates = ",".join(f"{k}={v}" for k, v in sorted(decision.predicates.items()))
-    return f"{decision.code}|{decision.reason}|{predicates}"
+    return pending_signature(decision.code, decision.reason, decision.predicates)
 
 
-def pending_signature(decision: PodPending) -> str:
+def pending_signature(code: str, reason: str, predicates: dict[str, int]) -> str:
     """What must change for a new ``PodPending`` on the same pod to be worth emitting."""
-    return _pending_signature(decision)
+    counts = ",".join(f"{k}={v}" for k, v in sorted(predicates.items()))
+    return f"{code}|{reason}|{counts}"
 
 
 def job_key_of(pod: PodSpec) -> str:

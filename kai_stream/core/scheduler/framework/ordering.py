@@ -4,7 +4,7 @@ Each leaf queue with pending jobs has one heap entry keyed by the path of queue 
 the leaf (so siblings are compared at every level, parents first), computed with that leaf's head job.
 Keys only get worse as a cycle allocates (allocation grows), so an entry is checked lazily when it comes
 to the top: if a queue on its path changed since the push (``QueueInfo.version``) and its key went stale,
-it is re-pushed with the fresh key.
+it is re-pushed with the fresh key. The session's ``queue_epoch`` says cheaply that no queue changed at all.
 """
 
 from __future__ import annotations
@@ -27,16 +27,15 @@ class JobsByQueue:
         self._jobs: dict[str, list[JobInfo]] = {}
         self._next: dict[str, int] = {}
         self._leaves: dict[str, QueueInfo] = {}
-        hooks = session.hooks
         for job in jobs:
             if job.queue is None:
                 continue
             self._jobs.setdefault(job.queue.name, []).append(job)
             self._leaves[job.queue.name] = job.queue
         for name in self._jobs:
-            self._jobs[name].sort(key=hooks.job_key)
+            self._jobs[name].sort(key=session.job_key)
             self._next[name] = 0
-        self._heap: list[tuple[SortKey, str, tuple[int, ...]]] = []
+        self._heap: list[tuple[SortKey, str, tuple[int, ...], int]] = []
         self._paths: dict[str, list[QueueInfo]] = {}
         for name, leaf in self._leaves.items():
             path = leaf.ancestry()
@@ -45,12 +44,26 @@ class JobsByQueue:
         for name in sorted(self._jobs):
             self._push(name)
 
-    def _key(self, name: str, job: JobInfo) -> SortKey:
-        key = self.ssn.hooks.queue_key
-        return tuple(key(q, job) for q in self._paths[name])
-
-    def _versions(self, name: str) -> tuple[int, ...]:
-        return tuple(q.version for q in self._paths[name])
+    def _key(self, name: str, job: JobInfo) -> tuple[SortKey, tuple[int, ...], int]:
+        """The job's path key with the path versions and the session's queue epoch it holds for (memoised on the
+        session: recomputed only when a queue on the path changed since)."""
+        ssn = self.ssn
+        epoch = ssn.queue_epoch
+        path = self._paths[name]
+        memo = ssn.order_keys.get(job)
+        if memo is not None:
+            if memo[0] == epoch:
+                return memo[2], memo[1], epoch
+            versions = tuple([q.version for q in path])
+            if memo[1] == versions:
+                ssn.order_keys[job] = (epoch, versions, memo[2])
+                return memo[2], versions, epoch
+        else:
+            versions = tuple([q.version for q in path])
+        queue_key = ssn.hooks.queue_key
+        key = tuple([queue_key(q, job) for q in path])
+        ssn.order_keys[job] = (epoch, versions, key)
+        return key, versions, epoch
 
     def _head(self, name: str) -> JobInfo | None:
         jobs = self._jobs[name]
@@ -60,22 +73,22 @@ class JobsByQueue:
     def _push(self, name: str) -> None:
         job = self._head(name)
         if job is not None:
-            heapq.heappush(self._heap, (self._key(name, job), name, self._versions(name)))
+            key, versions, epoch = self._key(name, job)
+            heapq.heappush(self._heap, (key, name, versions, epoch))
 
     def pop(self) -> JobInfo | None:
         """The next job to try, or None when every queue is exhausted."""
         heap = self._heap
         while heap:
-            key, name, versions = heap[0]
+            key, name, versions, epoch = heap[0]
             job = self._head(name)
             if job is None:
                 heapq.heappop(heap)
                 continue
-            now = self._versions(name)
-            if now != versions:
-                fresh = self._key(name, job)
-                if fresh != key:
-                    heapq.heapreplace(heap, (fresh, name, now))
+            if epoch != self.ssn.queue_epoch:
+                fresh, now, epoch = self._key(name, job)
+                if now != versions and fresh != key:
+                    heapq.heapreplace(heap, (fresh, name, now, epoch))
                     continue
             heapq.heappop(heap)
             self._next[name] += 1

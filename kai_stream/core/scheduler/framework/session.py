@@ -24,7 +24,7 @@ from kai_stream.core.events import (
     QueueSpec,
     stable_id,
 )
-from kai_stream.core.scheduler.framework.hooks import Hooks
+from kai_stream.core.scheduler.framework.hooks import Hooks, SortKey
 from kai_stream.core.scheduler.framework.info import (
     ALLOCATED,
     CPU,
@@ -113,6 +113,15 @@ class Session:
     earlier cycle); kept by the snapshot, so reading it costs nothing per job."""
     state_id: int = 0
     _stamp: int = 0
+    queue_epoch: int = 0
+    """Bumped with every change of any ``QueueInfo.version``: while it stands still, no queue changed."""
+    job_keys: dict[JobInfo, tuple[int, SortKey]] = field(default_factory=dict)
+    """``hooks.job_key`` per job with the job queue's version it was computed at (see ``job_key``)."""
+    requests: dict[JobInfo, tuple[int, list[int]]] = field(default_factory=dict)
+    """``job_request`` per job with the job queue's version it was computed at."""
+    order_keys: dict[JobInfo, tuple[int, tuple[int, ...], SortKey]] = field(default_factory=dict)
+    """``JobsByQueue``'s path key per job, with the epoch and path versions it was computed at, shared by every
+    action of the cycle (a job that no action placed keeps its key from one action to the next)."""
     _saved_tasks: dict[int, tuple[TaskInfo, str, NodeInfo | None, tuple[int, ...], int]] | None = None
     """When the session will be parked: each task's fields before the cycle first changed it (see ``park``)."""
     _saved_nodes: dict[int, _NodeBase] | None = None
@@ -152,7 +161,32 @@ class Session:
             gpu = -(-task.gpu_mem_mib * UNIT // self.reference_memory) if self.reference_memory else UNIT
         return [gpu, task.cpu, task.mem]
 
+    def job_key(self, job: JobInfo) -> SortKey:
+        """``hooks.job_key`` of a job in a queue, memoised like ``job_request`` (the job-order hooks read the job's
+        tasks and their statuses, which change only with its queue's version)."""
+        queue = job.queue
+        assert queue is not None
+        memo = self.job_keys.get(job)
+        if memo is not None and memo[0] == queue.version:
+            return memo[1]
+        key = self.hooks.job_key(job)
+        self.job_keys[job] = (queue.version, key)
+        return key
+
     def job_request(self, job: JobInfo) -> list[int]:
+        """The sum of the job's pending tasks' requests (the caller must not change the list). Memoised while the
+        job's queue version stands still: a task changes status only through ``_charge``, which moves it."""
+        queue = job.queue
+        if queue is not None:
+            memo = self.requests.get(job)
+            if memo is not None and memo[0] == queue.version:
+                return memo[1]
+        total = self._job_request(job)
+        if queue is not None:
+            self.requests[job] = (queue.version, total)
+        return total
+
+    def _job_request(self, job: JobInfo) -> list[int]:
         total = [0, 0, 0]
         for task in job.tasks:
             if task.status == PENDING:
@@ -172,6 +206,7 @@ class Session:
         cpu = sign * task.cpu
         mem = sign * task.mem
         np = not task.job.preemptible
+        self.queue_epoch += 1
         q: QueueInfo | None = queue
         while q is not None:
             q.version += 1
@@ -294,6 +329,8 @@ class Session:
             task = self.tasks[uid]
             if task.status != PENDING:
                 continue
+            if self.last_pending.get(uid) == pending_signature(info.code, info.reason, info.predicates):
+                continue
             job = task.job
             decision = PodPending(
                 decision_id=stable_id(self.ctx.pool, str(self.ctx.input_offset), uid, "PodPending"),
@@ -313,8 +350,6 @@ class Session:
                 predicates=info.predicates,
                 details=info.details,
             )
-            if self.last_pending.get(uid) == pending_signature(decision):
-                continue
             out.append(decision)
         return out
 
@@ -676,6 +711,8 @@ def _place_all(ssn: Session, placed: list[_Placed]) -> None:
                 acc[3] += gpu
                 acc[4] += cpu
                 acc[5] += mem
+    if charges:
+        ssn.queue_epoch += 1
     for queue, acc in charges.values():
         q: QueueInfo | None = queue
         while q is not None:
@@ -717,7 +754,7 @@ def _unplace_running(ssn: Session, task: TaskInfo) -> None:
 def _add_request(ssn: Session, job: JobInfo, sign: int) -> None:
     if job.queue is None:
         return
-    request = ssn.job_request(job)
+    request = ssn._job_request(job)
     for q in job.queue.ancestry():
         for r in (GPU, CPU, MEM):
             q.request[r] += sign * request[r]

@@ -11,6 +11,9 @@ Decisions, since Kubernetes cannot re-bind a running pod: each moved pod gets ``
 ``move_to`` / ``move_gpus``) followed by ``PodPipelined`` onto its new node — a nomination the next cycle honours
 first when the pod (restarted by its controller, same name) is pending again; the pending job is
 ``PodPipelined`` onto the freed node. The emulated cluster of ``kai_stream.simulate`` re-creates a moved pod.
+
+When no candidate's GPU request fits in the pool's free GPU as the action begins, every ``try_job`` would return
+before searching (changing nothing, so the free GPU stays short for the next one): the action ends at once.
 """
 
 from __future__ import annotations
@@ -125,8 +128,13 @@ class _Consolidation:
 def run(session: Session) -> None:
     if session.config.max_consolidation_preemptees <= 0:
         return
-    consolidation = _Consolidation(session)
     jobs = [j for j in session.pending_jobs if j.queue is not None and j.preemptible and j.pending_tasks()]
+    if not jobs:
+        return
+    free = free_gpu(session)
+    if not any(0 < session.job_request(j)[GPU] <= free for j in jobs):
+        return
+    consolidation = _Consolidation(session)
     order = JobsByQueue(session, jobs)
     while (job := order.pop()) is not None:
         consolidation.try_job(job)

@@ -21,7 +21,7 @@ from kai_stream.core.scheduler.actions._common.victims import (
     victim_judges,
     victim_units,
 )
-from kai_stream.core.scheduler.framework.info import JobInfo, TaskInfo
+from kai_stream.core.scheduler.framework.info import JobInfo, QueueInfo, TaskInfo
 from kai_stream.core.scheduler.framework.ordering import JobsByQueue
 from kai_stream.core.scheduler.framework.session import Session
 
@@ -93,8 +93,23 @@ class _Preempt:
             self._gave_up.add(shape)
 
 
+def _may_preempt(jobs: list[JobInfo]) -> list[JobInfo]:
+    """``jobs`` less the queues where no pending job outranks the queue's lowest priority: each of their jobs would
+    find no victim and change nothing when its turn came, so leaving out the whole queue keeps the order of the
+    others."""
+    top: dict[str, tuple[QueueInfo, int]] = {}
+    for job in jobs:
+        queue = job.queue
+        assert queue is not None
+        seen = top.get(queue.name)
+        if seen is None or job.priority > seen[1]:
+            top[queue.name] = (queue, job.priority)
+    kept = {name for name, (queue, best) in top.items() if best > min(j.priority for j in queue.jobs)}
+    return [j for j in jobs if j.queue is not None and j.queue.name in kept]
+
+
 def run(session: Session) -> None:
-    jobs = [j for j in session.pending_jobs if j.queue is not None and j.pending_tasks()]
+    jobs = _may_preempt([j for j in session.pending_jobs if j.queue is not None and j.pending_tasks()])
     if not jobs:
         return
     preempt = _Preempt(session)

@@ -8,7 +8,7 @@ that sorting stays O(n log n) in C.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -22,6 +22,9 @@ JobKeyFn = Callable[[JobInfo], SortKey]
 """Smaller key = scheduled earlier within its queue."""
 QueueKeyFn = Callable[[QueueInfo, JobInfo], SortKey]
 """Key of a queue (at any level of the tree) when offering ``job`` next; smaller goes first."""
+QueueKeyReadsFn = Callable[[JobInfo], Hashable]
+"""What of the job one queue-key plugin reads: its key is a function of the queue and this value only. When
+every queue-key plugin declares one, jobs with equal values share their path keys (see ``JobsByQueue``)."""
 PredicateFn = Callable[[TaskInfo, NodeInfo], str | None]
 """Static (label/taint/affinity) check: None when the node is acceptable, else the failed predicate's name."""
 JobCheckFn = Callable[[JobInfo, list[int]], tuple[PendingCode, str] | None]
@@ -46,6 +49,7 @@ judge per resolved limit)."""
 class Hooks:
     job_keys: list[JobKeyFn] = field(default_factory=list)
     queue_keys: list[QueueKeyFn] = field(default_factory=list)
+    queue_key_reads: list[QueueKeyReadsFn] = field(default_factory=list)
     predicates: list[tuple[str, PredicateFn]] = field(default_factory=list)
     job_checks: list[JobCheckFn] = field(default_factory=list)
     job_ready: list[JobReadyFn] = field(default_factory=list)
@@ -64,6 +68,12 @@ class Hooks:
         for fn in self.queue_keys:
             key += fn(queue, job)
         return (*key, queue.created, queue.uid, queue.name)
+
+    def queue_key_signature(self, job: JobInfo) -> tuple[Hashable, ...] | None:
+        """Everything of ``job`` that ``queue_key`` reads, or None when a queue-key plugin declared nothing."""
+        if len(self.queue_key_reads) != len(self.queue_keys):
+            return None
+        return tuple([fn(job) for fn in self.queue_key_reads])
 
     def predicate(self, task: TaskInfo, node: NodeInfo) -> str | None:
         for _, fn in self.predicates:

@@ -60,9 +60,17 @@ class JobsByQueue:
                 return memo[2], versions, epoch
         else:
             versions = tuple([q.version for q in path])
+        signature = ssn.hooks.queue_key_signature(job)
+        if signature is not None:
+            shared = ssn.path_keys.get((name, signature))
+            if shared is not None and (shared[0] == epoch or shared[1] == versions):
+                ssn.order_keys[job] = (epoch, versions, shared[2])
+                return shared[2], versions, epoch
         queue_key = ssn.hooks.queue_key
         key = tuple([queue_key(q, job) for q in path])
         ssn.order_keys[job] = (epoch, versions, key)
+        if signature is not None:
+            ssn.path_keys[(name, signature)] = (epoch, versions, key)
         return key, versions, epoch
 
     def _head(self, name: str) -> JobInfo | None:

@@ -9,6 +9,7 @@ reasons are kept per task and emitted by ``close``.
 from __future__ import annotations
 
 from bisect import bisect_left, insort
+from collections.abc import Hashable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -119,6 +120,9 @@ class Session:
     """``hooks.job_key`` per job with the job queue's version it was computed at (see ``job_key``)."""
     requests: dict[JobInfo, tuple[int, list[int]]] = field(default_factory=dict)
     """``job_request`` per job with the job queue's version it was computed at."""
+    path_keys: dict[tuple[str, Hashable], tuple[int, tuple[int, ...], SortKey]] = field(default_factory=dict)
+    """The same per (leaf queue, ``hooks.queue_key_signature``): jobs of a leaf that the queue-key plugins see
+    alike share their path key."""
     order_keys: dict[JobInfo, tuple[int, tuple[int, ...], SortKey]] = field(default_factory=dict)
     """``JobsByQueue``'s path key per job, with the epoch and path versions it was computed at, shared by every
     action of the cycle (a job that no action placed keeps its key from one action to the next)."""

@@ -31,9 +31,13 @@ class NominationPlugin:
         self._with_nomination = session.nominated
         session.hooks.job_keys.append(self._job_key)
         session.hooks.queue_keys.append(self._queue_key)
+        session.hooks.queue_key_reads.append(self._first)
 
     def _job_key(self, job: JobInfo) -> SortKey:
         return _FIRST if job.key in self._with_nomination and nominated(job) else _REST
 
+    def _first(self, job: JobInfo) -> bool:
+        return job.key in self._with_nomination and nominated(job)
+
     def _queue_key(self, queue: QueueInfo, job: JobInfo) -> SortKey:
-        return _FIRST if job.key in self._with_nomination and nominated(job) else _REST
+        return _FIRST if self._first(job) else _REST

@@ -55,6 +55,7 @@ class ProportionPlugin:
         for q in session.queues.values():
             q.share_cap = [allocatable_share(q, r) for r in range(3)]
         session.hooks.queue_keys.append(self.queue_key)
+        session.hooks.queue_key_reads.append(self._request_read)
         session.hooks.job_checks.append(self.check_job)
 
     def _request(self, job: JobInfo) -> list[int]:
@@ -64,6 +65,9 @@ class ProportionPlugin:
             cached = self.session.job_request(job)
             job.request_cache = cached
         return cached
+
+    def _request_read(self, job: JobInfo) -> tuple[int, ...]:
+        return tuple(self._request(job))
 
     def queue_key(self, q: QueueInfo, job: JobInfo) -> SortKey:
         request = self._request(job)

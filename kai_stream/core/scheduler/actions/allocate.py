@@ -108,7 +108,7 @@ class _Allocator:
 
     def allocate_job(self, job: JobInfo) -> None:
         ssn = self.ssn
-        pending = job.pending_tasks()
+        pending = ssn.pending_of(job)
         if not pending:
             return
         if job.group_missing:
@@ -174,10 +174,10 @@ def run(session: Session) -> None:
     for job in session.jobs:
         if job.queue is None:
             allocator.mark(
-                job.pending_tasks(),
+                session.pending_of(job),
                 PendingInfo("UnknownQueue", f"queue {job.queue_name!r} does not exist or is not a leaf", {}, {}),
             )
-    order = JobsByQueue(session, [j for j in session.pending_jobs if j.queue is not None and j.pending_tasks()])
+    order = JobsByQueue(session, [j for j in session.pending_jobs if j.queue is not None and session.pending_of(j)])
     while (nxt := order.pop()) is not None:
         allocator.allocate_job(nxt)
         order.requeue(nxt)

@@ -76,7 +76,7 @@ class _Consolidation:
 
     def try_job(self, job: JobInfo) -> None:
         ssn = self.ssn
-        pending = job.pending_tasks()
+        pending = ssn.pending_of(job)
         if not pending or job.queue is None or not job.preemptible:
             return
         if ssn.awaited.get(job.key, 0) and not self.movable:
@@ -128,7 +128,7 @@ class _Consolidation:
 def run(session: Session) -> None:
     if session.config.max_consolidation_preemptees <= 0:
         return
-    jobs = [j for j in session.pending_jobs if j.queue is not None and j.preemptible and j.pending_tasks()]
+    jobs = [j for j in session.pending_jobs if j.queue is not None and j.preemptible and session.pending_of(j)]
     if not jobs:
         return
     free = free_gpu(session)

@@ -58,7 +58,7 @@ class _Preempt:
 
     def try_job(self, job: JobInfo) -> None:
         ssn = self.ssn
-        pending = job.pending_tasks()
+        pending = ssn.pending_of(job)
         queue = job.queue
         if not pending or queue is None:
             return
@@ -109,7 +109,7 @@ def _may_preempt(jobs: list[JobInfo]) -> list[JobInfo]:
 
 
 def run(session: Session) -> None:
-    jobs = _may_preempt([j for j in session.pending_jobs if j.queue is not None and j.pending_tasks()])
+    jobs = _may_preempt([j for j in session.pending_jobs if j.queue is not None and session.pending_of(j)])
     if not jobs:
         return
     preempt = _Preempt(session)

@@ -183,7 +183,7 @@ class _Reclaim:
 
     def try_job(self, job: JobInfo) -> None:
         ssn = self.ssn
-        pending = job.pending_tasks()
+        pending = ssn.pending_of(job)
         leaf = job.queue
         if not pending or leaf is None:
             return
@@ -246,7 +246,7 @@ class _Reclaim:
 
 
 def run(session: Session) -> None:
-    jobs = [j for j in session.pending_jobs if j.queue is not None and j.pending_tasks()]
+    jobs = [j for j in session.pending_jobs if j.queue is not None and session.pending_of(j)]
     if not jobs:
         return
     reclaim = _Reclaim(session)

@@ -119,6 +119,8 @@ class Session:
     job_keys: dict[JobInfo, tuple[int, SortKey]] = field(default_factory=dict)
     """``hooks.job_key`` per job with the job queue's version it was computed at (see ``job_key``)."""
     requests: dict[JobInfo, tuple[int, list[int]]] = field(default_factory=dict)
+    pending_lists: dict[JobInfo, tuple[int, list[TaskInfo]]] = field(default_factory=dict)
+    """``pending_of`` per job with the job queue's version it was computed at."""
     """``job_request`` per job with the job queue's version it was computed at."""
     path_keys: dict[tuple[str, Hashable], tuple[int, tuple[int, ...], SortKey]] = field(default_factory=dict)
     """The same per (leaf queue, ``hooks.queue_key_signature``): jobs of a leaf that the queue-key plugins see
@@ -176,6 +178,18 @@ class Session:
         key = self.hooks.job_key(job)
         self.job_keys[job] = (queue.version, key)
         return key
+
+    def pending_of(self, job: JobInfo) -> list[TaskInfo]:
+        """``job.pending_tasks()`` (the caller must not change the list), memoised like ``job_request``."""
+        queue = job.queue
+        if queue is None:
+            return job.pending_tasks()
+        memo = self.pending_lists.get(job)
+        if memo is not None and memo[0] == queue.version:
+            return memo[1]
+        pending = job.pending_tasks()
+        self.pending_lists[job] = (queue.version, pending)
+        return pending
 
     def job_request(self, job: JobInfo) -> list[int]:
         """The sum of the job's pending tasks' requests (the caller must not change the list). Memoised while the

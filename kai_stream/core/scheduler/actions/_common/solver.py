@@ -64,7 +64,7 @@ def place_job(
     nodes) each task goes there first (free, then releasing capacity), else on free capacity anywhere."""
     if session.hooks.check_job(job, session.job_request(job)) is not None:
         return None
-    pending = job.pending_tasks()
+    pending = session.pending_of(job)
     active = job.active_count()
     placed: list[TaskInfo] = []
     remaining = len(pending)
@@ -173,7 +173,7 @@ class _Search:
         tries = 0
         index = self.ssn.index
         index.allowed = None
-        pending = spec.preemptor.pending_tasks()
+        pending = self.ssn.pending_of(spec.preemptor)
         smallest = min(pending, key=lambda t: (t.gpu_whole * UNIT + t.gpu_frac, t.cpu, t.mem)) if pending else None
         for unit in spec.candidates():
             if unit.job.key not in jobs:
@@ -219,7 +219,7 @@ def awaiting(session: Session, job: JobInfo) -> bool:
         {},
         {"releasing": str(count)},
     )
-    for task in job.pending_tasks():
+    for task in session.pending_of(job):
         session.set_pending(task, info)
     return True
 

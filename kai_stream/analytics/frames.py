@@ -195,11 +195,11 @@ def pod_stream(lf: pl.LazyFrame, only_results: pl.LazyFrame | None = None) -> pl
         rank=pl.when(pod).then(state["rank"]).when(decision).then(pl.lit(1, pl.Int8)),
         hold=pl.when(pod).then(state["hold"]),
         finish=state["finish"],
-        node="node",
+        node=pl.col("node").cast(pl.Categorical),
         gpu_milli="gpu_milli",
-        queue="queue",
+        decided_queue=pl.when(decision).then(pl.col("queue")).cast(pl.Categorical),
+        label_queue=pl.when(label).then(pl.col("queue")).cast(pl.Categorical),
         job=pl.when(decision).then(pl.col("job")),
-        label=label,
     )
     if only_results is None:
         return main
@@ -207,11 +207,11 @@ def pod_stream(lf: pl.LazyFrame, only_results: pl.LazyFrame | None = None) -> pl
         "uid",
         "ts",
         **state,
-        node="node",
+        node=pl.col("node").cast(pl.Categorical),
         gpu_milli="gpu_milli",
-        queue=pl.lit(None, pl.Utf8),
+        decided_queue=pl.lit(None, pl.Categorical),
+        label_queue=pl.lit(None, pl.Categorical),
         job=pl.lit(None, pl.Utf8),
-        label=pl.lit(False),
     )
     return pl.concat([main, results], how="vertical")
 
@@ -244,9 +244,9 @@ def pod_table(stream: pl.LazyFrame) -> pl.LazyFrame:
         finished=(released & pl.col("finish")).any(),
         interrupted=(released & (rank == 4) & pl.col("finish").not_()).any(),
         decided=where(decision, "ts").min(),
-        decided_queue=where(decision, "queue").first(ignore_nulls=True),
-        job=where(decision, "job").first(ignore_nulls=True),
-        label_queue=where(pl.col("label"), "queue").first(ignore_nulls=True),
+        decided_queue=pl.col("decided_queue").first(ignore_nulls=True),
+        job=pl.col("job").first(ignore_nulls=True),
+        label_queue=pl.col("label_queue").first(ignore_nulls=True),
     )
     any_pod_row = pl.any_horizontal(pl.col("submit", "start", "end").is_not_null())
     return per_pod.filter(any_pod_row).select(
@@ -259,7 +259,7 @@ def pod_table(stream: pl.LazyFrame) -> pl.LazyFrame:
         gpu_milli=pl.coalesce("held_gpu", "asked_gpu"),
         restarted=pl.col("interrupted") | (pl.col("pendings") > 1),
         decided="decided",
-        queue=pl.coalesce("decided_queue", "label_queue", pl.lit("(none)")),
+        queue=pl.coalesce("decided_queue", "label_queue", pl.lit("(none)", pl.Categorical)),
         job="job",
     )
 

@@ -77,6 +77,45 @@ def _group_step_average(steps: pl.DataFrame, by: str, value: str, start: float, 
     return {str(k): float(v) for k, v in frame.iter_rows()}
 
 
+def _stranded(steps: pl.DataFrame, caps: pl.DataFrame) -> pl.LazyFrame:
+    """Step function (ts, stranded) of the free GPU milli on partly used nodes, from the sorted steps."""
+
+    def free_on_partly_used(used: pl.Expr) -> pl.Expr:
+        return pl.when((used > 0) & (used < pl.col("cap"))).then(pl.col("cap") - used).otherwise(0)
+
+    per_node = (
+        steps.lazy()
+        .select("ts", "node", "delta")
+        .join(
+            caps.lazy().select(pl.col("node").cast(pl.Categorical), "cap"), on="node", how="left", maintain_order="left"
+        )
+        .with_columns(used=pl.col("delta").cum_sum().over("node"))
+        .select(
+            "ts",
+            fdelta=free_on_partly_used(pl.col("used")) - free_on_partly_used(pl.col("used") - pl.col("delta")),
+        )
+    )
+    return per_node.select("ts", stranded=pl.col("fdelta").cum_sum())
+
+
+def _queue_quantiles(frame: pl.DataFrame, column: str) -> pl.LazyFrame:
+    return (
+        frame.lazy()
+        .group_by("queue")
+        .agg(
+            n=pl.len(),
+            avg=pl.col(column).mean(),
+            p50=pl.col(column).quantile(0.5, "linear"),
+            p90=pl.col(column).quantile(0.9, "linear"),
+            p99=pl.col(column).quantile(0.99, "linear"),
+        )
+    )
+
+
+def _quantiles_by_key(frame: pl.DataFrame) -> dict[str, dict[str, float | None]]:
+    return {r["queue"]: {k: r[k] for k in ("avg", "p50", "p90", "p99")} for r in frame.iter_rows(named=True)}
+
+
 def _fair_shares(rows: pl.DataFrame) -> pl.DataFrame:
     if rows.height == 0:
         return pl.DataFrame(schema={"ts": pl.Float64, "queue": pl.Utf8, "fair": pl.Int64, "deserved": pl.Int64})
@@ -180,28 +219,22 @@ def summarize(directory: str | Path, *, bins: int = 400) -> Summary:
         ]
     )
     steps = steps.rechunk()  # one chunk, as the sums of the step averages were taken before (same rounding)
-
-    def free_on_partly_used(used: pl.Expr) -> pl.Expr:
-        return pl.when((used > 0) & (used < pl.col("cap"))).then(pl.col("cap") - used).otherwise(0)
-
-    per_node = (
-        steps.select("ts", "node", "delta")
-        .join(caps.select(pl.col("node").cast(pl.Categorical), "cap"), on="node", how="left", maintain_order="left")
-        .with_columns(used=pl.col("delta").cum_sum().over("node"))
-        .select(
-            "ts",
-            fdelta=free_on_partly_used(pl.col("used")) - free_on_partly_used(pl.col("used") - pl.col("delta")),
-        )
-    )
-    stranded = per_node.select("ts", stranded=pl.col("fdelta").cum_sum())
-    avg_alloc = F.step_average(steps["ts"], steps["alloc"], start, end) if steps.height else 0.0
-    avg_stranded = F.step_average(stranded["ts"], stranded["stranded"], start, end) if stranded.height else 0.0
-    avg_free = capacity - avg_alloc
-
     done = jobs.filter(pl.col("done") & pl.col("submit").is_not_null()).with_columns(
         jct=pl.col("finish") - pl.col("submit")
     )
     delays = pods_full.filter(pl.col("delay").is_not_null())
+    stranded, delay_by_queue, jct_by_queue, pods_by_queue, done_by_queue = pl.collect_all(
+        [
+            _stranded(steps, caps),
+            _queue_quantiles(delays, "delay"),
+            _queue_quantiles(done, "jct"),
+            pods_full.lazy().group_by("queue").len(),
+            done.lazy().group_by("queue").len(),
+        ]
+    )
+    avg_alloc = F.step_average(steps["ts"], steps["alloc"], start, end) if steps.height else 0.0
+    avg_stranded = F.step_average(stranded["ts"], stranded["stranded"], start, end) if stranded.height else 0.0
+    avg_free = capacity - avg_alloc
 
     shares = _fair_shares(shares_raw)
     quotas, parents = _queue_quotas(queue_rows)
@@ -228,20 +261,10 @@ def summarize(directory: str | Path, *, bins: int = 400) -> Summary:
             out.setdefault(q, {})[a] = int(n)
         return out
 
-    def quantiles_by_queue(frame: pl.DataFrame, column: str) -> dict[str, dict[str, float | None]]:
-        agg = frame.group_by("queue").agg(
-            n=pl.len(),
-            avg=pl.col(column).mean(),
-            p50=pl.col(column).quantile(0.5, "linear"),
-            p90=pl.col(column).quantile(0.9, "linear"),
-            p99=pl.col(column).quantile(0.99, "linear"),
-        )
-        return {r["queue"]: {k: r[k] for k in ("avg", "p50", "p90", "p99")} for r in agg.iter_rows(named=True)}
-
     suffered_by, caused_by = counts(suffered, "queue"), counts(caused, "preemptor_queue")
-    delay_by, jct_by = quantiles_by_queue(delays, "delay"), quantiles_by_queue(done, "jct")
-    pods_by = dict(pods_full.group_by("queue").len().iter_rows())
-    done_by = dict(done.group_by("queue").len().iter_rows())
+    delay_by, jct_by = _quantiles_by_key(delay_by_queue), _quantiles_by_key(jct_by_queue)
+    pods_by = dict(pods_by_queue.iter_rows())
+    done_by = dict(done_by_queue.iter_rows())
     empty = _quantiles(pl.Series([], dtype=pl.Float64))
     queue_names = sorted((set(pods_by) | set(quotas) | set(shares["queue"].unique().to_list())) - parents)
     if parents:

@@ -357,6 +357,7 @@ class Pipeline:
             "KAI_STREAM_PROCESSOR_TOPIC_PREFIX": self.options.topic_prefix,
             "KAI_STREAM_PROCESSOR_DATA_DIR": str(Path(self._workdir.name) / "faust"),
             "KAI_STREAM_HEALTH_ENABLED": "false",
+            "KAI_STREAM_PROCESSOR_PARENT_PID": str(os.getpid()),
             **self.options.processor_env,
         }
         if self.options.config_path is not None:

@@ -7,8 +7,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from kai_stream.core.events import (
-    BindRequested,
     ID_NAMESPACE,
+    BindRequested,
     MalformedEvent,
     NodeObserved,
     NodeSpec,

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import signal as signals
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -144,6 +146,19 @@ async def _serve_health() -> None:
 @app.timer(5.0)  # type: ignore[untyped-decorator]
 async def _alive() -> None:
     health.beat()
+
+
+_orphaned = False
+
+
+@app.timer(1.0)  # type: ignore[untyped-decorator]
+async def _parent_alive() -> None:
+    global _orphaned
+    if settings.parent_pid is None or _orphaned or os.getppid() == settings.parent_pid:
+        return
+    _orphaned = True
+    log.warning("processor: parent process %d is gone; stopping", settings.parent_pid)
+    os.kill(os.getpid(), signals.SIGTERM)
 
 
 @app.on_partitions_assigned.connect

@@ -23,6 +23,8 @@ class ProcessorSettings(BaseSettings):
     whole reaction), so where a cycle lands never depends on how the broker split the log into fetches.
     ``fetch_max_wait_ms``: Tansu answers a fetch only when its wait expires, so a short wait is the
     latency floor of every hop (faust hard-codes 1500 ms; the app overrides it).
+    ``parent_pid``: when set, the processor stops itself (SIGTERM, a clean shutdown) once its parent process is
+    gone, so a pipeline killed without its own shutdown (``timeout``, SIGKILL) leaves no processor behind.
     """
 
     model_config = SettingsConfigDict(env_prefix="KAI_STREAM_PROCESSOR_", frozen=True, extra="forbid")
@@ -41,3 +43,4 @@ class ProcessorSettings(BaseSettings):
     gc_freeze_interval_s: float = 10.0
     log_level: str = "WARNING"
     cycle_on: Literal["batch", "tick"] = "batch"
+    parent_pid: int | None = None

@@ -139,7 +139,7 @@ async def test_two_binders_share_pools_across_a_rebalance_without_double_binding
     kafka_settings: KafkaSettings, topics: TopicNames, sim: SimCluster, proxies: Callable[[], Awaitable[Proxy]]
 ) -> None:
     await sim.create(node("n1"))
-    pods = [await sim.create(pod(f"r{i:02d}")) for i in range(32)]
+    pods = [await sim.create(pod(f"r{i:02d}")) for i in range(64)]
     decisions = [bind(p, "n1", offset=i, pool=f"pool-{i % 8}") for i, p in enumerate(pods)]
     assert len({partition_for(d.pool, 8) for d in decisions}) >= 4
     producer = make_producer(kafka_settings)
@@ -151,7 +151,9 @@ async def test_two_binders_share_pools_across_a_rebalance_without_double_binding
         await producer.stop()
 
     first_api, second_api = await proxies(), await proxies()
-    first_api.delay_s = 0.25
+    # slow enough that the first binder cannot finish its share of any partition the rebalance hands to the
+    # second one (8 decisions per partition; it binds at most ~20 while the second waits up to 20 s)
+    first_api.delay_s = 1.0
     group = f"binder-{uuid.uuid4().hex[:8]}"
     stops = [asyncio.Event(), asyncio.Event()]
 

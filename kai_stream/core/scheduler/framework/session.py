@@ -9,9 +9,9 @@ reasons are kept per task and emitted by ``close``.
 from __future__ import annotations
 
 from bisect import bisect_left, insort
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from kai_stream.core.config import SchedulerConfig, config_hash
 from kai_stream.core.events import (
@@ -49,6 +49,8 @@ if TYPE_CHECKING:
     from kai_stream.core.scheduler.framework.statement import Statement
 
 __all__ = ["CycleContext", "PendingInfo", "Session", "Snapshot", "open_session", "open_tracked_session", "park_session"]
+
+_T = TypeVar("_T")
 
 DEFAULT_PRIORITY_CLASS = "train"
 
@@ -117,11 +119,11 @@ class Session:
     queue_epoch: int = 0
     """Bumped with every change of any ``QueueInfo.version``: while it stands still, no queue changed."""
     job_keys: dict[JobInfo, tuple[int, SortKey]] = field(default_factory=dict)
-    """``hooks.job_key`` per job with the job queue's version it was computed at (see ``job_key``)."""
+    """``job_key`` per job with the job queue's version it was computed at (see ``_by_version``)."""
     requests: dict[JobInfo, tuple[int, list[int]]] = field(default_factory=dict)
+    """``job_request`` per job, the same way."""
     pending_lists: dict[JobInfo, tuple[int, list[TaskInfo]]] = field(default_factory=dict)
-    """``pending_of`` per job with the job queue's version it was computed at."""
-    """``job_request`` per job with the job queue's version it was computed at."""
+    """``pending_of`` per job, the same way."""
     path_keys: dict[tuple[str, Hashable], tuple[int, tuple[int, ...], SortKey]] = field(default_factory=dict)
     """The same per (leaf queue, ``hooks.queue_key_signature``): jobs of a leaf that the queue-key plugins see
     alike share their path key."""
@@ -167,42 +169,31 @@ class Session:
             gpu = -(-task.gpu_mem_mib * UNIT // self.reference_memory) if self.reference_memory else UNIT
         return [gpu, task.cpu, task.mem]
 
-    def job_key(self, job: JobInfo) -> SortKey:
-        """``hooks.job_key`` of a job in a queue, memoised like ``job_request`` (the job-order hooks read the job's
-        tasks and their statuses, which change only with its queue's version)."""
-        queue = job.queue
-        assert queue is not None
-        memo = self.job_keys.get(job)
-        if memo is not None and memo[0] == queue.version:
-            return memo[1]
-        key = self.hooks.job_key(job)
-        self.job_keys[job] = (queue.version, key)
-        return key
-
-    def pending_of(self, job: JobInfo) -> list[TaskInfo]:
-        """``job.pending_tasks()`` (the caller must not change the list), memoised like ``job_request``."""
+    def _by_version(self, table: dict[JobInfo, tuple[int, _T]], job: JobInfo, compute: Callable[[JobInfo], _T]) -> _T:
+        """``compute(job)``, memoised in ``table`` while the job's queue version stands still: what it reads of the
+        job (its tasks' statuses) changes only through ``_charge``, which moves that version. Not memoised for a
+        job without a queue."""
         queue = job.queue
         if queue is None:
-            return job.pending_tasks()
-        memo = self.pending_lists.get(job)
+            return compute(job)
+        memo = table.get(job)
         if memo is not None and memo[0] == queue.version:
             return memo[1]
-        pending = job.pending_tasks()
-        self.pending_lists[job] = (queue.version, pending)
-        return pending
+        value = compute(job)
+        table[job] = (queue.version, value)
+        return value
+
+    def job_key(self, job: JobInfo) -> SortKey:
+        """``hooks.job_key``, memoised (the job-order hooks read the job's tasks and their statuses)."""
+        return self._by_version(self.job_keys, job, self.hooks.job_key)
+
+    def pending_of(self, job: JobInfo) -> list[TaskInfo]:
+        """``job.pending_tasks()``, memoised; the caller must not change the list."""
+        return self._by_version(self.pending_lists, job, JobInfo.pending_tasks)
 
     def job_request(self, job: JobInfo) -> list[int]:
-        """The sum of the job's pending tasks' requests (the caller must not change the list). Memoised while the
-        job's queue version stands still: a task changes status only through ``_charge``, which moves it."""
-        queue = job.queue
-        if queue is not None:
-            memo = self.requests.get(job)
-            if memo is not None and memo[0] == queue.version:
-                return memo[1]
-        total = self._job_request(job)
-        if queue is not None:
-            self.requests[job] = (queue.version, total)
-        return total
+        """The sum of the job's pending tasks' requests, memoised; the caller must not change the list."""
+        return self._by_version(self.requests, job, self._job_request)
 
     def _job_request(self, job: JobInfo) -> list[int]:
         total = [0, 0, 0]

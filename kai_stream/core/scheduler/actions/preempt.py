@@ -50,7 +50,7 @@ class _Preempt:
         assert queue is not None
         floor = self._floor.get(queue.name)
         if floor is None:
-            floor = self._floor[queue.name] = min((j.priority for j in queue.jobs), default=preemptor.priority)
+            floor = self._floor[queue.name] = _lowest_priority(queue, preemptor.priority)
         if preemptor.priority <= floor:
             return [], NO_SURPLUS_ONLY
         jobs, start, surplus = self.lists.live(queue, self.lists.key(preemptor, queue))
@@ -93,6 +93,11 @@ class _Preempt:
             self._gave_up.add(shape)
 
 
+def _lowest_priority(queue: QueueInfo, default: int) -> int:
+    """The lowest priority of the queue's jobs: only a job above it can find a victim in the queue."""
+    return min((j.priority for j in queue.jobs), default=default)
+
+
 def _may_preempt(jobs: list[JobInfo]) -> list[JobInfo]:
     """``jobs`` less the queues where no pending job outranks the queue's lowest priority: each of their jobs would
     find no victim and change nothing when its turn came, so leaving out the whole queue keeps the order of the
@@ -104,7 +109,7 @@ def _may_preempt(jobs: list[JobInfo]) -> list[JobInfo]:
         seen = top.get(queue.name)
         if seen is None or job.priority > seen[1]:
             top[queue.name] = (queue, job.priority)
-    kept = {name for name, (queue, best) in top.items() if best > min(j.priority for j in queue.jobs)}
+    kept = {name for name, (queue, best) in top.items() if best > _lowest_priority(queue, best)}
     return [j for j in jobs if j.queue is not None and j.queue.name in kept]
 
 

@@ -34,7 +34,7 @@ class NominationPlugin:
         session.hooks.queue_key_reads.append(self._first)
 
     def _job_key(self, job: JobInfo) -> SortKey:
-        return _FIRST if job.key in self._with_nomination and nominated(job) else _REST
+        return _FIRST if self._first(job) else _REST
 
     def _first(self, job: JobInfo) -> bool:
         return job.key in self._with_nomination and nominated(job)

@@ -115,7 +115,13 @@ class _Allocator:
             reason = f"PodGroup {job.key} not observed yet: its gang size is unknown"
             self.mark(pending, PendingInfo("GangIncomplete", reason, {}, {"podGroup": job.key}))
             return
-        alive = sum(1 for t in job.tasks if t.status != RELEASING)
+        alive = active = 0
+        for t in job.tasks:
+            status = t.status
+            if status != RELEASING:
+                alive += 1
+                if status != PENDING:
+                    active += 1
         if alive < job.min_member:
             info = PendingInfo(
                 "GangIncomplete",
@@ -130,8 +136,7 @@ class _Allocator:
         if refused is not None:
             self.mark(pending, PendingInfo(refused[0], refused[1], {}, {}))
             return
-        active = job.active_count()
-        shape = (tuple(t.shape for t in pending), job.min_member, active, job.queue_name, job.topology)
+        shape = (tuple([t.shape for t in pending]), job.min_member, active, job.queue_name, job.topology)
         cached = self._job_failures.get(shape)
         if cached is not None and cached[0] == ssn.state_id:
             self.mark(pending, cached[1])

@@ -245,11 +245,56 @@ class _Reclaim:
                 return
 
 
+def _settle(reclaim: _Reclaim, jobs: list[JobInfo]) -> bool:
+    """What ``try_job`` would do for every job, in any order, when none of them would search at the opening state;
+    False (and nothing done) otherwise.
+
+    A job that ends before searching (waiting for its evictions, refused by a job check, or its queue past its
+    bound with the job) changes no queue and no node, so every job sees the opening state whatever the order, and
+    only the pending reasons of its own tasks change. The order would still decide where a reason first enters
+    ``Session.pending`` (the order of the cycle's output): the shortcut is taken only when every task it may mark
+    already has a reason there. Jobs with a topology constraint are left to the ordered run, as their job check
+    places and removes pods to test a domain."""
+    ssn = reclaim.ssn
+    reasons = ssn.pending
+    check_job = ssn.hooks.check_job
+    marks: list[tuple[JobInfo, list[TaskInfo], str | None]] = []
+    for job in jobs:
+        leaf = job.queue
+        assert leaf is not None
+        pending = ssn.pending_of(job)
+        if job.topology is not None or any(t.uid not in reasons for t in pending):
+            return False
+        if ssn.awaited.get(job.key, 0):
+            marks.append((job, pending, None))
+            continue
+        request = ssn.job_request(job)
+        if check_job(job, request) is not None:
+            continue
+        if job.preemptible:
+            if within(leaf, request, leaf.fair_share):
+                return False
+            marks.append((job, pending, "fair share"))
+        else:
+            if within(leaf, request, leaf.quota):
+                return False
+            marks.append((job, pending, "deserved quota"))
+    for job, pending, bound in marks:
+        if bound is None:
+            awaiting(ssn, job)
+        else:
+            assert job.queue is not None
+            reclaim.over_share(job, pending, bound, job.queue.allocated)
+    return True
+
+
 def run(session: Session) -> None:
     jobs = [j for j in session.pending_jobs if j.queue is not None and session.pending_of(j)]
     if not jobs:
         return
     reclaim = _Reclaim(session)
+    if _settle(reclaim, jobs):
+        return
     order = JobsByQueue(session, jobs)
     while (job := order.pop()) is not None:
         reclaim.try_job(job)

@@ -185,14 +185,24 @@ class Session:
 
     def job_key(self, job: JobInfo) -> SortKey:
         """``hooks.job_key``, memoised (the job-order hooks read the job's tasks and their statuses)."""
+        memo = self.job_keys.get(job)
+        if memo is not None and job.queue is not None and memo[0] == job.queue.version:
+            return memo[1]
         return self._by_version(self.job_keys, job, self.hooks.job_key)
 
     def pending_of(self, job: JobInfo) -> list[TaskInfo]:
-        """``job.pending_tasks()``, memoised; the caller must not change the list."""
+        """``job.pending_tasks()``, memoised; the caller must not change the list. The memo's hit is read here
+        before calling ``_by_version``: every action asks it of every pending job, several times."""
+        memo = self.pending_lists.get(job)
+        if memo is not None and job.queue is not None and memo[0] == job.queue.version:
+            return memo[1]
         return self._by_version(self.pending_lists, job, JobInfo.pending_tasks)
 
     def job_request(self, job: JobInfo) -> list[int]:
         """The sum of the job's pending tasks' requests, memoised; the caller must not change the list."""
+        memo = self.requests.get(job)
+        if memo is not None and job.queue is not None and memo[0] == job.queue.version:
+            return memo[1]
         return self._by_version(self.requests, job, self._job_request)
 
     def _job_request(self, job: JobInfo) -> list[int]:
@@ -334,11 +344,15 @@ class Session:
     def close(self) -> list[Decision]:
         """The cycle's decisions: committed operations in order, then pending reasons (unchanged ones omitted)."""
         out = list(self.decisions)
+        signatures: dict[int, str] = {}  # per reason object: many tasks share one, and each outlives the loop
         for uid, info in self.pending.items():
             task = self.tasks[uid]
             if task.status != PENDING:
                 continue
-            if self.last_pending.get(uid) == pending_signature(info.code, info.reason, info.predicates):
+            signature = signatures.get(id(info))
+            if signature is None:
+                signature = signatures[id(info)] = pending_signature(info.code, info.reason, info.predicates)
+            if self.last_pending.get(uid) == signature:
                 continue
             job = task.job
             decision = PodPending(

@@ -47,10 +47,12 @@ class ProportionPlugin:
         self.session: Session | None = None
         self._keys: dict[tuple[str, int, int, int, int, int, int], SortKey] = {}
         """Queue keys by (queue, allocation, job request): the rest of what a key reads is fixed per session."""
+        self._limits: dict[str, tuple[tuple[QueueInfo, int], ...]] = {}
 
     def on_session_open(self, session: Session) -> None:
         self.session = session
         self._keys = {}
+        self._limits = {}
         set_fair_shares(session.roots, session.total)
         for q in session.queues.values():
             q.share_cap = [allocatable_share(q, r) for r in range(3)]
@@ -95,18 +97,26 @@ class ProportionPlugin:
             dominant_share(q, _ZERO),
         )
 
+    def _limits_of(self, queue: QueueInfo) -> tuple[tuple[QueueInfo, int], ...]:
+        """The (queue, resource) pairs with a limit on the queue's ancestry, leaf first: limits are fixed for the
+        session, and most queues have none, so ``check_job`` need not walk the tree for them."""
+        limits = self._limits.get(queue.name)
+        if limits is None:
+            limits = tuple((q, r) for q in queue.ancestry() for r in range(3) if q.limit[r] != UNLIMITED)
+            self._limits[queue.name] = limits
+        return limits
+
     def check_job(self, job: JobInfo, request: list[int]) -> tuple[PendingCode, str] | None:
         queue = job.queue
         if queue is None:
             return ("UnknownQueue", f"queue {job.queue_name!r} does not exist")
-        for q in queue.ancestry():
-            for r in range(3):
-                if q.limit[r] != UNLIMITED and request[r] > 0 and q.allocated[r] + request[r] > q.limit[r]:
-                    return (
-                        "QueueOverLimit",
-                        f"queue {q.name} {RESOURCES[r]} limit {q.limit[r]} < allocated {q.allocated[r]}"
-                        f" + request {request[r]}",
-                    )
+        for q, r in self._limits_of(queue):
+            if request[r] > 0 and q.allocated[r] + request[r] > q.limit[r]:
+                return (
+                    "QueueOverLimit",
+                    f"queue {q.name} {RESOURCES[r]} limit {q.limit[r]} < allocated {q.allocated[r]}"
+                    f" + request {request[r]}",
+                )
         if not job.preemptible:
             for r in range(3):
                 quota = queue.quota[r]

@@ -331,6 +331,30 @@ class Session:
         self.releasing_tasks[node.name].remove(task)
         self.touch()
 
+    def dispose(self) -> None:
+        """Let go of what the cycle built (memos, reasons, undo records, the index copy, the plugins), once the
+        session is parked and nothing reads it any more.
+
+        The cyclic collector is paused during a cycle and runs as soon as it is resumed, while the caller still
+        holds the session: everything the session still reached would be traversed and promoted to an older
+        generation, to be traversed again there before it is freed (the index and the plugins point back at the
+        session, so it is not freed by reference counting alone). Emptied now, it is freed at once."""
+        self.decisions = []
+        self.pending = {}
+        self.pending_jobs = []
+        self.job_keys = {}
+        self.requests = {}
+        self.pending_lists = {}
+        self.path_keys = {}
+        self.order_keys = {}
+        self.awaited = {}
+        self.nominated = set()
+        self.topologies = {}
+        self._saved_tasks = None
+        self._saved_nodes = None
+        self.hooks = Hooks()
+        self.index = NodeIndex(self)
+
     # ------------------------------------------------------------------ pending reasons and output
 
     def set_pending(self, task: TaskInfo, info: PendingInfo) -> None:
@@ -1095,7 +1119,9 @@ def open_tracked_session(
 
 
 def park_session(state: ClusterState, ssn: Session, snapshot: Snapshot) -> None:
-    """Undo the cycle's changes and keep the snapshot for the pool's next cycle on ``state``."""
+    """Undo the cycle's changes and keep the snapshot for the pool's next cycle on ``state``; ``ssn`` is spent
+    (``Session.dispose``)."""
     snapshot.park(ssn)
+    ssn.dispose()
     state.derived.parked[snapshot.pool] = snapshot
     state.derived.dirty[snapshot.pool] = set()

@@ -262,9 +262,12 @@ def _settle(reclaim: _Reclaim, jobs: list[JobInfo]) -> bool:
     for job in jobs:
         leaf = job.queue
         assert leaf is not None
-        pending = ssn.pending_of(job)
-        if job.topology is not None or any(t.uid not in reasons for t in pending):
+        if job.topology is not None:
             return False
+        pending = ssn.pending_of(job)
+        for task in pending:
+            if task.uid not in reasons:
+                return False
         if ssn.awaited.get(job.key, 0):
             marks.append((job, pending, None))
             continue

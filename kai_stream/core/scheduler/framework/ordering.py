@@ -46,11 +46,13 @@ class JobsByQueue:
 
     def _key(self, name: str, job: JobInfo) -> tuple[SortKey, tuple[int, ...], int]:
         """The job's path key with the path versions and the session's queue epoch it holds for (memoised on the
-        session: recomputed only when a queue on the path changed since)."""
+        session: recomputed only when a queue on the path changed since). A shared key computed at the current
+        epoch holds the current versions, so they are not read again."""
         ssn = self.ssn
         epoch = ssn.queue_epoch
         path = self._paths[name]
         memo = ssn.order_keys.get(job)
+        versions: tuple[int, ...] | None = None
         if memo is not None:
             if memo[0] == epoch:
                 return memo[2], memo[1], epoch
@@ -58,14 +60,20 @@ class JobsByQueue:
             if memo[1] == versions:
                 ssn.order_keys[job] = (epoch, versions, memo[2])
                 return memo[2], versions, epoch
-        else:
-            versions = tuple([q.version for q in path])
         signature = ssn.hooks.queue_key_signature(job)
         if signature is not None:
             shared = ssn.path_keys.get((name, signature))
-            if shared is not None and (shared[0] == epoch or shared[1] == versions):
-                ssn.order_keys[job] = (epoch, versions, shared[2])
-                return shared[2], versions, epoch
+            if shared is not None:
+                if shared[0] == epoch:
+                    ssn.order_keys[job] = shared
+                    return shared[2], shared[1], epoch
+                if versions is None:
+                    versions = tuple([q.version for q in path])
+                if shared[1] == versions:
+                    ssn.order_keys[job] = (epoch, versions, shared[2])
+                    return shared[2], versions, epoch
+        if versions is None:
+            versions = tuple([q.version for q in path])
         queue_key = ssn.hooks.queue_key
         key = tuple([queue_key(q, job) for q in path])
         ssn.order_keys[job] = (epoch, versions, key)
@@ -73,15 +81,11 @@ class JobsByQueue:
             ssn.path_keys[(name, signature)] = (epoch, versions, key)
         return key, versions, epoch
 
-    def _head(self, name: str) -> JobInfo | None:
+    def _push(self, name: str) -> None:
         jobs = self._jobs[name]
         i = self._next[name]
-        return jobs[i] if i < len(jobs) else None
-
-    def _push(self, name: str) -> None:
-        job = self._head(name)
-        if job is not None:
-            key, versions, epoch = self._key(name, job)
+        if i < len(jobs):
+            key, versions, epoch = self._key(name, jobs[i])
             heapq.heappush(self._heap, (key, name, versions, epoch))
 
     def pop(self) -> JobInfo | None:
@@ -89,10 +93,12 @@ class JobsByQueue:
         heap = self._heap
         while heap:
             key, name, versions, epoch = heap[0]
-            job = self._head(name)
-            if job is None:
+            jobs = self._jobs[name]
+            i = self._next[name]
+            if i >= len(jobs):
                 heapq.heappop(heap)
                 continue
+            job = jobs[i]
             if epoch != self.ssn.queue_epoch:
                 fresh, now, epoch = self._key(name, job)
                 if now != versions and fresh != key:

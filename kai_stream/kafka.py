@@ -23,6 +23,7 @@ from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.partitioner import murmur2
 
 from kai_stream.core.events import Model, dumps
+from kai_stream.fetchwait import governed
 from kai_stream.settings import KafkaSettings
 
 Record: TypeAlias = ConsumerRecord[bytes, bytes]
@@ -57,7 +58,8 @@ def make_consumer(
 ) -> AIOKafkaConsumer:
     """A manual-commit consumer that starts from the earliest record when the group has no offset.
 
-    Its fetch wait is ``settings.fetch_max_wait_ms`` (short by default: Tansu never answers a fetch early).
+    Its fetch wait starts at ``settings.fetch_max_wait_ms`` (short by default: Tansu never answers a fetch early)
+    and grows while Tansu answers it empty behind the log end (``fetchwait.py``).
 
     With ``topics`` it subscribes (optionally with a rebalance ``listener``); without, assign partitions.
     """
@@ -71,7 +73,7 @@ def make_consumer(
         "fetch_max_wait_ms": settings.fetch_max_wait_ms,
     }
     kwargs.update(overrides)
-    consumer = AIOKafkaConsumer(**kwargs)
+    consumer = governed(AIOKafkaConsumer(**kwargs), kwargs["fetch_max_wait_ms"], settings.fetch_max_wait_limit_ms)
     if topics:
         if listener is None:
             consumer.subscribe(list(topics))

@@ -36,6 +36,9 @@ class KafkaSettings(BaseSettings):
     """How long a consumer's fetch may wait for data. Tansu answers a waiting fetch only when this wait
     expires (never early when records arrive), so it bounds each consumer hop's latency; aiokafka's 500 ms
     default cost the binder 0.3-1 s per decision. On real Kafka a larger value (e.g. 100) saves requests."""
+    fetch_max_wait_limit_ms: int = Field(default=2000, ge=0)
+    """The most a consumer's fetch wait may grow to while Tansu answers its fetches empty behind the log end
+    (``kai_stream/fetchwait.py``); it falls back to ``fetch_max_wait_ms`` once the consumer has caught up."""
 
     def ssl_context(self) -> ssl.SSLContext | None:
         """A client TLS context when the protocol uses SSL, else None."""

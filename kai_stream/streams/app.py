@@ -26,6 +26,7 @@ from faust.auth import SASLCredentials, SSLCredentials
 from faust.transport.drivers import aiokafka as faust_aiokafka
 from faust.types import TP
 
+from kai_stream.fetchwait import governed
 from kai_stream.kafka import make_consumer
 from kai_stream.settings import KafkaSettings
 from kai_stream.streams.settings import ProcessorSettings
@@ -41,7 +42,7 @@ class _ConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
     def _create_worker_consumer(self, transport: Any) -> Any:
         consumer = super()._create_worker_consumer(transport)
         consumer._fetch_max_wait_ms = settings.fetch_max_wait_ms
-        return consumer
+        return governed(consumer, settings.fetch_max_wait_ms, kafka.fetch_max_wait_limit_ms)
 
     async def _highwaters(self, partitions: list[TP]) -> Mapping[TP, int]:
         """End offsets from fetch responses (what table recovery waits for), not ``end_offsets()``."""

@@ -53,6 +53,7 @@ def run_cycle(
             decisions = session.close()
             if inspect is not None:
                 inspect(session)
+            session.discard()
             return decisions
         session, snapshot = open_tracked_session(
             state, config, pool=pool, input_offset=input_offset, code_version=code_version

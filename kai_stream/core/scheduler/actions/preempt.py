@@ -88,6 +88,7 @@ class _Preempt:
             details=details,
             reason=f"preempted by higher-priority {job.key} (priority {job.priority}) in queue {queue.name}",
             pool_free_gpu=self.pool_free,
+            fixed_candidates=True,
         )
         if not search(ssn, spec):
             self._gave_up.add(shape)

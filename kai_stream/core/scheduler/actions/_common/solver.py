@@ -21,6 +21,7 @@ from dataclasses import dataclass, replace
 
 from kai_stream.core.scheduler.actions._common.victims import VictimUnit
 from kai_stream.core.scheduler.framework.info import GPU, PENDING, UNIT, JobInfo, NodeInfo, TaskInfo
+from kai_stream.core.scheduler.framework.nodeindex import NodeIndex, _memory_portion
 from kai_stream.core.scheduler.framework.session import PendingInfo, Session
 from kai_stream.core.scheduler.framework.statement import Statement
 
@@ -40,6 +41,9 @@ class SearchSpec:
     max_units: int = 64
     max_tries: int = 24
     pool_free_gpu: int = 0
+    fixed_candidates: bool = False
+    """The candidates do not depend on the evictions made during the search (each unit is its own job's, read
+    from that job alone): the search can then be ruled out before evicting anything (``_no_try``)."""
 
 
 def free_gpu(session: Session) -> int:
@@ -175,6 +179,8 @@ class _Search:
         index.allowed = None
         pending = self.ssn.pending_of(spec.preemptor)
         smallest = min(pending, key=lambda t: (t.gpu_whole * UNIT + t.gpu_frac, t.cpu, t.mem)) if pending else None
+        if spec.fixed_candidates and smallest is not None and _no_try(index, spec, need, smallest):
+            return False
         for unit in spec.candidates():
             if unit.job.key not in jobs:
                 if spec.max_victim_jobs is not None and len(jobs) >= spec.max_victim_jobs:
@@ -205,6 +211,57 @@ class _Search:
             return
         if not self.replay(kept) and not self.replay(taken):
             raise AssertionError("a victim set accepted once must be accepted again")
+
+
+def _no_try(index: NodeIndex, spec: SearchSpec, need: int, smallest: TaskInfo) -> bool:
+    """True when ``_Search.run`` would evict its candidates without ever trying a placement: no unit that brings
+    the freed GPU to ``need`` has a node where ``smallest`` could fit once that unit and those before it are
+    released (within ``max_units`` and ``max_victim_jobs``). Such a search fails and rolls back to where it began,
+    so it is left out (many preemptors of whole GPUs find only victims spread one GPU per node). Walks the units
+    only up to the first that may lead to a try."""
+    freed: dict[int, tuple[list[int], list[int]]] = {}
+    jobs: set[str] = set()
+    total = 0
+    for taken, unit in enumerate(spec.candidates(), start=1):
+        if unit.job.key not in jobs:
+            if spec.max_victim_jobs is not None and len(jobs) >= spec.max_victim_jobs:
+                break
+            jobs.add(unit.job.key)
+        for task in unit.tasks:
+            node = task.node
+            if node is not None:
+                extra = freed.get(node.idx)
+                if extra is None:
+                    extra = freed[node.idx] = ([0] * len(node.healthy), [0, 0])
+                for g in task.gpus:
+                    extra[0][g] += task.gpu_portion
+                extra[1][0] += task.cpu
+                extra[1][1] += task.mem
+        total += unit.gpu
+        if total >= need and any(_may_fit(index, smallest, node, *freed[node.idx]) for node in unit.nodes()):
+            return False
+        if taken >= spec.max_units:
+            break
+    return True
+
+
+def _may_fit(index: NodeIndex, task: TaskInfo, node: NodeInfo, gpu_freed: list[int], host_freed: list[int]) -> bool:
+    """Whether ``task`` might fit on ``node`` once ``gpu_freed`` / ``host_freed`` more are released there: true
+    whenever ``NodeIndex.find_among`` could place it there, now or pipelined (a bound, never a placement)."""
+    if not (node.ready and not node.unschedulable) or index.static(task, node) is not None:
+        return False
+    if node.cpu_free_future() + host_freed[0] < task.cpu or node.mem_free_future() + host_freed[1] < task.mem:
+        return False
+    frees = [
+        UNIT - used + rel + more - pipe if ok else -1
+        for ok, used, rel, pipe, more in zip(
+            node.healthy, node.gpu_used, node.gpu_rel, node.gpu_pipe, gpu_freed, strict=True
+        )
+    ]
+    if task.gpu_whole:
+        return sum(1 for f in frees if f >= UNIT) >= task.gpu_whole
+    portion = task.gpu_frac or (_memory_portion(task, node) if task.gpu_mem_mib else 0)
+    return portion == 0 or any(f >= portion for f in frees)
 
 
 def awaiting(session: Session, job: JobInfo) -> bool:

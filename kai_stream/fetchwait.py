@@ -7,8 +7,9 @@ back empty with a 5 ms wait, full with 50 ms). A consumer with the short wait th
 end (Tansu never answers a fetch before its wait expires) then refetches the same records forever while the
 broker burns CPU: the stalls of the pipeline benchmark past ~6,000 pods.
 
-``FetchWaitGovernor`` watches a consumer's fetch responses: a partition answered with no records while its
-high-watermark is past the fetch offset doubles the wait (up to ``max_ms``); an answer with records shrinks it
+``FetchWaitGovernor`` watches a consumer's fetch responses: two answers in a row with no records while the
+partition's high-watermark is past the fetch offset double the wait (up to ``max_ms``; one alone may be records
+that arrived after the broker looked, which the next fetch gets); an answer with records shrinks it
 by a tenth (a consumer that keeps up with a steady stream is never answered empty at the end, and the broker's
 work per fetch falls again once it has caught up), and an answer empty at the high-watermark (caught up)
 resets it to ``base_ms``. On real Kafka a starved empty answer does not happen and the wait stays at its base.
@@ -39,6 +40,7 @@ class FetchWaitGovernor:
         self.wait_ms = base_ms
         self.starved = 0
         """Fetches answered empty although the partition had records past the fetch offset."""
+        self._starved_last = False
         self._consumer: AIOKafkaConsumer | None = None
 
     def attach(self, consumer: AIOKafkaConsumer) -> AIOKafkaConsumer:
@@ -66,6 +68,7 @@ class FetchWaitGovernor:
                 if error_code != 0 or offset is None:
                     continue
                 if part_data and part_data[-1]:
+                    self._starved_last = False
                     self._set(max(self.base_ms, self.wait_ms * 9 // 10))
                     return
                 if highwater > offset:
@@ -74,8 +77,11 @@ class FetchWaitGovernor:
                     caught_up = True
         if starved:
             self.starved += 1
-            self._set(min(self.max_ms, max(2 * self.wait_ms, 2 * self.base_ms, 10)))
+            if self._starved_last:
+                self._set(min(self.max_ms, max(2 * self.wait_ms, 2 * self.base_ms, 10)))
+            self._starved_last = True
         elif caught_up:
+            self._starved_last = False
             self._set(self.base_ms)
 
     def _set(self, wait_ms: int) -> None:

@@ -23,19 +23,27 @@ def answer(highwater: int, records: bytes | None, error_code: int = 0) -> Simple
     return SimpleNamespace(topics=[("t", [(0, error_code, highwater, highwater, None, records)])])
 
 
-def test_starved_answers_double_the_wait_up_to_the_limit() -> None:
+def test_starved_answers_in_a_row_double_the_wait_up_to_the_limit() -> None:
     governor = FetchWaitGovernor(5, 50)
     waits = []
-    for _ in range(5):
+    for _ in range(6):
         governor.observe(fetch(10), answer(100, None))
         waits.append(governor.wait_ms)
-    assert waits == [10, 20, 40, 50, 50]
-    assert governor.starved == 5
+    assert waits == [5, 10, 20, 40, 50, 50]
+    assert governor.starved == 6
+
+
+def test_one_starved_answer_between_answers_with_records_keeps_the_wait() -> None:
+    governor = FetchWaitGovernor(5, 50)
+    for _ in range(3):
+        governor.observe(fetch(10), answer(100, None))
+        governor.observe(fetch(10), answer(100, b"batch"))
+    assert governor.wait_ms == 5
 
 
 def test_records_shrink_the_wait_and_caught_up_resets_it() -> None:
     governor = FetchWaitGovernor(5, 1000)
-    for _ in range(6):
+    for _ in range(7):
         governor.observe(fetch(10), answer(100, None))
     assert governor.wait_ms == 320
     governor.observe(fetch(10), answer(100, b"batch"))

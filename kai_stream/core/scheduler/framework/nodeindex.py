@@ -39,6 +39,10 @@ class Placement:
     waiting_for: tuple[str, ...] = ()
 
 
+_UNKNOWN = object()
+"""``NodeIndex._static``'s answer for a (signature, node class) not evaluated yet."""
+
+
 def _eligible(node: NodeInfo) -> bool:
     return node.ready and not node.unschedulable
 
@@ -196,6 +200,14 @@ class NodeIndex:
                 return found
         return None
 
+    def fits_among(self, task: TaskInfo, nodes: list[NodeInfo]) -> bool:
+        """Whether ``find_among`` would find a placement (without naming the releasing pods it would wait for)."""
+        for future in (False, True):
+            for node in nodes:
+                if self._fit_on(task, node, future=future) is not None:
+                    return True
+        return False
+
     def find_free(self, task: TaskInfo) -> Placement | None:
         """Best placement on free capacity only (no pipelining)."""
         return self._find_now(task)
@@ -266,7 +278,10 @@ class NodeIndex:
 
     def _fit_on(self, task: TaskInfo, node: NodeInfo, *, future: bool) -> Placement | None:
         """The placement of ``task`` on one node, or None; GPUs chosen by the GPU strategy."""
-        if not _eligible(node) or self.static(task, node) is not None:
+        if not node.ready or node.unschedulable:
+            return None
+        static = self._static.get((task.sig, node.class_id), _UNKNOWN)
+        if static is not None and (static is not _UNKNOWN or self.static(task, node) is not None):
             return None
         if self.allowed is not None and node.idx not in self.allowed:
             return None
@@ -275,20 +290,17 @@ class NodeIndex:
                 return None
         elif node.cpu_free_now() < task.cpu or node.mem_free_now() < task.mem:
             return None
-        healthy = node.healthy
         if task.gpu_whole:
             if not future and node.free_whole < task.gpu_whole:
                 return None
-            frees = _gpu_free(node, future)
-            free = [g for g, (ok, f) in enumerate(zip(healthy, frees, strict=True)) if ok and f == UNIT]
+            free = [g for g, f in enumerate(_gpu_free(node, future)) if f == UNIT and node.healthy[g]]
             if len(free) < task.gpu_whole:
                 return None
             return Placement(node, tuple(free[: task.gpu_whole]), UNIT, pipelined=future)
         portion = task.gpu_frac or (_memory_portion(task, node) if task.gpu_mem_mib else 0)
         if portion == 0:
             return Placement(node, (), 0, pipelined=future)
-        frees = _gpu_free(node, future)
-        fitting = [(f, g) for g, (ok, f) in enumerate(zip(healthy, frees, strict=True)) if ok and f >= portion]
+        fitting = [(f, g) for g, f in enumerate(_gpu_free(node, future)) if f >= portion and node.healthy[g]]
         if not fitting:
             return None
         spread = self.ssn.hooks.gpu_strategy == "spread"

@@ -189,7 +189,7 @@ class _Search:
             self.evict(unit)
             taken.append(unit)
             freed += unit.gpu
-            useless = smallest is not None and index.find_among(smallest, unit.nodes()) is None
+            useless = smallest is not None and not index.fits_among(smallest, unit.nodes())
             if freed < need or useless:
                 if len(taken) >= spec.max_units:
                     break

@@ -15,8 +15,8 @@ Definitions (what every number in the summary means):
 
 Speed: bulk rows (pods, binds, outcomes) are read through typed columns only (``phase``, ``job``,
 ``preemptor``, ``shares``; never ``value``), and per pod everything is one ``group_by`` of one filtered scan
-(``pod_table``). JSON ``value`` is decoded only for the few node and queue rows. Segments written
-before the typed columns existed get them extracted from ``value`` (slower, same figures).
+(``pod_table``) by the pod's hashed uid (``keys``). JSON ``value`` is decoded only for the few node and queue
+rows. Segments written before the typed columns existed get them extracted from ``value`` (slower, same figures).
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from pathlib import Path
 
 import polars as pl
 
+from kai_stream.analytics.keys import HASHED, Keys
 from kai_stream.history.schema import HISTORY_SCHEMA, HISTORY_V2_COLUMNS
 
 __all__ = [
@@ -160,7 +161,7 @@ def only_results(lf: pl.LazyFrame) -> pl.LazyFrame:
     )
 
 
-_POD_COLUMNS = ("uid", "ts", "order", "rank", "hold", "finish", "node", "gpu_milli")
+_POD_COLUMNS = ("ts", "order", "rank", "hold", "finish", "node", "gpu_milli")
 
 
 def pod_rows(lf: pl.LazyFrame) -> pl.LazyFrame:
@@ -178,42 +179,46 @@ def pod_rows(lf: pl.LazyFrame) -> pl.LazyFrame:
     )
 
 
-def pod_stream(lf: pl.LazyFrame, only_results: pl.LazyFrame | None = None) -> pl.LazyFrame:
+def pod_stream(lf: pl.LazyFrame, only_results: pl.LazyFrame | None = None, keys: Keys = HASHED) -> pl.LazyFrame:
     """One filtered scan of every row ``pod_table`` needs: the cluster-events pod rows of ``pod_rows``,
     ``BindRequested`` decisions (rank 1, hold null) and queue labels of pending observations (``label``), then
-    ``only_results`` (outcomes only on bind-results) when given. Columns: those of ``pod_rows`` and queue, job,
-    label."""
+    ``only_results`` (outcomes only on bind-results) when given. Columns: those of ``pod_rows`` with the uid as
+    ``pod`` (its key) and ``pod_check``, and the decided queue, job (key) with ``job_check``, label queue."""
     kind = pl.col("type")
     pod = _pod_kinds()
     decision = kind == "BindRequested"
     label = ((kind == "PodObserved") & pl.col("node").is_null() & (pl.col("queue") != "")).fill_null(False)
     state = _pod_state()
     main = lf.filter(pod | decision | label).select(
-        "uid",
-        "ts",
+        pod=keys.key("uid"),
+        pod_check=keys.check("uid"),
+        ts="ts",
         order=state["order"],
         rank=pl.when(pod).then(state["rank"]).when(decision).then(pl.lit(1, pl.Int8)),
         hold=pl.when(pod).then(state["hold"]),
         finish=state["finish"],
-        node=pl.col("node").cast(pl.Categorical),
+        node=pl.when(pod).then(pl.col("node")).cast(pl.Categorical),
         gpu_milli="gpu_milli",
         decided_queue=pl.when(decision).then(pl.col("queue")).cast(pl.Categorical),
         label_queue=pl.when(label).then(pl.col("queue")).cast(pl.Categorical),
-        job=pl.when(decision).then(pl.col("job")),
+        job=pl.when(decision).then(keys.key("job")),
+        job_check=pl.when(decision).then(keys.check("job")),
     )
     if only_results is None:
-        return main
+        return main.with_row_index("row")
     results = only_results.select(
-        "uid",
-        "ts",
+        pod=keys.key("uid"),
+        pod_check=keys.check("uid"),
+        ts="ts",
         **state,
         node=pl.col("node").cast(pl.Categorical),
         gpu_milli="gpu_milli",
         decided_queue=pl.lit(None, pl.Categorical),
         label_queue=pl.lit(None, pl.Categorical),
-        job=pl.lit(None, pl.Utf8),
+        job=pl.lit(None, main.collect_schema()["job"]),
+        job_check=pl.lit(None, pl.UInt64),
     )
-    return pl.concat([main, results], how="vertical")
+    return pl.concat([main, results], how="vertical").with_row_index("row")
 
 
 def result_ids(lf: pl.LazyFrame) -> pl.LazyFrame:
@@ -221,11 +226,12 @@ def result_ids(lf: pl.LazyFrame) -> pl.LazyFrame:
     return lf.filter((pl.col("topic") == BIND_RESULTS) & pl.col("type").is_in(OUTCOME_TYPES)).select("id")
 
 
-def pod_table(stream: pl.LazyFrame) -> pl.LazyFrame:
-    """Per pod, assuming one run (true unless ``restarted``): submit, start, end, whether the end is a finish,
-    node, GPU request, first bind decision time, queue (first bind decision's, else the first label, else
-    "(none)") and job. A pod evicted, whose bind failed, or observed pending more than once is ``restarted``
-    and gets replayed row by row by ``lifecycle``.
+def pod_table(stream: pl.LazyFrame, keys: Keys = HASHED) -> pl.LazyFrame:
+    """Per pod (key ``pod``), assuming one run (true unless ``restarted``): submit, start, end, whether the end
+    is a finish, node, GPU request, first bind decision time, queue (first bind decision's, else the first label,
+    else "(none)"), job, and ``clash`` (two uids share the key, see ``keys``). A pod evicted, whose bind failed,
+    or observed pending more than once is ``restarted`` (one sum: pending observations plus twice such releases
+    reaches 2) and gets replayed row by row by ``lifecycle``.
     """
     rank, hold = pl.col("rank"), pl.col("hold")
     pending, held, released, decision = rank == 0, hold == 1, (hold == 0) & (rank >= 3), rank == 1
@@ -233,69 +239,78 @@ def pod_table(stream: pl.LazyFrame) -> pl.LazyFrame:
     def where(cond: pl.Expr, column: str | pl.Expr) -> pl.Expr:
         return pl.when(cond).then(column)
 
-    per_pod = stream.group_by("uid").agg(
+    interrupted = (released & (rank == 4) & pl.col("finish").not_()).fill_null(False)
+    per_pod = stream.group_by("pod").agg(
+        *Keys.group_check("pod_check"),
         submit=where(pending, "ts").min(),
-        pendings=pending.sum(),
+        restarts=(pending.cast(pl.UInt32) + 2 * interrupted.cast(pl.UInt32)).sum(),
         asked_gpu=where(pending, "gpu_milli").max(),
         start=where(held, "ts").min(),
         node=where(held, "node").first(ignore_nulls=True),
         held_gpu=where(held, "gpu_milli").max(),
         end=where(released, "ts").min(),
         finished=(released & pl.col("finish")).any(),
-        interrupted=(released & (rank == 4) & pl.col("finish").not_()).any(),
         decided=where(decision, "ts").min(),
         decided_queue=pl.col("decided_queue").first(ignore_nulls=True),
-        job=pl.col("job").first(ignore_nulls=True),
+        job=keys.first("job"),
+        job_check=keys.first("job_check"),
         label_queue=pl.col("label_queue").first(ignore_nulls=True),
     )
     any_pod_row = pl.any_horizontal(pl.col("submit", "start", "end").is_not_null())
     return per_pod.filter(any_pod_row).select(
-        "uid",
-        "submit",
-        "start",
+        "pod",
+        "pod_check",
+        clash=Keys.clash("pod_check"),
+        submit="submit",
+        start="start",
         end=pl.when(pl.col("end") >= pl.col("start")).then(pl.col("end")),
         finished="finished",
         node="node",
         gpu_milli=pl.coalesce("held_gpu", "asked_gpu"),
-        restarted=pl.col("interrupted") | (pl.col("pendings") > 1),
+        restarted=pl.col("restarts") >= 2,
         decided="decided",
         queue=pl.coalesce("decided_queue", "label_queue", pl.lit("(none)", pl.Categorical)),
-        job="job",
+        job=keys.unpack("job"),
+        job_check=keys.unpack("job_check"),
     )
 
 
-def lifecycle(rows: pl.LazyFrame) -> pl.LazyFrame:
-    """Pod rows in log order (time, then offset) with per-pod state: change (hold minus the pod's previous hold),
-    node and gpu_milli carried forward. Window functions per pod: use it on the pods that restarted only.
+def lifecycle(rows: pl.LazyFrame, by: str = "uid") -> pl.LazyFrame:
+    """Pod rows in log order (time, then offset) with per-pod state (pods told apart by column ``by``): change
+    (hold minus the pod's previous hold), node and gpu_milli carried forward. Window functions per pod: use it on
+    the pods that restarted only.
     """
-    ordered = rows.select(_POD_COLUMNS).sort("ts", "order")
+    ordered = rows.select(by, *_POD_COLUMNS).sort("ts", "order")
     return ordered.with_columns(
-        change=(pl.col("hold") - pl.col("hold").shift(1, fill_value=0).over("uid")).cast(pl.Int8),
-        node=pl.col("node").forward_fill().over("uid"),
-        gpu_milli=pl.col("gpu_milli").forward_fill().over("uid"),
+        change=(pl.col("hold") - pl.col("hold").shift(1, fill_value=0).over(by)).cast(pl.Int8),
+        node=pl.col("node").forward_fill().over(by),
+        gpu_milli=pl.col("gpu_milli").forward_fill().over(by),
     )
 
 
 def pods(per_pod: pl.DataFrame, complex_life: pl.DataFrame) -> pl.DataFrame:
-    """Per pod: submit (first pending observation), first bind, last finish, GPU request, queue, job, and the
-    columns ``allocation_steps`` needs (node, start, end, restarted)."""
+    """Per pod (key ``pod``, lifecycles of ``complex_life`` by ``pod``): submit (first pending observation), first
+    bind, last finish, GPU request, queue, job, and the columns ``allocation_steps`` needs (node, start, end,
+    restarted)."""
     restarted = pl.col("restarted")
     if complex_life.height:
-        replayed = complex_life.group_by("uid").agg(
+        replayed = complex_life.group_by("pod").agg(
             first_start=pl.col("ts").filter(pl.col("change") == 1).min(),
             last_finish=pl.col("ts").filter((pl.col("change") == -1) & pl.col("finish")).max(),
         )
-        per_pod = per_pod.join(replayed, on="uid", how="left", maintain_order="left")
+        per_pod = per_pod.join(replayed, on="pod", how="left", maintain_order="left")
     else:
         per_pod = per_pod.with_columns(first_start=pl.lit(None, pl.Float64), last_finish=pl.lit(None, pl.Float64))
     return per_pod.select(
-        "uid",
+        "pod",
+        "pod_check",
         "submit",
         bind=pl.min_horizontal(pl.when(restarted).then(pl.col("first_start")).otherwise(pl.col("start")), "decided"),
         finish=pl.when(restarted).then(pl.col("last_finish")).otherwise(pl.when(pl.col("finished")).then("end")),
         gpu_milli="gpu_milli",
         queue="queue",
         job="job",
+        job_check="job_check",
         node="node",
         start="start",
         end="end",
@@ -303,9 +318,13 @@ def pods(per_pod: pl.DataFrame, complex_life: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def allocation_steps(pods_df: pl.DataFrame, complex_life: pl.DataFrame) -> pl.DataFrame:
+def allocation_steps(pods_df: pl.DataFrame, complex_life: pl.DataFrame) -> pl.LazyFrame:
     """The rows that change allocation, unsorted: ts, node, queue, GPU delta (milli)."""
-    simple = pods_df.filter(pl.col("restarted").not_() & pl.col("start").is_not_null())
+    simple = (
+        pods_df.lazy()
+        .select("node", "queue", "start", "end", "gpu_milli", "restarted")
+        .filter(pl.col("restarted").not_() & pl.col("start").is_not_null())
+    )
     gpu = pl.col("gpu_milli").fill_null(0)
     parts = [
         simple.select("node", "queue", ts="start", delta=gpu),
@@ -313,10 +332,10 @@ def allocation_steps(pods_df: pl.DataFrame, complex_life: pl.DataFrame) -> pl.Da
     ]
     if complex_life.height:
         changes = complex_life.filter(pl.col("change") != 0).join(
-            pods_df.select("uid", "queue"), on="uid", how="left", maintain_order="left"
+            pods_df.select("pod", "queue"), on="pod", how="left", maintain_order="left"
         )
         node = pl.col("node").cast(pods_df.schema["node"])
-        parts.append(changes.select(node, "queue", "ts", delta=pl.col("change").cast(pl.Int64) * gpu))
+        parts.append(changes.lazy().select(node, "queue", "ts", delta=pl.col("change").cast(pl.Int64) * gpu))
     return pl.concat(parts, how="vertical")
 
 

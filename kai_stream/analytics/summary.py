@@ -1,11 +1,13 @@
 """The history summary: per-queue and cluster figures, plus time series for the report plots.
 
 One ``pl.collect_all`` of lazy scans (the per-pod table is one ``group_by`` over one filtered scan, see
-``frames.pod_table``; the small queries read only their rows' columns), then eager frames of pods and
-allocation steps (queue and node as categoricals). Common-subplan elimination is off for that collect_all:
-sharing the scan made polars materialise the union of every query's columns for all rows (``value`` included),
-about 3x the CPU of the separate scans. Definitions of every figure are in ``kai_stream.analytics.frames``.
-Averages over time are time-weighted over [first pod submit, last event].
+``frames.pod_table``; the small queries read only their rows' columns), then two more of the per-pod frame,
+allocation steps and jobs (queue and node as categoricals), each query selecting only the columns it reads.
+Common-subplan elimination is off for the first collect_all: sharing the scan made polars materialise the union
+of every query's columns for all rows (``value`` included), about 3x the CPU of the separate scans. Pods and jobs
+are grouped by hashed keys (``keys``); when two uids or job names share one, the summary is computed again on
+the texts. Definitions of every figure are in ``kai_stream.analytics.frames``. Averages over time are
+time-weighted over [first pod submit, last event].
 """
 
 from __future__ import annotations
@@ -18,8 +20,10 @@ from typing import Any
 import polars as pl
 
 from kai_stream.analytics import frames as F
+from kai_stream.analytics.keys import HASHED, TEXT, Keys
 
 __all__ = ["Summary", "jain_index", "summarize"]
+
 
 @dataclass
 class Summary:
@@ -83,12 +87,11 @@ def _stranded(steps: pl.DataFrame, caps: pl.DataFrame) -> pl.LazyFrame:
     def free_on_partly_used(used: pl.Expr) -> pl.Expr:
         return pl.when((used > 0) & (used < pl.col("cap"))).then(pl.col("cap") - used).otherwise(0)
 
+    named = caps.filter(pl.col("node").is_not_null())
+    cap = pl.col("node").replace_strict(named["node"].cast(pl.Categorical), named["cap"], default=None)
     per_node = (
         steps.lazy()
-        .select("ts", "node", "delta")
-        .join(
-            caps.lazy().select(pl.col("node").cast(pl.Categorical), "cap"), on="node", how="left", maintain_order="left"
-        )
+        .select("ts", "node", "delta", cap=cap)
         .with_columns(used=pl.col("delta").cum_sum().over("node"))
         .select(
             "ts",
@@ -98,7 +101,7 @@ def _stranded(steps: pl.DataFrame, caps: pl.DataFrame) -> pl.LazyFrame:
     return per_node.select("ts", stranded=pl.col("fdelta").cum_sum())
 
 
-def _queue_quantiles(frame: pl.DataFrame, column: str) -> pl.LazyFrame:
+def _queue_quantiles(frame: pl.DataFrame | pl.LazyFrame, column: str) -> pl.LazyFrame:
     return (
         frame.lazy()
         .group_by("queue")
@@ -161,11 +164,18 @@ def _series(
 
 def summarize(directory: str | Path, *, bins: int = 400) -> Summary:
     """Read the history under ``directory`` and compute the summary (see module docs for definitions)."""
+    summary = _summarize(directory, bins, HASHED) or _summarize(directory, bins, TEXT)
+    assert summary is not None, "texts as keys never clash"
+    return summary
+
+
+def _summarize(directory: str | Path, bins: int, keys: Keys) -> Summary | None:
+    """The summary with pods and jobs told apart by ``keys``; None when two of them share a key."""
     lf = F.scan(directory)
-    stream = F.pod_stream(lf)
+    stream = F.pod_stream(lf, keys=keys)
     per_pod, result_ids, totals, caps, pending, evictions, shares_raw, queue_rows = pl.collect_all(
         [
-            F.pod_table(stream),
+            F.pod_table(stream, keys),
             F.result_ids(lf),
             lf.select(events=pl.len(), last=pl.col("ts").max()),
             F.node_capacity(lf),
@@ -182,54 +192,71 @@ def summarize(directory: str | Path, *, bins: int = 400) -> Summary:
     if result_ids.height:
         only_results = F.only_results(lf).collect()
         if only_results.height:
-            stream = F.pod_stream(lf, only_results.lazy())
-            per_pod = F.pod_table(stream).collect()
-    restarted = per_pod.filter("restarted")["uid"]
+            stream = F.pod_stream(lf, only_results.lazy(), keys)
+            per_pod = F.pod_table(stream, keys).collect()
+    if per_pod["clash"].any():
+        return None
+    restarted = per_pod.filter("restarted")["pod"]
     complex_life = pl.DataFrame()
     if restarted.len():
-        replay = stream.filter(pl.col("hold").is_not_null() & pl.col("uid").is_in(restarted.implode()))
-        complex_life = F.lifecycle(replay).collect()
+        replay = stream.filter(pl.col("hold").is_not_null() & pl.col("pod").is_in(restarted.implode()))
+        complex_life = F.lifecycle(replay, by="pod").collect()
     pods_df = F.pods(per_pod, complex_life).with_columns(pl.col("queue", "node").cast(pl.Categorical))
-    steps = F.allocation_steps(pods_df, complex_life)
     notes: list[str] = []
     capacity = int(caps["cap"].sum() or 0)
     start = float(pods_df["submit"].min() or 0.0)  # type: ignore[arg-type]
     end = float(totals["last"][0] or 0.0)
     span = max(end - start, 0.0)
 
-    pods_full = pods_df.with_columns(
-        job=pl.coalesce("job", "uid"),
+    evictions = evictions.with_columns(preemptor=keys.key("preemptor"), preemptor_check=keys.check("preemptor"))
+    preemptors = evictions["preemptor"].drop_nulls().unique().implode()
+    pods_full = pods_df.lazy().select(
+        "pod",
+        "pod_check",
+        "submit",
+        "bind",
+        "finish",
+        job=pl.coalesce("job", "pod"),
+        job_check=pl.coalesce("job_check", "pod_check"),
         queue=pl.col("queue").fill_null("(none)"),
         delay=pl.col("bind") - pl.col("submit"),
     )
-    steps, jobs = pl.collect_all(
+    steps, jobs, delays, pods_by_queue, pod_counts, by_uid = pl.collect_all(
         [
-            steps.lazy()
-            .sort("ts", maintain_order=True)
+            F.allocation_steps(pods_df, complex_life)
+            .sort("ts")
             .with_columns(alloc=pl.col("delta").cum_sum(), queue_alloc=pl.col("delta").cum_sum().over("queue")),
-            pods_full.lazy()
-            .group_by("job")
-            .agg(
+            pods_full.group_by("job").agg(
+                *Keys.group_check("job_check"),
                 queue=pl.col("queue").first(),
                 submit=pl.col("submit").min(),
                 finish=pl.col("finish").max(),
                 done=pl.col("finish").is_not_null().all(),
                 pods=pl.len(),
             ),
+            pods_full.select("queue", "delay").filter(pl.col("delay").is_not_null()),
+            pods_full.group_by("queue").len(),
+            pods_full.select(pods=pl.len(), never_bound=pl.col("bind").is_null().sum()),
+            pods_full.filter(pl.col("pod").is_in(preemptors)).select(
+                preemptor="pod", preemptor_check="pod_check", uid_queue="queue"
+            ),
         ]
     )
+    if jobs.select(Keys.clash("job_check").any()).item():
+        return None
     steps = steps.rechunk()  # one chunk, as the sums of the step averages were taken before (same rounding)
-    done = jobs.filter(pl.col("done") & pl.col("submit").is_not_null()).with_columns(
-        jct=pl.col("finish") - pl.col("submit")
+    completed = (
+        jobs.lazy()
+        .filter(pl.col("done") & pl.col("submit").is_not_null())
+        .select("queue", jct=pl.col("finish") - pl.col("submit"))
     )
-    delays = pods_full.filter(pl.col("delay").is_not_null())
-    stranded, delay_by_queue, jct_by_queue, pods_by_queue, done_by_queue = pl.collect_all(
+    stranded, delay_by_queue, jct_by_queue, done_by_queue, done = pl.collect_all(
         [
             _stranded(steps, caps),
             _queue_quantiles(delays, "delay"),
-            _queue_quantiles(done, "jct"),
-            pods_full.lazy().group_by("queue").len(),
-            done.lazy().group_by("queue").len(),
+            _queue_quantiles(completed, "jct"),
+            completed.group_by("queue").len(),
+            completed,
         ]
     )
     avg_alloc = F.step_average(steps["ts"], steps["alloc"], start, end) if steps.height else 0.0
@@ -244,12 +271,13 @@ def summarize(directory: str | Path, *, bins: int = 400) -> Summary:
     if not shares.height:
         notes.append("no FairShareRecorded in this history: fair share unknown, deserved from Queue quotas")
 
-    preemptors = evictions["preemptor"].drop_nulls().unique().implode()
-    by_job = jobs.filter(pl.col("job").is_in(preemptors)).select(preemptor="job", preemptor_queue="queue")
-    by_uid = pods_full.filter(pl.col("uid").is_in(preemptors)).select(preemptor="uid", uid_queue="queue")
+    by_job = jobs.filter(pl.col("job").is_in(preemptors)).select(
+        preemptor="job", preemptor_check="job_check", preemptor_queue="queue"
+    )
+    by = ["preemptor", "preemptor_check"]
     evictions = (
-        evictions.join(by_job, on="preemptor", how="left")
-        .join(by_uid, on="preemptor", how="left")
+        evictions.join(by_job, on=by, how="left")
+        .join(by_uid, on=by, how="left")
         .with_columns(preemptor_queue=pl.coalesce("preemptor_queue", "uid_queue"))
     )
     suffered = evictions.group_by("queue", "action").len()
@@ -296,8 +324,8 @@ def summarize(directory: str | Path, *, bins: int = 400) -> Summary:
         "span_h": span / 3600,
         "capacity_gpus": capacity / 1000,
         "nodes": caps.height,
-        "pods": pods_full.height,
-        "pods_never_bound": int(pods_full["bind"].is_null().sum()),
+        "pods": int(pod_counts["pods"][0]),
+        "pods_never_bound": int(pod_counts["never_bound"][0]),
         "jobs": jobs.height,
         "jobs_completed": done.height,
         "avg_allocated_gpus": avg_alloc / 1000,

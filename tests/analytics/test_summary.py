@@ -9,6 +9,7 @@ import pytest
 from analytics_synthetic import write_history
 
 from kai_stream.analytics import jain_index, summarize
+from kai_stream.analytics.keys import Keys
 from kai_stream.history.schema import HISTORY_V2_COLUMNS
 
 
@@ -117,3 +118,22 @@ def test_outcomes_on_bind_results_count_once(summary, tmp_path: Path, results: s
     got["cluster"] = {k: v for k, v in got["cluster"].items() if k != "events"}
     want["cluster"] = {k: v for k, v in want["cluster"].items() if k != "events"}
     assert got == want
+
+
+@pytest.mark.parametrize("column", ["uid", "job"])
+def test_texts_sharing_a_key_are_summarized_by_the_texts(
+    summary, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, column: str
+) -> None:  # type: ignore[no-untyped-def]
+    hashed_key = Keys.key
+    used: set[bool] = set()
+
+    def one_key_for(self: Keys, name: str) -> pl.Expr:
+        used.add(self.hashed)
+        if self.hashed and name == column:
+            return pl.when(pl.col(name).is_not_null()).then(pl.lit(1, pl.UInt64))
+        return hashed_key(self, name)
+
+    monkeypatch.setattr(Keys, "key", one_key_for)
+    write_history(tmp_path)
+    assert summarize(tmp_path, bins=50).to_json() == summary.to_json()
+    assert used == {True, False}

@@ -13,7 +13,9 @@ time-weighted over [first pod submit, last event].
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -27,14 +29,19 @@ __all__ = ["Summary", "jain_index", "summarize"]
 
 @dataclass
 class Summary:
-    """Everything ``analyze`` prints; ``series`` holds the sampled time series for plots (not in JSON)."""
+    """Everything ``analyze`` prints; ``series`` holds the sampled time series for plots (not in JSON), sampled
+    by ``sample`` when first read: only a report draws them."""
 
     cluster: dict[str, Any]
     queues: list[dict[str, Any]]
     pending_reasons: list[dict[str, Any]]
     evictions: list[dict[str, Any]]
     notes: list[str] = field(default_factory=list)
-    series: dict[str, pl.DataFrame] = field(default_factory=dict)
+    sample: Callable[[], dict[str, pl.DataFrame]] = field(default=dict, repr=False)
+
+    @cached_property
+    def series(self) -> dict[str, pl.DataFrame]:
+        return self.sample()
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -345,5 +352,8 @@ def _summarize(directory: str | Path, bins: int, keys: Keys) -> Summary | None:
     eviction_rows = [
         {"queue": q, "action": a, "count": int(n)} for q, a, n in suffered.sort("queue", "action").iter_rows()
     ]
-    series = _series(steps, stranded, shares, start, end, bins) if span > 0 and steps.height else {}
+
+    def series() -> dict[str, pl.DataFrame]:
+        return _series(steps, stranded, shares, start, end, bins) if span > 0 and steps.height else {}
+
     return Summary(cluster, queues, pending_reasons, eviction_rows, notes, series)

@@ -1,5 +1,6 @@
-"""Victim searches left out before they evict anything (``solver._no_try``) change no decision: the cycle gives
-the same decisions, byte for byte, with the shortcut and with every search run in full."""
+"""Evictions a victim search with fixed candidates (preempt's) leaves for later, while even an upper bound says
+the preemptor cannot fit (``solver._Released.may_fit``), change no decision: the cycle gives the same decisions,
+byte for byte, as when every unit is evicted as soon as it is taken and checked exactly."""
 
 from __future__ import annotations
 
@@ -83,34 +84,31 @@ def _decisions(state: ClusterState) -> list[bytes]:
     return [dumps(d) for d in made]
 
 
-@pytest.mark.parametrize("seed", range(12))
-def test_ruled_out_searches_change_nothing(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
-    state = _state(seed)
+def _spied(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
     answers: list[bool] = []
-    real = solver._no_try
+    real = solver._Released.may_fit
 
     def spy(*args: Any) -> bool:
         answer = real(*args)
         answers.append(answer)
         return answer
 
-    monkeypatch.setattr(solver, "_no_try", spy)
-    shortcut = _decisions(state)
-    monkeypatch.setattr(solver, "_no_try", lambda *args: False)
-    assert _decisions(state) == shortcut
+    monkeypatch.setattr(solver._Released, "may_fit", spy)
+    return answers
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_deferred_evictions_change_nothing(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    state = _state(seed)
+    answers = _spied(monkeypatch)
+    deferred = _decisions(state)
+    monkeypatch.setattr(solver._Released, "may_fit", lambda *args: True)
+    assert _decisions(state) == deferred
     assert answers
 
 
-def test_some_searches_are_ruled_out(monkeypatch: pytest.MonkeyPatch) -> None:
-    answers: list[bool] = []
-    real = solver._no_try
-
-    def spy(*args: Any) -> bool:
-        answer = real(*args)
-        answers.append(answer)
-        return answer
-
-    monkeypatch.setattr(solver, "_no_try", spy)
+def test_some_evictions_are_never_made(monkeypatch: pytest.MonkeyPatch) -> None:
+    answers = _spied(monkeypatch)
     for seed in range(12):
         _decisions(_state(seed))
     assert True in answers and False in answers

@@ -146,9 +146,12 @@ class _Reclaim:
         leaf = reclaimer.queue
         assert leaf is not None
 
+        def ancestors_over(taken: list[VictimUnit]) -> bool:
+            return reclaimer.preemptible and any(over(q, request, q.fair_share) for q in leaf.ancestry()[1:])
+
         def validate(taken: list[VictimUnit]) -> bool:
             losers = {q.name for u in taken if u.job.queue is not None for q in u.job.queue.ancestry()}
-            if reclaimer.preemptible and any(over(q, request, q.fair_share) for q in leaf.ancestry()[1:]):
+            if ancestors_over(taken):
                 return False
             for side in leaf.ancestry():
                 siblings = side.parent.children if side.parent is not None else self.ssn.roots
@@ -176,6 +179,7 @@ class _Reclaim:
             preemptor=reclaimer,
             candidates=lambda: self.candidates(reclaimer, request),
             validate=validate,
+            doomed=ancestors_over,
             details=details,
             reason=f"reclaimed for {reclaimer.key} (queue {leaf.name} within fair share)",
             pool_free_gpu=self.pool_free,

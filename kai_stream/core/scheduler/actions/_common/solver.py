@@ -41,9 +41,12 @@ class SearchSpec:
     max_units: int = 64
     max_tries: int = 24
     pool_free_gpu: int = 0
+    doomed: Callable[[list[VictimUnit]], bool] | None = None
+    """A refusal of ``validate`` known before the preemptor is placed (what it reads only gets worse as the
+    placement adds to the queues' allocations): a try it answers True for is failed without placing."""
     fixed_candidates: bool = False
     """The candidates do not depend on the evictions made during the search (each unit is its own job's, read
-    from that job alone): the search can then be ruled out before evicting anything (``_no_try``)."""
+    from that job alone): its evictions can then wait until a try may follow (``_Search.worth_a_try``)."""
 
 
 def free_gpu(session: Session) -> int:
@@ -112,6 +115,8 @@ class _Search:
         self.placed: list[TaskInfo] = []
         self.moved: list[TaskInfo] = []
         self.near: dict[str, NodeInfo] = {}
+        self.evicted = 0
+        """How many units of the current victim set are evicted (a prefix; see ``worth_a_try``)."""
 
     def evict(self, unit: VictimUnit) -> None:
         spec = self.spec
@@ -123,6 +128,8 @@ class _Search:
     def attempt(self, taken: list[VictimUnit]) -> bool:
         """Place the preemptor (and the moved victims) on the current evictions; keep it only if accepted."""
         spec = self.spec
+        if spec.doomed is not None and spec.doomed(taken):
+            return False
         checkpoint = self.stmt.checkpoint()
         placed = place_job(self.ssn, self.stmt, spec.preemptor, list(self.near.values()))
         if placed is not None:
@@ -136,8 +143,8 @@ class _Search:
     def replay(self, units: list[VictimUnit]) -> bool:
         self.stmt.discard()
         self.near = {}
-        for unit in units:
-            self.evict(unit)
+        self.evicted = 0
+        self.catch_up(units)
         return self.attempt(units)
 
     def commit(self) -> None:
@@ -175,34 +182,51 @@ class _Search:
         jobs: set[str] = set()
         freed = 0
         tries = 0
-        index = self.ssn.index
-        index.allowed = None
+        self.ssn.index.allowed = None
         pending = self.ssn.pending_of(spec.preemptor)
         smallest = min(pending, key=lambda t: (t.gpu_whole * UNIT + t.gpu_frac, t.cpu, t.mem)) if pending else None
-        if spec.fixed_candidates and smallest is not None and _no_try(index, spec, need, smallest):
-            return False
+        bound = _Released() if spec.fixed_candidates else None
         for unit in spec.candidates():
             if unit.job.key not in jobs:
                 if spec.max_victim_jobs is not None and len(jobs) >= spec.max_victim_jobs:
                     break
                 jobs.add(unit.job.key)
-            self.evict(unit)
             taken.append(unit)
             freed += unit.gpu
-            useless = smallest is not None and not index.fits_among(smallest, unit.nodes())
-            if freed < need or useless:
-                if len(taken) >= spec.max_units:
+            if bound is None:
+                self.catch_up(taken)
+            else:
+                bound.add(unit)
+            if freed >= need and self.worth_a_try(unit, smallest, bound, taken):
+                tries += 1
+                if self.attempt(taken):
+                    self.prune(taken)
+                    self.commit()
+                    return True
+                if tries >= spec.max_tries or len(taken) >= spec.max_units:
                     break
-                continue
-            tries += 1
-            if self.attempt(taken):
-                self.prune(taken)
-                self.commit()
-                return True
-            if tries >= spec.max_tries or len(taken) >= spec.max_units:
+            elif len(taken) >= spec.max_units:
                 break
         self.stmt.discard()
         return False
+
+    def catch_up(self, taken: list[VictimUnit]) -> None:
+        """Evict the units of ``taken`` not evicted yet, in order."""
+        for unit in taken[self.evicted :]:
+            self.evict(unit)
+        self.evicted = len(taken)
+
+    def worth_a_try(
+        self, unit: VictimUnit, smallest: TaskInfo | None, bound: _Released | None, taken: list[VictimUnit]
+    ) -> bool:
+        """Whether the preemptor's smallest pod fits on the last unit's nodes once ``taken`` is evicted (the
+        evictions are made here). With fixed candidates the evictions wait for this question, and are not made
+        while even ``bound`` says no: a search that never gets to a try then evicts nothing (many preemptors of
+        whole GPUs find only victims spread one GPU per node)."""
+        if smallest is not None and bound is not None and not bound.may_fit(self.ssn.index, smallest, unit.nodes()):
+            return False
+        self.catch_up(taken)
+        return smallest is None or self.ssn.index.fits_among(smallest, unit.nodes())
 
     def prune(self, taken: list[VictimUnit]) -> None:
         used = {t.node.name for t in self.placed if t.node is not None}
@@ -213,36 +237,31 @@ class _Search:
             raise AssertionError("a victim set accepted once must be accepted again")
 
 
-def _no_try(index: NodeIndex, spec: SearchSpec, need: int, smallest: TaskInfo) -> bool:
-    """True when ``_Search.run`` would evict its candidates without ever trying a placement: no unit that brings
-    the freed GPU to ``need`` has a node where ``smallest`` could fit once that unit and those before it are
-    released (within ``max_units`` and ``max_victim_jobs``). Such a search fails and rolls back to where it began,
-    so it is left out (many preemptors of whole GPUs find only victims spread one GPU per node). Walks the units
-    only up to the first that may lead to a try."""
-    freed: dict[int, tuple[list[int], list[int]]] = {}
-    jobs: set[str] = set()
-    total = 0
-    for taken, unit in enumerate(spec.candidates(), start=1):
-        if unit.job.key not in jobs:
-            if spec.max_victim_jobs is not None and len(jobs) >= spec.max_victim_jobs:
-                break
-            jobs.add(unit.job.key)
+class _Released:
+    """What the units taken so far free per node (GPU per device, then CPU and memory): where the preemptor could
+    fit at best once they are all released, without releasing them."""
+
+    def __init__(self) -> None:
+        self.gpu: dict[int, list[int]] = {}
+        self.host: dict[int, list[int]] = {}
+
+    def add(self, unit: VictimUnit) -> None:
         for task in unit.tasks:
             node = task.node
-            if node is not None:
-                extra = freed.get(node.idx)
-                if extra is None:
-                    extra = freed[node.idx] = ([0] * len(node.healthy), [0, 0])
-                for g in task.gpus:
-                    extra[0][g] += task.gpu_portion
-                extra[1][0] += task.cpu
-                extra[1][1] += task.mem
-        total += unit.gpu
-        if total >= need and any(_may_fit(index, smallest, node, *freed[node.idx]) for node in unit.nodes()):
-            return False
-        if taken >= spec.max_units:
-            break
-    return True
+            if node is None:
+                continue
+            gpu = self.gpu.get(node.idx)
+            if gpu is None:
+                gpu = self.gpu[node.idx] = [0] * len(node.healthy)
+                self.host[node.idx] = [0, 0]
+            for g in task.gpus:
+                gpu[g] += task.gpu_portion
+            host = self.host[node.idx]
+            host[0] += task.cpu
+            host[1] += task.mem
+
+    def may_fit(self, index: NodeIndex, task: TaskInfo, nodes: list[NodeInfo]) -> bool:
+        return any(_may_fit(index, task, node, self.gpu[node.idx], self.host[node.idx]) for node in nodes)
 
 
 def _may_fit(index: NodeIndex, task: TaskInfo, node: NodeInfo, gpu_freed: list[int], host_freed: list[int]) -> bool:

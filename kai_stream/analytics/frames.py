@@ -21,7 +21,9 @@ rows. Segments written before the typed columns existed get them extracted from 
 
 from __future__ import annotations
 
+import functools
 import itertools
+import operator
 from pathlib import Path
 
 import polars as pl
@@ -47,6 +49,11 @@ RELEASE_TYPES = ("PodEvicted", "BindFailed", "PodRemoved")
 OUTCOME_TYPES = ("PodBound", *RELEASE_TYPES)
 CLUSTER = "cluster-events"
 BIND_RESULTS = "bind-results"
+
+
+def _one_of(column: str, values: tuple[str, ...]) -> pl.Expr:
+    """``column`` equals one of ``values``: on 10 M rows, comparisons cost polars less than ``is_in``'s lookups."""
+    return functools.reduce(operator.or_, (pl.col(column) == v for v in values))
 
 
 def _typed(path: str) -> bool:
@@ -130,7 +137,7 @@ def _pod_state() -> dict[str, pl.Expr]:
     4 release), hold (1 while holding GPUs) and finish."""
     kind = pl.col("type")
     on_node = (kind == "PodObserved") & pl.col("node").is_not_null()
-    terminal = on_node & pl.col("phase").is_in(["Succeeded", "Failed"]).fill_null(False)
+    terminal = on_node & _one_of("phase", ("Succeeded", "Failed")).fill_null(False)
     rank = (
         pl.when((kind == "PodObserved") & pl.col("node").is_null())
         .then(0)
@@ -150,12 +157,12 @@ def _pod_state() -> dict[str, pl.Expr]:
 
 
 def _pod_kinds() -> pl.Expr:
-    return (pl.col("topic") == CLUSTER) & pl.col("type").is_in(["PodObserved", *OUTCOME_TYPES])
+    return (pl.col("topic") == CLUSTER) & _one_of("type", ("PodObserved", *OUTCOME_TYPES))
 
 
 def only_results(lf: pl.LazyFrame) -> pl.LazyFrame:
     """Outcomes found only on bind-results (not forwarded to cluster-events)."""
-    outcome = pl.col("type").is_in(OUTCOME_TYPES)
+    outcome = _one_of("type", OUTCOME_TYPES)
     return lf.filter((pl.col("topic") == BIND_RESULTS) & outcome).join(
         lf.filter((pl.col("topic") == CLUSTER) & outcome).select("id"), on="id", how="anti"
     )
@@ -223,7 +230,7 @@ def pod_stream(lf: pl.LazyFrame, only_results: pl.LazyFrame | None = None, keys:
 
 def result_ids(lf: pl.LazyFrame) -> pl.LazyFrame:
     """Ids of the outcomes on bind-results (usually none, or all also on cluster-events)."""
-    return lf.filter((pl.col("topic") == BIND_RESULTS) & pl.col("type").is_in(OUTCOME_TYPES)).select("id")
+    return lf.filter((pl.col("topic") == BIND_RESULTS) & _one_of("type", OUTCOME_TYPES)).select("id")
 
 
 def pod_table(stream: pl.LazyFrame, keys: Keys = HASHED) -> pl.LazyFrame:

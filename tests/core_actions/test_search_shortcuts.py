@@ -1,15 +1,18 @@
 """Evictions a victim search with fixed candidates (preempt's) leaves for later, while even an upper bound says
 the preemptor cannot fit (``solver._Released.may_fit``), change no decision: the cycle gives the same decisions,
-byte for byte, as when every unit is evicted as soon as it is taken and checked exactly."""
+byte for byte, as when every unit is evicted as soon as it is taken and checked exactly. The same for reclaim's
+tries refused before the reclaimer is placed (``SearchSpec.doomed``)."""
 
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 from typing import Any
 
 import pytest
 
 import kai_stream.core.scheduler.actions._common.solver as solver
+import kai_stream.core.scheduler.actions.reclaim as reclaim
 from kai_stream.core.config import SchedulerConfig
 from kai_stream.core.events import (
     AnyEvent,
@@ -112,3 +115,94 @@ def test_some_evictions_are_never_made(monkeypatch: pytest.MonkeyPatch) -> None:
     for seed in range(12):
         _decisions(_state(seed))
     assert True in answers and False in answers
+
+
+def _departments(seed: int, nodes: int = 24, gpus: int = 8) -> ClusterState:
+    """Two departments of three teams; team a-0 holds most GPUs (its department far above its fair share), the
+    other teams' pending 'train' pods (preemptible) reclaim: those of department a are refused while it stays
+    over its share."""
+    rng = random.Random(seed)
+    events: list[AnyEvent] = []
+    for i in range(nodes):
+        spec = NodeSpec(
+            name=f"n{i:02d}", allocatable=Resources(gpu_milli=gpus * 1000, cpu_milli=64_000, memory=256 * GIB)
+        )
+        events.append(NodeObserved(event_id=f"n{i}", ts=0.0, node=spec))
+    total = nodes * gpus * 1000
+    leaves: list[str] = []
+    for d in "ab":
+        res = QueueResources(gpu=QueueResource(quota=total // 2), cpu=QueueResource(quota=-1))
+        events.append(QueueObserved(event_id=f"q{d}", ts=0.0, queue=QueueSpec(name=d, resources=res)))
+        for t in range(3):
+            leaf = QueueResources(
+                gpu=QueueResource(quota=total // 8), cpu=QueueResource(quota=-1), memory=QueueResource(quota=-1)
+            )
+            name = f"{d}-{t}"
+            events.append(
+                QueueObserved(event_id=f"q{name}", ts=0.0, queue=QueueSpec(name=name, parent=d, resources=leaf))
+            )
+            leaves.append(name)
+    uid = 0
+    for i in range(nodes):
+        for g in range(gpus):
+            uid += 1
+            queue = "a-0" if rng.random() < 0.7 else rng.choice(leaves[1:])
+            pod = PodSpec(
+                namespace="t",
+                name=f"run-{uid}",
+                uid=f"u{uid}",
+                queue=queue,
+                requests=Resources(gpu_milli=1000, cpu_milli=1000, memory=GIB),
+                priority_class="train",
+                node_name=f"n{i:02d}",
+                gpu_indices=(g,),
+                phase="Running",
+                created=float(uid),
+                started=float(uid),
+            )
+            events.append(PodObserved(event_id=f"p{uid}", ts=0.0, pod=pod))
+    for k in range(30):
+        uid += 1
+        pod = PodSpec(
+            namespace="t",
+            name=f"pend-{k}",
+            uid=f"u{uid}",
+            queue=rng.choice(leaves[1:]),
+            requests=Resources(gpu_milli=rng.choice([1, 2, 4]) * 1000, cpu_milli=1000, memory=GIB),
+            priority_class="train",
+            created=1000.0 + uid,
+        )
+        events.append(PodObserved(event_id=f"p{uid}", ts=0.0, pod=pod))
+    state = ClusterState()
+    for event in events:
+        apply(state, event, state.offset + 1)
+    return state
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_doomed_tries_change_nothing(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Reclaim's tries refused before placing (``SearchSpec.doomed``) give what placing and validating gave."""
+    state = _departments(seed)
+    answers: list[bool] = []
+    real = reclaim._Reclaim.validator
+
+    def spied(self: reclaim._Reclaim, job: Any, request: list[int]) -> solver.SearchSpec:
+        spec = real(self, job, request)
+        doomed = spec.doomed
+        assert doomed is not None
+
+        def spy(taken: list[Any]) -> bool:
+            answer = doomed(taken)
+            answers.append(answer)
+            return answer
+
+        spec.doomed = spy
+        return spec
+
+    monkeypatch.setattr(reclaim._Reclaim, "validator", spied)
+    shortcut = _decisions(state)
+    monkeypatch.setattr(
+        reclaim._Reclaim, "validator", lambda self, job, request: replace(real(self, job, request), doomed=None)
+    )
+    assert _decisions(state) == shortcut
+    assert True in answers

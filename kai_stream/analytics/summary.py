@@ -63,10 +63,12 @@ def jain_index(values: list[float]) -> float | None:
 
 
 def _quantiles(values: pl.Series) -> dict[str, float | None]:
+    """The average is taken over the sorted values: the rows come out of hash group-bys in no fixed order, and a
+    float sum depends on its order (the last digit of an average would vary from run to run)."""
     if values.len() == 0:
         return {"avg": None, "p50": None, "p90": None, "p99": None}
     return {
-        "avg": float(values.mean()),  # type: ignore[arg-type]
+        "avg": float(values.sort().mean()),  # type: ignore[arg-type]
         "p50": float(values.quantile(0.5, "linear")),  # type: ignore[arg-type]
         "p90": float(values.quantile(0.9, "linear")),  # type: ignore[arg-type]
         "p99": float(values.quantile(0.99, "linear")),  # type: ignore[arg-type]
@@ -109,12 +111,14 @@ def _stranded(steps: pl.DataFrame, caps: pl.DataFrame) -> pl.LazyFrame:
 
 
 def _queue_quantiles(frame: pl.DataFrame | pl.LazyFrame, column: str) -> pl.LazyFrame:
+    """Per queue: count, average (summed in sorted order, as in ``_quantiles``: a plain ``mean``, or ``sort().mean()``
+    next to the quantiles, gave a last digit that depended on the row order) and quantiles."""
     return (
         frame.lazy()
         .group_by("queue")
         .agg(
             n=pl.len(),
-            avg=pl.col(column).mean(),
+            avg=pl.col(column).drop_nulls().sort().cum_sum().last() / pl.col(column).count(),
             p50=pl.col(column).quantile(0.5, "linear"),
             p90=pl.col(column).quantile(0.9, "linear"),
             p99=pl.col(column).quantile(0.99, "linear"),

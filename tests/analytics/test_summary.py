@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import random
 from pathlib import Path
 
 import polars as pl
 import pytest
 from analytics_synthetic import write_history
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from kai_stream.analytics import jain_index, summarize
 from kai_stream.analytics.keys import Keys
+from kai_stream.analytics.summary import _quantiles, _queue_quantiles
 from kai_stream.history.schema import HISTORY_V2_COLUMNS
 
 
@@ -137,3 +141,14 @@ def test_texts_sharing_a_key_are_summarized_by_the_texts(
     write_history(tmp_path)
     assert summarize(tmp_path, bins=50).to_json() == summary.to_json()
     assert used == {True, False}
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.floats(min_value=-1e17, max_value=1e17, allow_nan=False), min_size=2, max_size=40), st.randoms())
+def test_averages_do_not_depend_on_row_order(values: list[float], rnd: random.Random) -> None:
+    shuffled = list(values)
+    rnd.shuffle(shuffled)
+    assert _quantiles(pl.Series(values))["avg"] == _quantiles(pl.Series(shuffled))["avg"]
+    frame = pl.DataFrame({"queue": ["q"] * len(values), "v": values})
+    again = pl.DataFrame({"queue": ["q"] * len(shuffled), "v": shuffled})
+    assert _queue_quantiles(frame, "v").collect().equals(_queue_quantiles(again, "v").collect())

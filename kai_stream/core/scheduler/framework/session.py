@@ -9,9 +9,9 @@ reasons are kept per task and emitted by ``close``.
 from __future__ import annotations
 
 from bisect import bisect_left, insort
-from collections.abc import Callable, Hashable
+from collections.abc import Hashable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING
 
 from kai_stream.core.config import SchedulerConfig, config_hash
 from kai_stream.core.events import (
@@ -50,7 +50,6 @@ if TYPE_CHECKING:
 
 __all__ = ["CycleContext", "PendingInfo", "Session", "Snapshot", "open_session", "open_tracked_session", "park_session"]
 
-_T = TypeVar("_T")
 
 DEFAULT_PRIORITY_CLASS = "train"
 
@@ -119,7 +118,7 @@ class Session:
     queue_epoch: int = 0
     """Bumped with every change of any ``QueueInfo.version``: while it stands still, no queue changed."""
     job_keys: dict[JobInfo, tuple[int, SortKey]] = field(default_factory=dict)
-    """``job_key`` per job with the job queue's version it was computed at (see ``_by_version``)."""
+    """``job_key`` per job with the job queue's version it was computed at (see ``job_key``)."""
     requests: dict[JobInfo, tuple[int, list[int]]] = field(default_factory=dict)
     """``job_request`` per job, the same way."""
     pending_lists: dict[JobInfo, tuple[int, list[TaskInfo]]] = field(default_factory=dict)
@@ -169,51 +168,60 @@ class Session:
             gpu = -(-task.gpu_mem_mib * UNIT // self.reference_memory) if self.reference_memory else UNIT
         return [gpu, task.cpu, task.mem]
 
-    def _by_version(self, table: dict[JobInfo, tuple[int, _T]], job: JobInfo, compute: Callable[[JobInfo], _T]) -> _T:
-        """``compute(job)``, memoised in ``table`` while the job's queue version stands still: what it reads of the
-        job (its tasks' statuses) changes only through ``_charge``, which moves that version. Not memoised for a
-        job without a queue."""
+    def job_key(self, job: JobInfo) -> SortKey:
+        """``hooks.job_key``, memoised (the job-order hooks read the job's tasks and their statuses).
+
+        The three per-job memos (``job_key``, ``pending_of``, ``job_request``) hold while the job's queue version
+        stands still: what they read of the job (its tasks' statuses) changes only through ``_charge``, which
+        moves that version. A job without a queue is not memoised. Each reads its memo inline (no shared helper):
+        every action asks them of every pending job, several times."""
         queue = job.queue
         if queue is None:
-            return compute(job)
-        memo = table.get(job)
+            return self.hooks.job_key(job)
+        memo = self.job_keys.get(job)
         if memo is not None and memo[0] == queue.version:
             return memo[1]
-        value = compute(job)
-        table[job] = (queue.version, value)
-        return value
-
-    def job_key(self, job: JobInfo) -> SortKey:
-        """``hooks.job_key``, memoised (the job-order hooks read the job's tasks and their statuses)."""
-        memo = self.job_keys.get(job)
-        if memo is not None and job.queue is not None and memo[0] == job.queue.version:
-            return memo[1]
-        return self._by_version(self.job_keys, job, self.hooks.job_key)
+        key = self.hooks.job_key(job)
+        self.job_keys[job] = (queue.version, key)
+        return key
 
     def pending_of(self, job: JobInfo) -> list[TaskInfo]:
-        """``job.pending_tasks()``, memoised; the caller must not change the list. The memo's hit is read here
-        before calling ``_by_version``: every action asks it of every pending job, several times."""
+        """``job.pending_tasks()``, memoised (see ``job_key``); the caller must not change the list."""
+        queue = job.queue
+        if queue is None:
+            return job.pending_tasks()
         memo = self.pending_lists.get(job)
-        if memo is not None and job.queue is not None and memo[0] == job.queue.version:
+        if memo is not None and memo[0] == queue.version:
             return memo[1]
-        return self._by_version(self.pending_lists, job, JobInfo.pending_tasks)
+        pending = [t for t in job.tasks if t.status == PENDING]
+        self.pending_lists[job] = (queue.version, pending)
+        return pending
 
     def job_request(self, job: JobInfo) -> list[int]:
-        """The sum of the job's pending tasks' requests, memoised; the caller must not change the list."""
+        """The sum of the job's pending tasks' requests, memoised (see ``job_key``); the caller must not change
+        the list."""
+        queue = job.queue
+        if queue is None:
+            return self._job_request(job.pending_tasks())
         memo = self.requests.get(job)
-        if memo is not None and job.queue is not None and memo[0] == job.queue.version:
+        if memo is not None and memo[0] == queue.version:
             return memo[1]
-        return self._by_version(self.requests, job, self._job_request)
+        request = self._job_request(self.pending_of(job))
+        self.requests[job] = (queue.version, request)
+        return request
 
-    def _job_request(self, job: JobInfo) -> list[int]:
-        total = [0, 0, 0]
-        for task in job.tasks:
-            if task.status == PENDING:
-                gpu, cpu, mem = self.task_request(task)
-                total[GPU] += gpu
-                total[CPU] += cpu
-                total[MEM] += mem
-        return total
+    def _job_request(self, pending: list[TaskInfo]) -> list[int]:
+        """The sum of ``task_request`` over ``pending`` (inlined: it is asked for every pending job each cycle)."""
+        gpu = cpu = mem = 0
+        reference = self.reference_memory
+        for task in pending:
+            if task.gpu_mem_mib:
+                gpu += -(-task.gpu_mem_mib * UNIT // reference) if reference else UNIT
+            else:
+                gpu += task.gpu_whole * UNIT + task.gpu_frac
+            cpu += task.cpu
+            mem += task.mem
+        return [gpu, cpu, mem]
 
     # ------------------------------------------------------------------ resource bookkeeping
 
@@ -824,7 +832,7 @@ def _unplace_running(ssn: Session, task: TaskInfo) -> None:
 def _add_request(ssn: Session, job: JobInfo, sign: int) -> None:
     if job.queue is None:
         return
-    request = ssn._job_request(job)
+    request = ssn._job_request(job.pending_tasks())
     for q in job.queue.ancestry():
         for r in (GPU, CPU, MEM):
             q.request[r] += sign * request[r]

@@ -102,9 +102,12 @@ class _Allocator:
         return counts
 
     def mark(self, tasks: list[TaskInfo], info: PendingInfo) -> None:
+        """``Session.set_pending`` on the still pending ``tasks``, inlined: saturated cycles mark every pending
+        task of every job."""
+        reasons = self.ssn.pending
         for task in tasks:
             if task.status == PENDING:
-                self.ssn.set_pending(task, info)
+                reasons[task.uid] = info
 
     def allocate_job(self, job: JobInfo) -> None:
         ssn = self.ssn

@@ -233,8 +233,9 @@ class _Reclaim:
             previous.predicates if previous is not None else {},
             details,
         )
+        reasons = self.ssn.pending
         for task in pending:
-            self.ssn.set_pending(task, info)
+            reasons[task.uid] = info
 
     def over_share_at_start(self, job: JobInfo, pending: list[TaskInfo], request: list[int], bound: str) -> None:
         """After a failed search: ``NotEnoughOverQuotaShare`` if the queue was over its bound with the job as the

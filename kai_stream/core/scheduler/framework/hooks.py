@@ -71,9 +71,10 @@ class Hooks:
 
     def queue_key_signature(self, job: JobInfo) -> tuple[Hashable, ...] | None:
         """Everything of ``job`` that ``queue_key`` reads, or None when a queue-key plugin declared nothing."""
-        if len(self.queue_key_reads) != len(self.queue_keys):
+        reads = self.queue_key_reads
+        if len(reads) != len(self.queue_keys):
             return None
-        return tuple([fn(job) for fn in self.queue_key_reads])
+        return tuple([fn(job) for fn in reads])
 
     def predicate(self, task: TaskInfo, node: NodeInfo) -> str | None:
         for _, fn in self.predicates:

@@ -234,10 +234,17 @@ def _pending_signature(decision: PodPending) -> str:
     return pending_signature(decision.code, decision.reason, decision.predicates)
 
 
-def pending_signature(code: str, reason: str, predicates: dict[str, int]) -> str:
-    """What must change for a new ``PodPending`` on the same pod to be worth emitting."""
-    counts = ",".join(f"{k}={v}" for k, v in sorted(predicates.items()))
+def pending_signature(code: str, reason: str, predicates: dict[str, int], counts: str | None = None) -> str:
+    """What must change for a new ``PodPending`` on the same pod to be worth emitting. ``counts``: the
+    ``predicate_counts`` of ``predicates`` when the caller already has it (many reasons share one count)."""
+    if counts is None:
+        counts = predicate_counts(predicates)
     return f"{code}|{reason}|{counts}"
+
+
+def predicate_counts(predicates: dict[str, int]) -> str:
+    """The per-predicate node counts part of ``pending_signature``."""
+    return ",".join(f"{k}={v}" for k, v in sorted(predicates.items()))
 
 
 def job_key_of(pod: PodSpec) -> str:

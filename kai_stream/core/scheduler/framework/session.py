@@ -43,7 +43,7 @@ from kai_stream.core.scheduler.framework.info import (
 )
 from kai_stream.core.scheduler.framework.nodeindex import NodeIndex
 from kai_stream.core.scheduler.framework.plugins import registry
-from kai_stream.core.state import NODE_MARK, ClusterState, pending_signature
+from kai_stream.core.state import NODE_MARK, ClusterState, pending_signature, predicate_counts
 
 if TYPE_CHECKING:
     from kai_stream.core.scheduler.framework.statement import Statement
@@ -400,13 +400,18 @@ class Session:
         """The cycle's decisions: committed operations in order, then pending reasons (unchanged ones omitted)."""
         out = list(self.decisions)
         signatures: dict[int, str] = {}  # per reason object: many tasks share one, and each outlives the loop
+        counts: dict[int, str] = {}  # per predicates dict: reclaim's per-job reasons share allocate's, the same way
         for uid, info in self.pending.items():
             task = self.tasks[uid]
             if task.status != PENDING:
                 continue
             signature = signatures.get(id(info))
             if signature is None:
-                signature = signatures[id(info)] = pending_signature(info.code, info.reason, info.predicates)
+                predicates = info.predicates
+                count = counts.get(id(predicates))
+                if count is None:
+                    count = counts[id(predicates)] = predicate_counts(predicates)
+                signature = signatures[id(info)] = pending_signature(info.code, info.reason, predicates, count)
             if self.last_pending.get(uid) == signature:
                 continue
             job = task.job

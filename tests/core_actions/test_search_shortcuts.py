@@ -33,6 +33,36 @@ from kai_stream.core.state import ClusterState, apply
 GIB = 2**30
 
 
+def _running(uid: int, queue: str, node: str, gpu: int, priority_class: str) -> PodObserved:
+    pod = PodSpec(
+        namespace="t",
+        name=f"run-{uid}",
+        uid=f"u{uid}",
+        queue=queue,
+        requests=Resources(gpu_milli=1000, cpu_milli=1000, memory=GIB),
+        priority_class=priority_class,
+        node_name=node,
+        gpu_indices=(gpu,),
+        phase="Running",
+        created=float(uid),
+        started=float(uid),
+    )
+    return PodObserved(event_id=f"p{uid}", ts=0.0, pod=pod)
+
+
+def _pending(k: int, uid: int, queue: str, gpus: int, priority_class: str) -> PodObserved:
+    pod = PodSpec(
+        namespace="t",
+        name=f"pend-{k}",
+        uid=f"u{uid}",
+        queue=queue,
+        requests=Resources(gpu_milli=gpus * 1000, cpu_milli=1000, memory=GIB),
+        priority_class=priority_class,
+        created=1000.0 + uid,
+    )
+    return PodObserved(event_id=f"p{uid}", ts=0.0, pod=pod)
+
+
 def _state(seed: int, nodes: int = 12, gpus: int = 4) -> ClusterState:
     """One queue; nodes full of running pods, a low-priority 'train' pod (a victim) on some devices and 'build'
     pods on the others, spread or packed by the seed; pending 'inference' pods of 1 to 4 GPUs."""
@@ -50,32 +80,10 @@ def _state(seed: int, nodes: int = 12, gpus: int = 4) -> ClusterState:
         victims = rng.choice([1, 1, 2, gpus])
         for g in range(gpus):
             uid += 1
-            pod = PodSpec(
-                namespace="t",
-                name=f"run-{uid}",
-                uid=f"u{uid}",
-                queue="q",
-                requests=Resources(gpu_milli=1000, cpu_milli=1000, memory=GIB),
-                priority_class="train" if g < victims else "build",
-                node_name=f"n{i:02d}",
-                gpu_indices=(g,),
-                phase="Running",
-                created=float(uid),
-                started=float(uid),
-            )
-            events.append(PodObserved(event_id=f"p{uid}", ts=0.0, pod=pod))
+            events.append(_running(uid, "q", f"n{i:02d}", g, "train" if g < victims else "build"))
     for k in range(6):
         uid += 1
-        pod = PodSpec(
-            namespace="t",
-            name=f"pend-{k}",
-            uid=f"u{uid}",
-            queue="q",
-            requests=Resources(gpu_milli=rng.choice([1, 2, 3, 4]) * 1000, cpu_milli=1000, memory=GIB),
-            priority_class="inference",
-            created=1000.0 + uid,
-        )
-        events.append(PodObserved(event_id=f"p{uid}", ts=0.0, pod=pod))
+        events.append(_pending(k, uid, "q", rng.choice([1, 2, 3, 4]), "inference"))
     state = ClusterState()
     for event in events:
         apply(state, event, state.offset + 1)
@@ -147,32 +155,11 @@ def _departments(seed: int, nodes: int = 24, gpus: int = 8) -> ClusterState:
         for g in range(gpus):
             uid += 1
             queue = "a-0" if rng.random() < 0.7 else rng.choice(leaves[1:])
-            pod = PodSpec(
-                namespace="t",
-                name=f"run-{uid}",
-                uid=f"u{uid}",
-                queue=queue,
-                requests=Resources(gpu_milli=1000, cpu_milli=1000, memory=GIB),
-                priority_class="train",
-                node_name=f"n{i:02d}",
-                gpu_indices=(g,),
-                phase="Running",
-                created=float(uid),
-                started=float(uid),
-            )
-            events.append(PodObserved(event_id=f"p{uid}", ts=0.0, pod=pod))
+            events.append(_running(uid, queue, f"n{i:02d}", g, "train"))
     for k in range(30):
         uid += 1
-        pod = PodSpec(
-            namespace="t",
-            name=f"pend-{k}",
-            uid=f"u{uid}",
-            queue=rng.choice(leaves[1:]),
-            requests=Resources(gpu_milli=rng.choice([1, 2, 4]) * 1000, cpu_milli=1000, memory=GIB),
-            priority_class="train",
-            created=1000.0 + uid,
-        )
-        events.append(PodObserved(event_id=f"p{uid}", ts=0.0, pod=pod))
+        queue = rng.choice(leaves[1:])
+        events.append(_pending(k, uid, queue, rng.choice([1, 2, 4]), "train"))
     state = ClusterState()
     for event in events:
         apply(state, event, state.offset + 1)

@@ -102,12 +102,7 @@ class _Allocator:
         return counts
 
     def mark(self, tasks: list[TaskInfo], info: PendingInfo) -> None:
-        """``Session.set_pending`` on the still pending ``tasks``, inlined: saturated cycles mark every pending
-        task of every job."""
-        reasons = self.ssn.pending
-        for task in tasks:
-            if task.status == PENDING:
-                reasons[task.uid] = info
+        self.ssn.set_pending(tasks, info)
 
     def allocate_job(self, job: JobInfo) -> None:
         ssn = self.ssn

@@ -233,9 +233,7 @@ class _Reclaim:
             previous.predicates if previous is not None else {},
             details,
         )
-        reasons = self.ssn.pending
-        for task in pending:
-            reasons[task.uid] = info
+        self.ssn.set_pending(pending, info)
 
     def over_share_at_start(self, job: JobInfo, pending: list[TaskInfo], request: list[int], bound: str) -> None:
         """After a failed search: ``NotEnoughOverQuotaShare`` if the queue was over its bound with the job as the

@@ -388,8 +388,13 @@ class Session:
 
     # ------------------------------------------------------------------ pending reasons and output
 
-    def set_pending(self, task: TaskInfo, info: PendingInfo) -> None:
-        self.pending[task.uid] = info
+    def set_pending(self, tasks: list[TaskInfo], info: PendingInfo) -> None:
+        """Give each still pending task of ``tasks`` the reason ``info``. Per job, not per task: saturated cycles
+        give a reason to every pending task of every job, in several actions."""
+        reasons = self.pending
+        for task in tasks:
+            if task.status == PENDING:
+                reasons[task.uid] = info
 
     def statement(self, action: str) -> Statement:
         from kai_stream.core.scheduler.framework.statement import Statement

@@ -295,8 +295,7 @@ def awaiting(session: Session, job: JobInfo) -> bool:
         {},
         {"releasing": str(count)},
     )
-    for task in session.pending_of(job):
-        session.set_pending(task, info)
+    session.set_pending(session.pending_of(job), info)
     return True
 
 

@@ -36,7 +36,7 @@ class FetchWaitGovernor:
         if base_ms < 0 or max_ms < base_ms:
             raise ValueError(f"need 0 <= base_ms <= max_ms, got base_ms={base_ms} max_ms={max_ms}")
         self.base_ms = base_ms
-        self.max_ms = max(max_ms, 1)
+        self.max_ms = max_ms
         self.wait_ms = base_ms
         self.starved = 0
         """Fetches answered empty although the partition had records past the fetch offset."""

@@ -33,6 +33,26 @@ from kai_stream.core.state import ClusterState, apply
 GIB = 2**30
 
 
+def _nodes(count: int, gpus: int) -> list[AnyEvent]:
+    return [
+        NodeObserved(
+            event_id=f"n{i}",
+            ts=0.0,
+            node=NodeSpec(
+                name=f"n{i:02d}", allocatable=Resources(gpu_milli=gpus * 1000, cpu_milli=64_000, memory=256 * GIB)
+            ),
+        )
+        for i in range(count)
+    ]
+
+
+def _fold(events: list[AnyEvent]) -> ClusterState:
+    state = ClusterState()
+    for event in events:
+        apply(state, event, state.offset + 1)
+    return state
+
+
 def _running(uid: int, queue: str, node: str, gpu: int, priority_class: str) -> PodObserved:
     pod = PodSpec(
         namespace="t",
@@ -67,12 +87,7 @@ def _state(seed: int, nodes: int = 12, gpus: int = 4) -> ClusterState:
     """One queue; nodes full of running pods, a low-priority 'train' pod (a victim) on some devices and 'build'
     pods on the others, spread or packed by the seed; pending 'inference' pods of 1 to 4 GPUs."""
     rng = random.Random(seed)
-    events: list[AnyEvent] = []
-    for i in range(nodes):
-        spec = NodeSpec(
-            name=f"n{i:02d}", allocatable=Resources(gpu_milli=gpus * 1000, cpu_milli=64_000, memory=256 * GIB)
-        )
-        events.append(NodeObserved(event_id=f"n{i}", ts=0.0, node=spec))
+    events: list[AnyEvent] = _nodes(nodes, gpus)
     quota = QueueResources(gpu=QueueResource(quota=-1), cpu=QueueResource(quota=-1), memory=QueueResource(quota=-1))
     events.append(QueueObserved(event_id="q", ts=0.0, queue=QueueSpec(name="q", resources=quota)))
     uid = 0
@@ -84,10 +99,7 @@ def _state(seed: int, nodes: int = 12, gpus: int = 4) -> ClusterState:
     for k in range(6):
         uid += 1
         events.append(_pending(k, uid, "q", rng.choice([1, 2, 3, 4]), "inference"))
-    state = ClusterState()
-    for event in events:
-        apply(state, event, state.offset + 1)
-    return state
+    return _fold(events)
 
 
 def _decisions(state: ClusterState) -> list[bytes]:
@@ -130,12 +142,7 @@ def _departments(seed: int, nodes: int = 24, gpus: int = 8) -> ClusterState:
     other teams' pending 'train' pods (preemptible) reclaim: those of department a are refused while it stays
     over its share."""
     rng = random.Random(seed)
-    events: list[AnyEvent] = []
-    for i in range(nodes):
-        spec = NodeSpec(
-            name=f"n{i:02d}", allocatable=Resources(gpu_milli=gpus * 1000, cpu_milli=64_000, memory=256 * GIB)
-        )
-        events.append(NodeObserved(event_id=f"n{i}", ts=0.0, node=spec))
+    events: list[AnyEvent] = _nodes(nodes, gpus)
     total = nodes * gpus * 1000
     leaves: list[str] = []
     for d in "ab":
@@ -160,10 +167,7 @@ def _departments(seed: int, nodes: int = 24, gpus: int = 8) -> ClusterState:
         uid += 1
         queue = rng.choice(leaves[1:])
         events.append(_pending(k, uid, queue, rng.choice([1, 2, 4]), "train"))
-    state = ClusterState()
-    for event in events:
-        apply(state, event, state.offset + 1)
-    return state
+    return _fold(events)
 
 
 @pytest.mark.parametrize("seed", range(4))

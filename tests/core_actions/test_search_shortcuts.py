@@ -16,78 +16,23 @@ import kai_stream.core.scheduler.actions.reclaim as reclaim
 from kai_stream.core.config import SchedulerConfig
 from kai_stream.core.events import (
     AnyEvent,
-    NodeObserved,
-    NodeSpec,
-    PodObserved,
-    PodSpec,
     QueueObserved,
     QueueResource,
     QueueResources,
     QueueSpec,
-    Resources,
     dumps,
 )
 from kai_stream.core.scheduler.cycle import run_cycle
-from kai_stream.core.state import ClusterState, apply
+from kai_stream.core.state import ClusterState
 
-GIB = 2**30
-
-
-def _nodes(count: int, gpus: int) -> list[AnyEvent]:
-    return [
-        NodeObserved(
-            event_id=f"n{i}",
-            ts=0.0,
-            node=NodeSpec(
-                name=f"n{i:02d}", allocatable=Resources(gpu_milli=gpus * 1000, cpu_milli=64_000, memory=256 * GIB)
-            ),
-        )
-        for i in range(count)
-    ]
-
-
-def _fold(events: list[AnyEvent]) -> ClusterState:
-    state = ClusterState()
-    for event in events:
-        apply(state, event, state.offset + 1)
-    return state
-
-
-def _running(uid: int, queue: str, node: str, gpu: int, priority_class: str) -> PodObserved:
-    pod = PodSpec(
-        namespace="t",
-        name=f"run-{uid}",
-        uid=f"u{uid}",
-        queue=queue,
-        requests=Resources(gpu_milli=1000, cpu_milli=1000, memory=GIB),
-        priority_class=priority_class,
-        node_name=node,
-        gpu_indices=(gpu,),
-        phase="Running",
-        created=float(uid),
-        started=float(uid),
-    )
-    return PodObserved(event_id=f"p{uid}", ts=0.0, pod=pod)
-
-
-def _pending(k: int, uid: int, queue: str, gpus: int, priority_class: str) -> PodObserved:
-    pod = PodSpec(
-        namespace="t",
-        name=f"pend-{k}",
-        uid=f"u{uid}",
-        queue=queue,
-        requests=Resources(gpu_milli=gpus * 1000, cpu_milli=1000, memory=GIB),
-        priority_class=priority_class,
-        created=1000.0 + uid,
-    )
-    return PodObserved(event_id=f"p{uid}", ts=0.0, pod=pod)
+from .builders import fold, node_events, pending, running
 
 
 def _state(seed: int, nodes: int = 12, gpus: int = 4) -> ClusterState:
     """One queue; nodes full of running pods, a low-priority 'train' pod (a victim) on some devices and 'build'
     pods on the others, spread or packed by the seed; pending 'inference' pods of 1 to 4 GPUs."""
     rng = random.Random(seed)
-    events: list[AnyEvent] = _nodes(nodes, gpus)
+    events: list[AnyEvent] = node_events(nodes, gpus)
     quota = QueueResources(gpu=QueueResource(quota=-1), cpu=QueueResource(quota=-1), memory=QueueResource(quota=-1))
     events.append(QueueObserved(event_id="q", ts=0.0, queue=QueueSpec(name="q", resources=quota)))
     uid = 0
@@ -95,11 +40,11 @@ def _state(seed: int, nodes: int = 12, gpus: int = 4) -> ClusterState:
         victims = rng.choice([1, 1, 2, gpus])
         for g in range(gpus):
             uid += 1
-            events.append(_running(uid, "q", f"n{i:02d}", g, "train" if g < victims else "build"))
+            events.append(running(uid, "q", f"n{i:02d}", g, "train" if g < victims else "build"))
     for k in range(6):
         uid += 1
-        events.append(_pending(k, uid, "q", rng.choice([1, 2, 3, 4]), "inference"))
-    return _fold(events)
+        events.append(pending(k, uid, "q", rng.choice([1, 2, 3, 4]), "inference"))
+    return fold(events)
 
 
 def _decisions(state: ClusterState) -> list[bytes]:
@@ -142,7 +87,7 @@ def _departments(seed: int, nodes: int = 24, gpus: int = 8) -> ClusterState:
     other teams' pending 'train' pods (preemptible) reclaim: those of department a are refused while it stays
     over its share."""
     rng = random.Random(seed)
-    events: list[AnyEvent] = _nodes(nodes, gpus)
+    events: list[AnyEvent] = node_events(nodes, gpus)
     total = nodes * gpus * 1000
     leaves: list[str] = []
     for d in "ab":
@@ -162,12 +107,12 @@ def _departments(seed: int, nodes: int = 24, gpus: int = 8) -> ClusterState:
         for g in range(gpus):
             uid += 1
             queue = "a-0" if rng.random() < 0.7 else rng.choice(leaves[1:])
-            events.append(_running(uid, queue, f"n{i:02d}", g, "train"))
+            events.append(running(uid, queue, f"n{i:02d}", g, "train"))
     for k in range(30):
         uid += 1
         queue = rng.choice(leaves[1:])
-        events.append(_pending(k, uid, queue, rng.choice([1, 2, 4]), "train"))
-    return _fold(events)
+        events.append(pending(k, uid, queue, rng.choice([1, 2, 4]), "train"))
+    return fold(events)
 
 
 @pytest.mark.parametrize("seed", range(4))

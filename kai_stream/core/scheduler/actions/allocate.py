@@ -37,6 +37,18 @@ def _no_fit(predicates: dict[str, int], ssn: Session) -> PendingInfo:
     return PendingInfo(code, f"{reason}; unhealthy GPUs: {faults}" if faults else reason, predicates, {})
 
 
+def _alive_active(job: JobInfo) -> tuple[int, int]:
+    """The job's pods that are not releasing, and those of them that are not pending."""
+    alive = active = 0
+    for t in job.tasks:
+        status = t.status
+        if status != RELEASING:
+            alive += 1
+            if status != PENDING:
+                active += 1
+    return alive, active
+
+
 class _Diagnosis:
     """Per node of the pool, the first predicate a task shape fails there (None: it fits), and their counts."""
 
@@ -104,22 +116,18 @@ class _Allocator:
     def mark(self, tasks: list[TaskInfo], info: PendingInfo) -> None:
         self.ssn.set_pending(tasks, info)
 
-    def allocate_job(self, job: JobInfo) -> None:
+    def allocate_job(self, job: JobInfo) -> PendingInfo | None:
+        """Try ``job``; the reason it was given when that reason is its class's at this state (see ``alike``) and
+        nothing was placed, else None."""
         ssn = self.ssn
         pending = ssn.pending_of(job)
         if not pending:
-            return
+            return None
         if job.group_missing:
             reason = f"PodGroup {job.key} not observed yet: its gang size is unknown"
             self.mark(pending, PendingInfo("GangIncomplete", reason, {}, {"podGroup": job.key}))
-            return
-        alive = active = 0
-        for t in job.tasks:
-            status = t.status
-            if status != RELEASING:
-                alive += 1
-                if status != PENDING:
-                    active += 1
+            return None
+        alive, active = _alive_active(job)
         if alive < job.min_member:
             info = PendingInfo(
                 "GangIncomplete",
@@ -128,17 +136,17 @@ class _Allocator:
                 {"pods": str(alive), "minMember": str(job.min_member)},
             )
             self.mark(pending, info)
-            return
+            return None
         request = ssn.job_request(job)
         refused = ssn.hooks.check_job(job, request)
         if refused is not None:
             self.mark(pending, PendingInfo(refused[0], refused[1], {}, {}))
-            return
+            return None
         shape = (tuple([t.shape for t in pending]), job.min_member, active, job.queue_name, job.topology)
         cached = self._job_failures.get(shape)
         if cached is not None and cached[0] == ssn.state_id:
             self.mark(pending, cached[1])
-            return
+            return cached[1]
         start_id = ssn.state_id
         stmt = ssn.statement(NAME)
         unplaced: list[TaskInfo] = []
@@ -162,7 +170,7 @@ class _Allocator:
             info = failure or PendingInfo("GangIncomplete", f"job {job.key} cannot reach minMember", {}, {})
             self._job_failures[shape] = (start_id, info)
             self.mark(pending, info)
-            return
+            return info if ssn.state_id == start_id else None
         if any(op.kind == "pipeline" for op in stmt.ops):
             stmt.convert_to_pipeline([op.task for op in stmt.ops])
         touched = [op.task.node.idx for op in stmt.ops if op.task.node is not None]
@@ -170,6 +178,21 @@ class _Allocator:
         self.committed(touched)
         if failure is not None:
             self.mark(unplaced, failure)
+        return None
+
+    def alike(self, job: JobInfo) -> tuple[object, ...] | None:
+        """What ``allocate_job`` reads of ``job`` besides the session's state, when that is all it reads: jobs of
+        one leaf with equal classes get the same answer at one state (the same limit checks of the same request,
+        the same cached failure of the same task shapes). None for a job with a topology constraint (its job check
+        tries domains) or with a task pipelined before (placed on its nominated node first)."""
+        if job.topology is not None or job.group_missing:
+            return None
+        for t in job.tasks:
+            if t.prev_pipelined is not None:
+                return None
+        alive, active = _alive_active(job)
+        pending = self.ssn.pending_of(job)
+        return (tuple([t.shape for t in pending]), job.min_member, alive, active, job.preemptible)
 
 
 def run(session: Session) -> None:
@@ -181,6 +204,11 @@ def run(session: Session) -> None:
                 PendingInfo("UnknownQueue", f"queue {job.queue_name!r} does not exist or is not a leaf", {}, {}),
             )
     order = JobsByQueue(session, [j for j in session.pending_jobs if j.queue is not None and session.pending_of(j)])
-    while (nxt := order.pop()) is not None:
-        allocator.allocate_job(nxt)
-        order.requeue(nxt)
+    shared: PendingInfo | None = None
+    alike: tuple[object, ...] | None = None
+    for job in order.in_order():
+        if shared is not None and alike is not None and order.followed and allocator.alike(job) == alike:
+            allocator.mark(session.pending_of(job), shared)
+            continue
+        shared = allocator.allocate_job(job)
+        alike = allocator.alike(job) if shared is not None else None

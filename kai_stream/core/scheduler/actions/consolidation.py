@@ -136,6 +136,5 @@ def run(session: Session) -> None:
         return
     consolidation = _Consolidation(session)
     order = JobsByQueue(session, jobs)
-    while (job := order.pop()) is not None:
+    for job in order.in_order():
         consolidation.try_job(job)
-        order.requeue(job)

@@ -120,6 +120,5 @@ def run(session: Session) -> None:
         return
     preempt = _Preempt(session)
     order = JobsByQueue(session, jobs)
-    while (job := order.pop()) is not None:
+    for job in order.in_order():
         preempt.try_job(job)
-        order.requeue(job)

@@ -302,6 +302,5 @@ def run(session: Session) -> None:
     if _settle(reclaim, jobs):
         return
     order = JobsByQueue(session, jobs)
-    while (job := order.pop()) is not None:
+    for job in order.in_order():
         reclaim.try_job(job)
-        order.requeue(job)

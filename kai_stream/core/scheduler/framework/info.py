@@ -128,7 +128,7 @@ class JobInfo:
     min_member: int
     created: float
     tasks: list[TaskInfo] = field(default_factory=list)
-    request_cache: list[int] | None = None
+    request_cache: tuple[int, int, int] | None = None
     topology: TopologyConstraint | None = None
     changed: float = 0.0
     succeeded: int = 0

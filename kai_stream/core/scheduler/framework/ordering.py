@@ -5,11 +5,17 @@ the leaf (so siblings are compared at every level, parents first), computed with
 Keys only get worse as a cycle allocates (allocation grows), so an entry is checked lazily when it comes
 to the top: if a queue on its path changed since the push (``QueueInfo.version``) and its key went stale,
 it is re-pushed with the fresh key. The session's ``queue_epoch`` says cheaply that no queue changed at all.
+
+``next_alike`` takes a leaf's following job without the heap when ``pop`` would return it anyway: nothing
+changed since the leaf's last job was popped and the following job reads alike for the queue keys, so the
+leaf's key is the same and it is still the least. ``in_order`` is the loop every action runs: each job after
+the previous one was handled, by ``next_alike`` where it applies, else by ``requeue`` and ``pop``.
 """
 
 from __future__ import annotations
 
 import heapq
+from collections.abc import Hashable, Iterator
 from typing import TYPE_CHECKING
 
 from kai_stream.core.scheduler.framework.hooks import SortKey
@@ -37,6 +43,14 @@ class JobsByQueue:
             self._next[name] = 0
         self._heap: list[tuple[SortKey, str, tuple[int, ...], int]] = []
         self._paths: dict[str, list[QueueInfo]] = {}
+        self._popped: tuple[JobInfo, int] | None = None
+        """The last job ``pop`` or ``next_alike`` returned and the queue epoch then."""
+        self._signature: tuple[Hashable, ...] | None = None
+        self._signature_of: JobInfo | None = None
+        """The queue-key signature ``next_alike`` last read, and of which job."""
+        self.followed = False
+        """Whether the job ``in_order`` yielded last was taken by ``next_alike`` after the one before it (nothing
+        changed any queue in between)."""
         for name, leaf in self._leaves.items():
             path = leaf.ancestry()
             path.reverse()
@@ -106,10 +120,49 @@ class JobsByQueue:
                     continue
             heapq.heappop(heap)
             self._next[name] += 1
+            self._popped = (job, self.ssn.queue_epoch)
             return job
         return None
 
+    def next_alike(self, job: JobInfo) -> JobInfo | None:
+        """The job ``pop`` would return next, taken without the heap, when that is sure to be the following job of
+        ``job``'s leaf: ``job`` is the last one taken and not requeued, no queue changed since, and the following
+        job has ``job``'s queue-key signature (so the leaf keeps its key, which was the least). None otherwise
+        (then ``requeue`` and ``pop`` as usual)."""
+        popped = self._popped
+        if popped is None or popped[0] is not job or popped[1] != self.ssn.queue_epoch or job.queue is None:
+            return None
+        name = job.queue.name
+        jobs = self._jobs[name]
+        i = self._next[name]
+        if i >= len(jobs):
+            return None
+        following = jobs[i]
+        mine = self._signature
+        if mine is None or self._signature_of is not job:
+            mine = self.ssn.hooks.queue_key_signature(job)
+        theirs = self.ssn.hooks.queue_key_signature(following)
+        if mine is None or theirs != mine:
+            return None
+        self._next[name] = i + 1
+        self._popped = (following, popped[1])
+        self._signature, self._signature_of = theirs, following
+        return following
+
+    def in_order(self) -> Iterator[JobInfo]:
+        """Every job in turn, each one after the caller handled the previous one (its loop body ran)."""
+        job = self.pop()
+        while job is not None:
+            yield job
+            following = self.next_alike(job)
+            self.followed = following is not None
+            if following is None:
+                self.requeue(job)
+                following = self.pop()
+            job = following
+
     def requeue(self, job: JobInfo) -> None:
         """Put the job's queue back in line (with its next job) after ``job`` was handled."""
+        self._popped = None
         if job.queue is not None:
             self._push(job.queue.name)

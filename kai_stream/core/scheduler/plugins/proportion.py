@@ -7,6 +7,8 @@ min(limit, max(deserved, fair share))); then older queue (creation time, uid).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from kai_stream.core.events import PendingCode
 from kai_stream.core.scheduler.fairshare import set_fair_shares
 from kai_stream.core.scheduler.framework.hooks import SortKey
@@ -25,7 +27,7 @@ def allocatable_share(q: QueueInfo, r: int) -> int:
     return cap if q.limit[r] == UNLIMITED else min(q.limit[r], cap)
 
 
-def dominant_share(q: QueueInfo, extra: list[int]) -> float:
+def dominant_share(q: QueueInfo, extra: Sequence[int]) -> float:
     """max over resources of (allocated + extra) / allocatable share (inf when that share is 0)."""
     worst = 0.0
     alloc = q.allocated
@@ -60,16 +62,16 @@ class ProportionPlugin:
         session.hooks.queue_key_reads.append(self._request_read)
         session.hooks.job_checks.append(self.check_job)
 
-    def _request(self, job: JobInfo) -> list[int]:
+    def _request(self, job: JobInfo) -> tuple[int, int, int]:
         cached = job.request_cache
         if cached is None:
             assert self.session is not None
-            cached = self.session.job_request(job)
-            job.request_cache = cached
+            gpu, cpu, mem = self.session.job_request(job)
+            cached = job.request_cache = (gpu, cpu, mem)
         return cached
 
     def _request_read(self, job: JobInfo) -> tuple[int, ...]:
-        return tuple(self._request(job))
+        return self._request(job)
 
     def queue_key(self, q: QueueInfo, job: JobInfo) -> SortKey:
         request = self._request(job)
@@ -81,7 +83,7 @@ class ProportionPlugin:
         return key
 
     @staticmethod
-    def _queue_key(q: QueueInfo, request: list[int]) -> SortKey:
+    def _queue_key(q: QueueInfo, request: tuple[int, int, int]) -> SortKey:
         alloc, fair, quota = q.allocated, q.fair_share, q.quota
         over_fair_share = alloc[0] > fair[0] or alloc[1] > fair[1] or alloc[2] > fair[2]
         over_deserved = False

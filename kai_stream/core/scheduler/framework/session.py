@@ -848,6 +848,10 @@ def _add_request(ssn: Session, job: JobInfo, sign: int) -> None:
             q.request[r] += sign * request[r]
 
 
+_Opening = tuple[list[TaskInfo], list[int], SortKey, tuple[Hashable, ...] | None]
+"""A job's ``pending_of``, ``job_request``, ``job_key`` and queue-key signature at a session's opening."""
+
+
 @dataclass(eq=False)
 class Snapshot:
     """One pool's session as it stands when opened, kept between cycles (``ClusterState.derived.parked``).
@@ -869,6 +873,9 @@ class Snapshot:
     classes: dict[object, int]
     """Node class interner (``NodeInfo.class_id``: equal ids for nodes that every static predicate treats alike)."""
     queue_base: list[tuple[QueueInfo, list[int], list[int], list[int]]] = field(default_factory=list)
+    carried: dict[JobInfo, _Opening] = field(default_factory=dict)
+    """Per job pending when the last tracked session opened: its ``pending_of``, ``job_request``, ``job_key`` and
+    queue-key signature as they were at that opening (see ``park``)."""
 
     @classmethod
     def build(cls, state: ClusterState, config: SchedulerConfig, pool: str, chash: str) -> Snapshot:
@@ -993,7 +1000,51 @@ class Snapshot:
         plugins = registry()
         for name in config.plugins:
             plugins[name]().on_session_open(ssn)
+        if track:
+            self._bring_forward(ssn)
         return ssn
+
+    def _bring_forward(self, ssn: Session) -> None:
+        """Seed the session's per-job memos with the values ``park`` carried over. A job the fold left alone is the
+        same object with the same tasks in the same states at this opening as at the last one (``park`` undid the
+        cycle; ``refresh`` replaces a changed job by a new object), and what the memos read besides the job is
+        fixed while the snapshot is (the nominations of unchanged jobs, the pool's reference GPU memory, the
+        config's plugins): the values are what the session would compute."""
+        job_by_key = self.job_by_key
+        signatures = ssn.hooks.signatures
+        for job, (pending, request, key, signature) in self.carried.items():
+            queue = job.queue
+            if queue is None or job_by_key.get(job.key) is not job:
+                continue
+            version = queue.version
+            ssn.pending_lists[job] = (version, pending)
+            ssn.requests[job] = (version, request)
+            ssn.job_keys[job] = (version, key)
+            if signature is not None:
+                job.request_cache = (request[0], request[1], request[2])
+                signatures[job] = signature
+
+    def _carry(self, ssn: Session) -> None:
+        """Keep, for the next cycle, the memos of the jobs pending at this opening whose tasks the cycle did not
+        touch: what the memos read of a job is its tasks, so every value computed during the cycle is the one of
+        the job's opening state, which ``park`` keeps."""
+        assert ssn._saved_tasks is not None
+        touched = {id(saved[0].job) for saved in ssn._saved_tasks.values()}
+        carried: dict[JobInfo, _Opening] = {}
+        signatures = ssn.hooks.signatures
+        for job in ssn.pending_jobs:
+            if id(job) in touched:
+                continue
+            pending = ssn.pending_lists.get(job)
+            request = ssn.requests.get(job)
+            key = ssn.job_keys.get(job)
+            if pending is None or request is None or key is None:
+                continue
+            signature = signatures.get(job)
+            if signature is not None and job.request_cache != tuple(request[1]):
+                signature = None
+            carried[job] = (pending[1], request[1], key[1], signature)
+        self.carried = carried
 
     def park(self, ssn: Session) -> None:
         """Undo everything the cycle on ``ssn`` changed in the shared objects (``start`` with ``track``).
@@ -1002,6 +1053,7 @@ class Snapshot:
         has no pending task all cycle (only ``unplace`` makes a task pending again, and only tasks placed in the
         cycle), so its request is [0, 0, 0] whenever computed; when it gets one, the fold marks it dirty."""
         assert ssn._saved_tasks is not None and ssn._saved_nodes is not None
+        self._carry(ssn)
         for task, status, node, gpus, portion in ssn._saved_tasks.values():
             task.status, task.node, task.gpus, task.gpu_portion = status, node, gpus, portion
         releasing = self.base.releasing_tasks

@@ -9,9 +9,9 @@ that was not placed gets a pending reason with per-predicate node counts.
 from __future__ import annotations
 
 from kai_stream.core.events import PendingCode
-from kai_stream.core.scheduler.framework.info import PENDING, RELEASING, JobInfo, TaskInfo
+from kai_stream.core.scheduler.framework.info import JobInfo, TaskInfo
 from kai_stream.core.scheduler.framework.ordering import JobsByQueue
-from kai_stream.core.scheduler.framework.session import PendingInfo, Session
+from kai_stream.core.scheduler.framework.session import JobClass, PendingInfo, Session
 from kai_stream.core.scheduler.framework.statement import Operation
 
 NAME = "allocate"
@@ -35,18 +35,6 @@ def _no_fit(predicates: dict[str, int], ssn: Session) -> PendingInfo:
     reason = f"no node fits the pod ({parts or 'no nodes in pool'})"
     faults = _faults(ssn) if code == "Unhealthy" else ""
     return PendingInfo(code, f"{reason}; unhealthy GPUs: {faults}" if faults else reason, predicates, {})
-
-
-def _alive_active(job: JobInfo) -> tuple[int, int]:
-    """The job's pods that are not releasing, and those of them that are not pending."""
-    alive = active = 0
-    for t in job.tasks:
-        status = t.status
-        if status != RELEASING:
-            alive += 1
-            if status != PENDING:
-                active += 1
-    return alive, active
 
 
 class _Diagnosis:
@@ -117,7 +105,7 @@ class _Allocator:
         self.ssn.set_pending(tasks, info)
 
     def allocate_job(self, job: JobInfo) -> PendingInfo | None:
-        """Try ``job``; the reason it was given when that reason is its class's at this state (see ``alike``) and
+        """Try ``job``; the reason it was given when that reason is its class's at this state (``job_class``) and
         nothing was placed, else None."""
         ssn = self.ssn
         pending = ssn.pending_of(job)
@@ -127,7 +115,7 @@ class _Allocator:
             reason = f"PodGroup {job.key} not observed yet: its gang size is unknown"
             self.mark(pending, PendingInfo("GangIncomplete", reason, {}, {"podGroup": job.key}))
             return None
-        alive, active = _alive_active(job)
+        alive, active = job.alive_active()
         if alive < job.min_member:
             info = PendingInfo(
                 "GangIncomplete",
@@ -180,20 +168,6 @@ class _Allocator:
             self.mark(unplaced, failure)
         return None
 
-    def alike(self, job: JobInfo) -> tuple[object, ...] | None:
-        """What ``allocate_job`` reads of ``job`` besides the session's state, when that is all it reads: jobs of
-        one leaf with equal classes get the same answer at one state (the same limit checks of the same request,
-        the same cached failure of the same task shapes). None for a job with a topology constraint (its job check
-        tries domains) or with a task pipelined before (placed on its nominated node first)."""
-        if job.topology is not None or job.group_missing:
-            return None
-        for t in job.tasks:
-            if t.prev_pipelined is not None:
-                return None
-        alive, active = _alive_active(job)
-        pending = self.ssn.pending_of(job)
-        return (tuple([t.shape for t in pending]), job.min_member, alive, active, job.preemptible)
-
 
 def run(session: Session) -> None:
     allocator = _Allocator(session)
@@ -205,10 +179,10 @@ def run(session: Session) -> None:
             )
     order = JobsByQueue(session, [j for j in session.pending_jobs if j.queue is not None and session.pending_of(j)])
     shared: PendingInfo | None = None
-    alike: tuple[object, ...] | None = None
+    alike: JobClass | None = None
     for job in order.in_order():
-        if shared is not None and alike is not None and order.followed and allocator.alike(job) == alike:
+        if shared is not None and alike is not None and order.followed and session.job_class(job) == alike:
             allocator.mark(session.pending_of(job), shared)
             continue
         shared = allocator.allocate_job(job)
-        alike = allocator.alike(job) if shared is not None else None
+        alike = session.job_class(job) if shared is not None else None

@@ -26,7 +26,7 @@ from kai_stream.core.scheduler.actions._common.solver import SearchSpec, awaitin
 from kai_stream.core.scheduler.actions._common.victims import VictimUnit, running, victim_units
 from kai_stream.core.scheduler.framework.info import GPU, UNIT, JobInfo, NodeInfo, TaskInfo
 from kai_stream.core.scheduler.framework.ordering import JobsByQueue
-from kai_stream.core.scheduler.framework.session import Session
+from kai_stream.core.scheduler.framework.session import JobClass, Session
 
 NAME = "consolidation"
 
@@ -136,5 +136,10 @@ def run(session: Session) -> None:
         return
     consolidation = _Consolidation(session)
     order = JobsByQueue(session, jobs)
+    quiet: JobClass | None = None
     for job in order.in_order():
+        awaited = session.awaited.get(job.key, 0)
+        if quiet is not None and order.followed and not awaited and session.job_class(job) == quiet:
+            continue
         consolidation.try_job(job)
+        quiet = None if awaited else session.job_class(job)

@@ -35,7 +35,7 @@ from kai_stream.core.scheduler.actions._common.solver import SearchSpec, awaitin
 from kai_stream.core.scheduler.actions._common.victims import VictimLists, VictimUnit, victim_judges, victim_units
 from kai_stream.core.scheduler.framework.info import RESOURCES, JobInfo, QueueInfo, TaskInfo
 from kai_stream.core.scheduler.framework.ordering import JobsByQueue
-from kai_stream.core.scheduler.framework.session import PendingInfo, Session
+from kai_stream.core.scheduler.framework.session import JobClass, PendingInfo, Session
 
 NAME = "reclaim"
 
@@ -185,17 +185,19 @@ class _Reclaim:
             pool_free_gpu=self.pool_free,
         )
 
-    def try_job(self, job: JobInfo) -> None:
+    def try_job(self, job: JobInfo) -> str | None:
+        """Try ``job``; the bound its queue would exceed ("fair share" or "deserved quota") when that alone ended
+        it (``over_share``: a job of its class, after it with nothing changed, ends the same way), else None."""
         ssn = self.ssn
         pending = ssn.pending_of(job)
         leaf = job.queue
         if not pending or leaf is None:
-            return
+            return None
         if awaiting(ssn, job):
-            return
+            return None
         request = ssn.job_request(job)
         if ssn.hooks.check_job(job, request) is not None:
-            return
+            return None
         if job.preemptible:
             fits = within(leaf, request, leaf.fair_share)
             bound = "fair share"
@@ -204,16 +206,17 @@ class _Reclaim:
             bound = "deserved quota"
         if not fits:
             self.over_share(job, pending, bound, leaf.allocated)
-            return
+            return bound
         shape = (tuple(t.shape for t in pending), job.min_member, leaf.name, job.preemptible, job.topology)
         if shape in self._gave_up:
             self.over_share_at_start(job, pending, request, bound)
-            return
+            return None
         if not search(ssn, self.validator(job, request)):
             self._gave_up.add(shape)
             self.over_share_at_start(job, pending, request, bound)
         else:
             self._classify(self._position[leaf.name], leaf)
+        return None
 
     def over_share(self, job: JobInfo, pending: list[TaskInfo], bound: str, allocated: list[int]) -> None:
         """Give ``pending`` the reason ``NotEnoughOverQuotaShare``, with the queue's numbers at ``allocated``."""
@@ -302,5 +305,13 @@ def run(session: Session) -> None:
     if _settle(reclaim, jobs):
         return
     order = JobsByQueue(session, jobs)
+    over: tuple[JobClass, str] | None = None
     for job in order.in_order():
-        reclaim.try_job(job)
+        if over is not None and order.followed and not session.awaited.get(job.key, 0):
+            leaf = job.queue
+            if leaf is not None and session.job_class(job) == over[0]:
+                reclaim.over_share(job, session.pending_of(job), over[1], leaf.allocated)
+                continue
+        bound = reclaim.try_job(job)
+        job_class = session.job_class(job) if bound is not None else None
+        over = (job_class, bound) if job_class is not None and bound is not None else None

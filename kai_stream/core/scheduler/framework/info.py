@@ -140,6 +140,17 @@ class JobInfo:
     def pending_tasks(self) -> list[TaskInfo]:
         return [t for t in self.tasks if t.status == PENDING]
 
+    def alive_active(self) -> tuple[int, int]:
+        """The job's pods that are not releasing, and those of them that are not pending."""
+        alive = active = 0
+        for t in self.tasks:
+            status = t.status
+            if status != RELEASING:
+                alive += 1
+                if status != PENDING:
+                    active += 1
+        return alive, active
+
 
 @dataclass(slots=True, eq=False)
 class QueueInfo:

@@ -48,7 +48,19 @@ from kai_stream.core.state import NODE_MARK, ClusterState, pending_signature, pr
 if TYPE_CHECKING:
     from kai_stream.core.scheduler.framework.statement import Statement
 
-__all__ = ["CycleContext", "PendingInfo", "Session", "Snapshot", "open_session", "open_tracked_session", "park_session"]
+__all__ = [
+    "CycleContext",
+    "JobClass",
+    "PendingInfo",
+    "Session",
+    "Snapshot",
+    "open_session",
+    "open_tracked_session",
+    "park_session",
+]
+
+JobClass = tuple[tuple[tuple[int, ...], ...], int, int, int, bool]
+"""``Session.job_class``: pending task shapes, minMember, pods not releasing, active pods, preemptible."""
 
 
 DEFAULT_PRIORITY_CLASS = "train"
@@ -123,6 +135,8 @@ class Session:
     """``job_request`` per job, the same way."""
     pending_lists: dict[JobInfo, tuple[int, list[TaskInfo]]] = field(default_factory=dict)
     """``pending_of`` per job, the same way."""
+    job_classes: dict[JobInfo, tuple[int, JobClass | None]] = field(default_factory=dict)
+    """``job_class`` per job, the same way."""
     path_keys: dict[tuple[str, Hashable], tuple[int, tuple[int, ...], SortKey]] = field(default_factory=dict)
     """The same per (leaf queue, ``hooks.queue_key_signature``): jobs of a leaf that the queue-key plugins see
     alike share their path key."""
@@ -196,6 +210,27 @@ class Session:
         pending = [t for t in job.tasks if t.status == PENDING]
         self.pending_lists[job] = (queue.version, pending)
         return pending
+
+    def job_class(self, job: JobInfo) -> JobClass | None:
+        """What the actions read of a job to decide it, besides its queue, identity and the session's state: its
+        pending task shapes, minMember, pods not releasing and those of them active, and preemptibility. Jobs of
+        one leaf with equal classes and the same queue-key signature, taken one after the other with nothing
+        changed in between, get the same answer from allocate, consolidation and reclaim (see ``JobsByQueue``'s
+        runs). None for a job whose answer reads more: a topology constraint (its job check tries domains), a
+        nominated task (tried on its node first), or a missing PodGroup. Memoised like ``job_key``."""
+        queue = job.queue
+        if queue is None:
+            return None
+        memo = self.job_classes.get(job)
+        if memo is not None and memo[0] == queue.version:
+            return memo[1]
+        found: JobClass | None = None
+        if job.topology is None and not job.group_missing and all(t.prev_pipelined is None for t in job.tasks):
+            alive, active = job.alive_active()
+            shapes = tuple([t.shape for t in self.pending_of(job)])
+            found = (shapes, job.min_member, alive, active, job.preemptible)
+        self.job_classes[job] = (queue.version, found)
+        return found
 
     def job_request(self, job: JobInfo) -> list[int]:
         """The sum of the job's pending tasks' requests, memoised (see ``job_key``); the caller must not change
@@ -353,6 +388,7 @@ class Session:
         self.job_keys = {}
         self.requests = {}
         self.pending_lists = {}
+        self.job_classes = {}
         self.path_keys = {}
         self.order_keys = {}
         self.awaited = {}
@@ -848,8 +884,9 @@ def _add_request(ssn: Session, job: JobInfo, sign: int) -> None:
             q.request[r] += sign * request[r]
 
 
-_Opening = tuple[list[TaskInfo], list[int], SortKey, tuple[Hashable, ...] | None]
-"""A job's ``pending_of``, ``job_request``, ``job_key`` and queue-key signature at a session's opening."""
+_Opening = tuple[list[TaskInfo], list[int], SortKey, tuple[Hashable, ...] | None, tuple[JobClass | None] | None]
+"""A job's ``pending_of``, ``job_request``, ``job_key``, queue-key signature and ``job_class`` (in a 1-tuple; None:
+not computed) at a session's opening."""
 
 
 @dataclass(eq=False)
@@ -874,8 +911,8 @@ class Snapshot:
     """Node class interner (``NodeInfo.class_id``: equal ids for nodes that every static predicate treats alike)."""
     queue_base: list[tuple[QueueInfo, list[int], list[int], list[int]]] = field(default_factory=list)
     carried: dict[JobInfo, _Opening] = field(default_factory=dict)
-    """Per job pending when the last tracked session opened: its ``pending_of``, ``job_request``, ``job_key`` and
-    queue-key signature as they were at that opening (see ``park``)."""
+    """Per job pending when the last tracked session opened: its memos as they were at that opening (see
+    ``_carry``)."""
 
     @classmethod
     def build(cls, state: ClusterState, config: SchedulerConfig, pool: str, chash: str) -> Snapshot:
@@ -1012,7 +1049,8 @@ class Snapshot:
         config's plugins): the values are what the session would compute."""
         job_by_key = self.job_by_key
         signatures = ssn.hooks.signatures
-        for job, (pending, request, key, signature) in self.carried.items():
+        classes = ssn.job_classes
+        for job, (pending, request, key, signature, job_class) in self.carried.items():
             queue = job.queue
             if queue is None or job_by_key.get(job.key) is not job:
                 continue
@@ -1020,6 +1058,8 @@ class Snapshot:
             ssn.pending_lists[job] = (version, pending)
             ssn.requests[job] = (version, request)
             ssn.job_keys[job] = (version, key)
+            if job_class is not None:
+                classes[job] = (version, job_class[0])
             if signature is not None:
                 job.request_cache = (request[0], request[1], request[2])
                 signatures[job] = signature
@@ -1032,6 +1072,7 @@ class Snapshot:
         touched = {id(saved[0].job) for saved in ssn._saved_tasks.values()}
         carried: dict[JobInfo, _Opening] = {}
         signatures = ssn.hooks.signatures
+        classes = ssn.job_classes
         for job in ssn.pending_jobs:
             if id(job) in touched:
                 continue
@@ -1043,7 +1084,8 @@ class Snapshot:
             signature = signatures.get(job)
             if signature is not None and job.request_cache != tuple(request[1]):
                 signature = None
-            carried[job] = (pending[1], request[1], key[1], signature)
+            job_class = classes.get(job)
+            carried[job] = (pending[1], request[1], key[1], signature, None if job_class is None else (job_class[1],))
         self.carried = carried
 
     def park(self, ssn: Session) -> None:

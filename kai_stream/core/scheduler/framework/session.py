@@ -130,7 +130,7 @@ class Session:
     queue_epoch: int = 0
     """Bumped with every change of any ``QueueInfo.version``: while it stands still, no queue changed."""
     job_keys: dict[JobInfo, tuple[int, SortKey]] = field(default_factory=dict)
-    """``job_key`` per job with the job queue's version it was computed at (see ``job_key``)."""
+    """``job_key`` per job with the job's version it was computed at (see ``job_key``)."""
     requests: dict[JobInfo, tuple[int, list[int]]] = field(default_factory=dict)
     """``job_request`` per job, the same way."""
     pending_lists: dict[JobInfo, tuple[int, list[TaskInfo]]] = field(default_factory=dict)
@@ -185,7 +185,7 @@ class Session:
     def job_key(self, job: JobInfo) -> SortKey:
         """``hooks.job_key``, memoised (the job-order hooks read the job's tasks and their statuses).
 
-        The three per-job memos (``job_key``, ``pending_of``, ``job_request``) hold while the job's queue version
+        The per-job memos (``job_key``, ``pending_of``, ``job_request``, ``job_class``) hold while the job's version
         stands still: what they read of the job (its tasks' statuses) changes only through ``_charge``, which
         moves that version. A job without a queue is not memoised. Each reads its memo inline (no shared helper):
         every action asks them of every pending job, several times."""
@@ -193,10 +193,10 @@ class Session:
         if queue is None:
             return self.hooks.job_key(job)
         memo = self.job_keys.get(job)
-        if memo is not None and memo[0] == queue.version:
+        if memo is not None and memo[0] == job.version:
             return memo[1]
         key = self.hooks.job_key(job)
-        self.job_keys[job] = (queue.version, key)
+        self.job_keys[job] = (job.version, key)
         return key
 
     def pending_of(self, job: JobInfo) -> list[TaskInfo]:
@@ -205,10 +205,10 @@ class Session:
         if queue is None:
             return job.pending_tasks()
         memo = self.pending_lists.get(job)
-        if memo is not None and memo[0] == queue.version:
+        if memo is not None and memo[0] == job.version:
             return memo[1]
         pending = [t for t in job.tasks if t.status == PENDING]
-        self.pending_lists[job] = (queue.version, pending)
+        self.pending_lists[job] = (job.version, pending)
         return pending
 
     def job_class(self, job: JobInfo) -> JobClass | None:
@@ -222,14 +222,14 @@ class Session:
         if queue is None:
             return None
         memo = self.job_classes.get(job)
-        if memo is not None and memo[0] == queue.version:
+        if memo is not None and memo[0] == job.version:
             return memo[1]
         found: JobClass | None = None
         if job.topology is None and not job.group_missing and all(t.prev_pipelined is None for t in job.tasks):
             alive, active = job.alive_active()
             shapes = tuple([t.shape for t in self.pending_of(job)])
             found = (shapes, job.min_member, alive, active, job.preemptible)
-        self.job_classes[job] = (queue.version, found)
+        self.job_classes[job] = (job.version, found)
         return found
 
     def job_request(self, job: JobInfo) -> list[int]:
@@ -239,10 +239,10 @@ class Session:
         if queue is None:
             return self._job_request(job.pending_tasks())
         memo = self.requests.get(job)
-        if memo is not None and memo[0] == queue.version:
+        if memo is not None and memo[0] == job.version:
             return memo[1]
         request = self._job_request(self.pending_of(job))
-        self.requests[job] = (queue.version, request)
+        self.requests[job] = (job.version, request)
         return request
 
     def _job_request(self, pending: list[TaskInfo]) -> list[int]:
@@ -261,6 +261,7 @@ class Session:
     # ------------------------------------------------------------------ resource bookkeeping
 
     def _charge(self, task: TaskInfo, sign: int) -> None:
+        task.job.version += 1
         queue = task.job.queue
         if queue is None:
             return
@@ -1054,7 +1055,7 @@ class Snapshot:
             queue = job.queue
             if queue is None or job_by_key.get(job.key) is not job:
                 continue
-            version = queue.version
+            version = job.version
             ssn.pending_lists[job] = (version, pending)
             ssn.requests[job] = (version, request)
             ssn.job_keys[job] = (version, key)

@@ -131,11 +131,11 @@ class JobInfo:
     request_cache: tuple[int, int, int] | None = None
     topology: TopologyConstraint | None = None
     changed: float = 0.0
+    succeeded: int = 0
+    group_missing: bool = False
     version: int = 0
     """Moved by every change of one of the job's tasks in a session (``Session._charge``): the per-job memos of a
     session hold while it stands still."""
-    succeeded: int = 0
-    group_missing: bool = False
 
     def active_count(self) -> int:
         return sum(1 for t in self.tasks if t.status in (RUNNING, ALLOCATED, PIPELINED))

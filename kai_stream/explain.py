@@ -33,7 +33,7 @@ from kai_stream.core.events import (
 )
 from kai_stream.core.scheduler.framework.info import CPU, GPU, MEM, UNIT
 from kai_stream.core.scheduler.framework.session import open_session
-from kai_stream.core.state import ClusterState, apply
+from kai_stream.core.state import ClusterState, apply, job_key_of
 from kai_stream.history.reader import History, PoolLog
 
 __all__ = ["PodNotFound", "QueueStanding", "Step", "Story", "explain_pod", "queue_standing"]
@@ -195,6 +195,18 @@ def _event_step(event: ClusterEvent, offset: int, first: bool) -> Step | None:
     return None
 
 
+def _queues_by_key(state: ClusterState) -> dict[str, str]:
+    """The queue of every pod key and job key: an eviction names its preemptor by job ("ns/podgroup", or
+    "ns/pod" for a pod without a group), and a pod in a group may leave its own queue to the group."""
+    out = {key: group.queue for key, group in state.pod_groups.items()}
+    for pod in state.pods.values():
+        job = job_key_of(pod)
+        queue = pod.queue or out.get(job, "")
+        out.setdefault(job, queue)
+        out.setdefault(pod.key, queue)
+    return out
+
+
 def _decision_step(decision: Decision, offset: int | None, pods: dict[str, str]) -> Step:
     data: dict[str, Any] = {"action": decision.action, "input_offset": decision.input_offset}
     match decision:
@@ -247,8 +259,7 @@ def _story(log: PoolLog, uid: str, fallback: SchedulerConfig | None) -> Story:
     for index, decision in enumerate(log.decisions):
         fold_until(decision.input_offset)
         if decision.uid == uid:
-            pods = {p.key: p.queue for p in state.pods.values()}
-            step = _decision_step(decision, log.decision_offsets[index], pods)
+            step = _decision_step(decision, log.decision_offsets[index], _queues_by_key(state))
             queue = decision.queue or queue
             if isinstance(decision, PodPending | EvictionRequested):
                 config = configs.get(decision.config_hash) or fallback or SchedulerConfig()

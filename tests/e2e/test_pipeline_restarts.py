@@ -23,8 +23,10 @@ from connectors.simcluster.client import api_client
 from kai_stream.core.config import SchedulerConfig
 from kai_stream.core.events import BindRequested, decision_hash
 from kai_stream.core.manifests import load_scenario
+from kai_stream.history.reader import read_broker
 from kai_stream.pipeline import Pipeline, PipelineOptions
 from kai_stream.simulate import simulate
+from replay.testing import assert_replays_identically
 
 CLUSTER = """
 apiVersion: v1
@@ -158,3 +160,9 @@ async def test_pods_bound_as_simulate_decides_across_processor_and_binder_kills(
                 head = decision_hash(decision)
         nodes = {p["metadata"]["name"]: p["spec"].get("nodeName") for p in pipeline.cluster.objects("Pod")}
         assert {n: nodes[n] for n in fitting} == {n: expected2[n][0] for n in fitting}
+
+        # ---- the recorded log (processor and binder restarts included) replays identically
+        assert pipeline.kafka is not None
+        history = await read_broker(pipeline.kafka, pipeline.names)
+        report = assert_replays_identically(history)
+        assert report.identical == history.decisions == len(decisions)

@@ -15,8 +15,10 @@ from kubernetes_asyncio import client
 
 from connectors.simcluster.client import api_client
 from kai_stream.core.events import BindRequested, decision_hash
+from kai_stream.history.reader import read_broker
 from kai_stream.kafka import partition_for
 from kai_stream.pipeline import Pipeline, PipelineOptions
+from replay.testing import assert_replays_identically
 
 POOLS = ("blue", "green")
 POOL_LABEL = "kai.scheduler/node-pool"
@@ -97,3 +99,9 @@ async def test_two_processors_share_pools_and_survive_one_dying(broker: str, top
             for decision in (d for d in decisions if d.pool == pool):
                 assert decision.prev_hash == head
                 head = decision_hash(decision)
+
+        # ---- the recorded log (both processors, one SIGKILLed) replays identically
+        assert pipeline.kafka is not None
+        history = await read_broker(pipeline.kafka, pipeline.names)
+        report = assert_replays_identically(history)
+        assert report.identical == history.decisions == len(decisions)

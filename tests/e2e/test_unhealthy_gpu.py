@@ -21,8 +21,10 @@ from connectors.nvml import AgentConfig, GpuAgent, GpuReader, XidEvent, kafka_si
 from connectors.simcluster.client import api_client
 from kai_stream.core.events import BindRequested, GpuHealthObserved, PodPending
 from kai_stream.core.manifests import ANNOTATION_GPU_INDICES
+from kai_stream.history.reader import read_broker
 from kai_stream.kafka import make_producer
 from kai_stream.pipeline import Pipeline, PipelineOptions
+from replay.testing import assert_replays_identically
 
 NODE = "gpu-node-1"
 CLUSTER = f"""
@@ -143,3 +145,9 @@ async def test_fatal_xid_gpu_leaves_the_pool_and_the_pending_reason_says_so(
         assert [b.name for b in pipeline.cluster.bindings] == ["needs-one"]
         assert all(0 not in d.gpu_indices for d in tail.all_decisions() if isinstance(d, BindRequested))
         assert (await core.read_namespaced_pod("needs-two", "gpu")).spec.node_name is None
+
+        # ---- the recorded log (the GPU health reading included) replays identically
+        assert pipeline.kafka is not None
+        history = await read_broker(pipeline.kafka, pipeline.names)
+        report = assert_replays_identically(history)
+        assert report.identical == history.decisions

@@ -100,3 +100,41 @@ def test_tail_decisions_cli_filters_by_kind(
     assert [d["decision_id"] for d in lines] == [d.decision_id for d in decisions if isinstance(d, EvictionRequested)]
     bad = CliRunner().invoke(app, ["tail", "decisions", "--kind", "delete"])
     assert bad.exit_code != 0 and "unknown kind" in bad.output
+
+
+async def test_two_concurrent_subscribers_each_get_every_matching_decision(
+    kafka_settings: KafkaSettings, topics: TopicNames
+) -> None:
+    """Each subscriber is its own consumer group: two at once on one topic both see every partition's decisions
+    (in one shared group the partitions, and so the decisions, would be split between them)."""
+    from kai_stream.kafka import partition_for
+    from kai_stream.subscribe import high_watermarks
+
+    partitions = len(await high_watermarks(kafka_settings, topics.decisions))
+    pools = ["blue", "green", "red", "default"]
+    assert len({partition_for(p, partitions) for p in pools}) >= 3  # the decisions span several partitions
+    kinds = ["bind", "evict", "pending"]
+    first = [_decision(i, f"q{i % 2}", "ns", kinds[i % 3]).model_copy(update={"pool": pools[i % 4]}) for i in range(24)]
+    await _publish(kafka_settings, topics.decisions, first)
+
+    def order(ds: list[Decision]) -> dict[str, list[str]]:  # per pool (= per partition), log order
+        return {p: [d.decision_id for d in ds if d.pool == p] for p in pools}
+
+    want_q0 = [d for d in first if d.queue == "q0"]
+    want_evict = [d for d in first if isinstance(d, EvictionRequested)]
+    assert len(want_q0) == 12 and len(want_evict) == 8 and {d.pool for d in want_evict} == set(pools)
+    by_queue = subscribe(kafka_settings, queue="q0", from_beginning=True, names=topics, poll_ms=50)
+    by_kind = subscribe(kafka_settings, kind="evict", from_beginning=True, names=topics, poll_ms=50)
+    got_q0, got_evict = await asyncio.wait_for(
+        asyncio.gather(_take(by_queue, len(want_q0)), _take(by_kind, len(want_evict))), 30
+    )
+    assert order(got_q0) == order(want_q0)
+    assert order(got_evict) == order(want_evict)
+
+    # both still subscribed: a later decision matching both filters reaches both
+    later = _decision(200, "q0", "ns", "evict").model_copy(update={"pool": "green"})
+    await _publish(kafka_settings, topics.decisions, [later])
+    again = await asyncio.wait_for(asyncio.gather(_take(by_queue, 1), _take(by_kind, 1)), 20)
+    await by_queue.aclose()
+    await by_kind.aclose()
+    assert [d.decision_id for got in again for d in got] == [later.decision_id] * 2

@@ -9,7 +9,7 @@ import orjson
 from typer.testing import CliRunner
 
 from kai_stream.cli import _register, app
-from kai_stream.core.config import SchedulerConfig
+from kai_stream.core.config import SchedulerConfig, parse_config
 from kai_stream.core.events import ObservedEvent, PodObserved
 from kai_stream.core.manifests import load_scenario
 from kai_stream.explain import explain_pod
@@ -55,16 +55,18 @@ spec:
 """
 
 
-def _events(early: list[str], late: list[str], b_quota: int = 2, late_ts: float = 10.0) -> list[ObservedEvent]:
-    base = [NODE, _queue("team-a", 2), _queue("team-b", b_quota)]
+def _events(
+    early: list[str], late: list[str], b_quota: int = 2, late_ts: float = 10.0, nodes: str = NODE
+) -> list[ObservedEvent]:
+    base = [nodes, _queue("team-a", 2), _queue("team-b", b_quota)]
     first = load_scenario("---".join(base + early), ts=0.0)
     then = [e for e in load_scenario("---".join(base + late), ts=late_ts) if isinstance(e, PodObserved)]
     return first + then
 
 
-def _history(tmp_path: Path, events: list[ObservedEvent]) -> Path:
+def _history(tmp_path: Path, events: list[ObservedEvent], config: SchedulerConfig | None = None) -> Path:
     directory = tmp_path / "history"
-    write_history(directory, [run_engine(events, SchedulerConfig()).log])
+    write_history(directory, [run_engine(events, config or SchedulerConfig()).log])
     return directory
 
 
@@ -107,14 +109,59 @@ def test_explain_pod_pending_on_full_cluster(tmp_path: Path) -> None:
     assert story.status == "Pending"
     pending = [s for s in story.steps if s.kind == "Pending"]
     assert pending and pending[0].ts == 10.0
-    assert pending[0].data["code"] in ("NoNodeFits", "NotEnoughOverQuotaShare", "WaitingForReclaim")
+    # the one node has no free GPU; team-b is within its quota, so no queue is to blame and nothing is reclaimed
+    assert [(p.data["code"], p.data["predicates"]) for p in pending] == [("NoNodeFits", {"InsufficientGPU": 1})]
     assert pending[0].standing is not None
     assert pending[0].standing["team-b"].allocated_gpu == 4.0
+    assert story.blocking_queues() == []
     assert story.steps[0].kind == "Arrived" and story.steps[0].ts == 10.0
 
     _register()
     result = CliRunner().invoke(app, ["explain", "ml/a-0", "--from-history", str(directory)])
     assert result.exit_code == 0, result.output
-    assert "pending:" in result.output and "status: Pending" in result.output
+    assert "pending: NoNodeFits: no node fits the pod (InsufficientGPU: 1)" in result.output
+    assert "[InsufficientGPU on 1 node(s)]" in result.output
+    assert "status: Pending" in result.output and "over their fair share" not in result.output
     missing = CliRunner().invoke(app, ["explain", "ml/nope", "--from-history", str(directory)])
     assert missing.exit_code == 1 and "no pod" in missing.output
+
+
+TWO_NODES = "---".join(
+    f"""
+apiVersion: v1
+kind: Node
+metadata: {{name: node-{i}}}
+status: {{allocatable: {{nvidia.com/gpu: "2", cpu: "32", memory: 128Gi}}}}
+"""
+    for i in (1, 2)
+)
+
+
+def test_explain_pending_pod_names_the_predicates_and_the_queue_holding_the_gpus(tmp_path: Path) -> None:
+    # reclaim is off: team-b keeps 4 GPUs over its quota of 2 on both nodes; team-a's pod finds no node
+    early = [_pod(f"b-{i}", "team-b") for i in range(4)]
+    events = _events(early, [_pod("a-0", "team-a")], nodes=TWO_NODES)
+    directory = _history(tmp_path, events, parse_config({"actions": ["allocate"]}))
+    (story,) = explain_pod(read_history(directory), "ml/a-0")
+    assert story.status == "Pending"
+    (pending,) = [s for s in story.steps if s.kind == "Pending"]
+    assert (pending.data["action"], pending.data["code"]) == ("allocate", "NoNodeFits")
+    assert pending.data["predicates"] == {"InsufficientGPU": 2}
+    assert pending.data["reason"] == "no node fits the pod (InsufficientGPU: 2)"
+    assert pending.standing is not None
+    b = pending.standing["team-b"]
+    assert (b.deserved_gpu, b.fair_share_gpu, b.allocated_gpu, b.over_fair_share) == (2.0, 3.0, 4.0, True)
+    assert story.blocking_queues() == ["team-b"]
+
+    _register()
+    human = CliRunner().invoke(app, ["explain", "ml/a-0", "--from-history", str(directory)])
+    assert human.exit_code == 0, human.output
+    assert "pending: NoNodeFits: no node fits the pod (InsufficientGPU: 2) [InsufficientGPU on 2 node(s)]" in (
+        " ".join(human.output.split())
+    )
+    assert "status: Pending; queues over their fair share: team-b" in human.output
+    as_json = CliRunner().invoke(app, ["explain", "ml/a-0", "--from-history", str(directory), "--json"])
+    (doc,) = orjson.loads(as_json.output)
+    assert doc["blocking_queues"] == ["team-b"]
+    assert doc["steps"][1]["data"]["predicates"] == {"InsufficientGPU": 2}
+    assert doc["steps"][1]["queues"]["team-b"]["over_fair_share"] is True

@@ -1,7 +1,8 @@
-"""The per-job memos a parked snapshot carries to the next cycle (``Snapshot._carry``) are those of the jobs'
-opening state: a cycle run again on the same state, its decisions not folded (so no job is rebuilt), decides
-byte for byte what the first one did and what a cold cycle decides, although the first cycle placed jobs, tried
-gangs and evicted, and its later actions read the memos of jobs allocate had placed."""
+"""The per-job memos a parked snapshot keeps for the next cycle (``Snapshot.memos``, valid per job version; ``park``
+moves the version of every job the cycle touched) hold for the jobs' opening state: a cycle run again on the same
+state, its decisions not folded (so no job is rebuilt), decides byte for byte what the first one did and what a
+cold cycle decides, although the first cycle placed jobs, tried gangs and evicted, and its later actions read the
+memos of jobs allocate had placed."""
 
 from __future__ import annotations
 

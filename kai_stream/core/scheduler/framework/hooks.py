@@ -25,8 +25,9 @@ QueueKeyFn = Callable[[QueueInfo, JobInfo], SortKey]
 QueueKeyReadsFn = Callable[[JobInfo], Hashable]
 """What of the job one queue-key plugin reads: its key is a function of the queue and this value only. When
 every queue-key plugin declares one, jobs with equal values share their path keys (see ``JobsByQueue``). The
-value must stay the same for the whole session (proportion reads the request it cached for the cycle,
-nomination the nominations the session opened with): ``Hooks.queue_key_signature`` keeps it per job."""
+value may change only with the job's tasks (``JobInfo.version``; proportion reads the request it cached for the
+cycle, nomination the nominations the snapshot holds): ``Hooks.queue_key_signature`` keeps it per job and
+version."""
 PredicateFn = Callable[[TaskInfo, NodeInfo], str | None]
 """Static (label/taint/affinity) check: None when the node is acceptable, else the failed predicate's name."""
 JobCheckFn = Callable[[JobInfo, list[int]], tuple[PendingCode, str] | None]
@@ -58,8 +59,8 @@ class Hooks:
     victim_scopes: list[VictimScopeFn] = field(default_factory=list)
     gpu_strategy: Strategy = "binpack"
     cpu_strategy: Strategy = "binpack"
-    signatures: dict[JobInfo, tuple[Hashable, ...]] = field(default_factory=dict)
-    """``queue_key_signature`` per job, for the session."""
+    signatures: dict[JobInfo, tuple[int, tuple[Hashable, ...]]] = field(default_factory=dict)
+    """``queue_key_signature`` per job, with the job's version it was computed at."""
 
     def job_key(self, job: JobInfo) -> SortKey:
         key: SortKey = ()
@@ -76,12 +77,13 @@ class Hooks:
     def queue_key_signature(self, job: JobInfo) -> tuple[Hashable, ...] | None:
         """Everything of ``job`` that ``queue_key`` reads, or None when a queue-key plugin declared nothing."""
         known = self.signatures.get(job)
-        if known is not None:
-            return known
+        if known is not None and known[0] == job.version:
+            return known[1]
         reads = self.queue_key_reads
         if len(reads) != len(self.queue_keys):
             return None
-        signature = self.signatures[job] = tuple([fn(job) for fn in reads])
+        signature = tuple([fn(job) for fn in reads])
+        self.signatures[job] = (job.version, signature)
         return signature
 
     def predicate(self, task: TaskInfo, node: NodeInfo) -> str | None:

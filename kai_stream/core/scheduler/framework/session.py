@@ -885,9 +885,20 @@ def _add_request(ssn: Session, job: JobInfo, sign: int) -> None:
             q.request[r] += sign * request[r]
 
 
-_Opening = tuple[list[TaskInfo], list[int], SortKey, tuple[Hashable, ...] | None, tuple[JobClass | None] | None]
-"""A job's ``pending_of``, ``job_request``, ``job_key``, queue-key signature and ``job_class`` (in a 1-tuple; None:
-not computed) at a session's opening."""
+@dataclass
+class _JobMemos:
+    """The memos of ``Session.job_key``, ``job_request``, ``pending_of``, ``job_class`` and
+    ``Hooks.queue_key_signature``, each entry with the job's version it was computed at."""
+
+    job_keys: dict[JobInfo, tuple[int, SortKey]]
+    requests: dict[JobInfo, tuple[int, list[int]]]
+    pending_lists: dict[JobInfo, tuple[int, list[TaskInfo]]]
+    job_classes: dict[JobInfo, tuple[int, JobClass | None]]
+    signatures: dict[JobInfo, tuple[int, tuple[Hashable, ...]]]
+
+    def forget(self, job: JobInfo) -> None:
+        for memo in (self.job_keys, self.requests, self.pending_lists, self.job_classes, self.signatures):
+            memo.pop(job, None)
 
 
 @dataclass(eq=False)
@@ -911,9 +922,9 @@ class Snapshot:
     classes: dict[object, int]
     """Node class interner (``NodeInfo.class_id``: equal ids for nodes that every static predicate treats alike)."""
     queue_base: list[tuple[QueueInfo, list[int], list[int], list[int]]] = field(default_factory=list)
-    carried: dict[JobInfo, _Opening] = field(default_factory=dict)
-    """Per job pending when the last tracked session opened: its memos as they were at that opening (see
-    ``_carry``)."""
+    memos: _JobMemos = field(default_factory=lambda: _JobMemos({}, {}, {}, {}, {}))
+    """The per-job memos every session on this snapshot uses (each entry holds for the job's version it was
+    computed at): a job the fold left alone keeps them from cycle to cycle (see ``park``)."""
 
     @classmethod
     def build(cls, state: ClusterState, config: SchedulerConfig, pool: str, chash: str) -> Snapshot:
@@ -1039,66 +1050,24 @@ class Snapshot:
         for name in config.plugins:
             plugins[name]().on_session_open(ssn)
         if track:
-            self._bring_forward(ssn)
+            memos = self.memos
+            ssn.job_keys, ssn.requests, ssn.pending_lists = memos.job_keys, memos.requests, memos.pending_lists
+            ssn.job_classes, ssn.hooks.signatures = memos.job_classes, memos.signatures
         return ssn
-
-    def _bring_forward(self, ssn: Session) -> None:
-        """Seed the session's per-job memos with the values ``park`` carried over. A job the fold left alone is the
-        same object with the same tasks in the same states at this opening as at the last one (``park`` undid the
-        cycle; ``refresh`` replaces a changed job by a new object), and what the memos read besides the job is
-        fixed while the snapshot is (the nominations of unchanged jobs, the pool's reference GPU memory, the
-        config's plugins): the values are what the session would compute."""
-        job_by_key = self.job_by_key
-        signatures = ssn.hooks.signatures
-        classes = ssn.job_classes
-        for job, (pending, request, key, signature, job_class) in self.carried.items():
-            queue = job.queue
-            if queue is None or job_by_key.get(job.key) is not job:
-                continue
-            version = job.version
-            ssn.pending_lists[job] = (version, pending)
-            ssn.requests[job] = (version, request)
-            ssn.job_keys[job] = (version, key)
-            if job_class is not None:
-                classes[job] = (version, job_class[0])
-            if signature is not None:
-                job.request_cache = (request[0], request[1], request[2])
-                signatures[job] = signature
-
-    def _carry(self, ssn: Session) -> None:
-        """Keep, for the next cycle, the memos of the jobs pending at this opening whose tasks the cycle did not
-        touch: what the memos read of a job is its tasks, so every value computed during the cycle is the one of
-        the job's opening state, which ``park`` keeps."""
-        assert ssn._saved_tasks is not None
-        touched = {id(saved[0].job) for saved in ssn._saved_tasks.values()}
-        carried: dict[JobInfo, _Opening] = {}
-        signatures = ssn.hooks.signatures
-        classes = ssn.job_classes
-        for job in ssn.pending_jobs:
-            if id(job) in touched:
-                continue
-            pending = ssn.pending_lists.get(job)
-            request = ssn.requests.get(job)
-            key = ssn.job_keys.get(job)
-            if pending is None or request is None or key is None:
-                continue
-            signature = signatures.get(job)
-            if signature is not None and job.request_cache != tuple(request[1]):
-                signature = None
-            job_class = classes.get(job)
-            carried[job] = (pending[1], request[1], key[1], signature, None if job_class is None else (job_class[1],))
-        self.carried = carried
 
     def park(self, ssn: Session) -> None:
         """Undo everything the cycle on ``ssn`` changed in the shared objects (``start`` with ``track``).
+
+        A job whose tasks the cycle changed gets a new version (its memos of the cycle, in ``memos``, held for the
+        states the cycle left; its tasks are now back in the opening state).
 
         ``JobInfo.request_cache`` is cleared only on the jobs that had a pending task at open: a job without one
         has no pending task all cycle (only ``unplace`` makes a task pending again, and only tasks placed in the
         cycle), so its request is [0, 0, 0] whenever computed; when it gets one, the fold marks it dirty."""
         assert ssn._saved_tasks is not None and ssn._saved_nodes is not None
-        self._carry(ssn)
         for task, status, node, gpus, portion in ssn._saved_tasks.values():
             task.status, task.node, task.gpus, task.gpu_portion = status, node, gpus, portion
+            task.job.version += 1
         releasing = self.base.releasing_tasks
         for saved in ssn._saved_nodes.values():
             node = saved.node
@@ -1158,6 +1127,7 @@ class Snapshot:
             old = self.job_by_key.pop(key, None)
             builder.nominated.discard(key)
             if old is not None:
+                self.memos.forget(old)
                 if first_fit and any(t.node is not None and t.node.name in first_fit for t in old.tasks):
                     return False
                 if key in self.pending:

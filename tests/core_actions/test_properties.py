@@ -1,21 +1,30 @@
-"""Property tests: after all five actions run to a fixed point, the core invariants hold and nothing oscillates.
+"""Property tests: the core invariants hold after every action of every cycle, and nothing oscillates.
 
 Random small clusters: 1-3 nodes of 1-4 GPUs, 2-3 queues with random deserved GPU, running train pods (some
-fractional, some in gangs) and pending pods of every priority class. Checked on the final state: no GPU device
-over-committed, gangs all-or-nothing, non-preemptible pods within their queue's deserved GPU; and 10 extra
+fractional, some in gangs) and pending pods of every priority class. Checked inside each cycle, after each of
+the five actions, on the session's state (``_checked_actions``): no GPU device over-committed now or once the
+releasing pods are gone, no node's CPU or memory over-committed, no gang left with placements below its
+minMember, non-preemptible pods of a queue growing only within its deserved GPU; as each cycle closes, every
+pending pod has a reason. Checked on the final state: the same, from the simulation's result; and 10 extra
 cycles decide nothing (``assert_stable``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
+import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kai_stream.core.config import SchedulerConfig
 from kai_stream.core.manifests import load_scenario
+from kai_stream.core.scheduler import actions
+from kai_stream.core.scheduler.framework.info import ALLOCATED, GPU, PENDING, PIPELINED, RUNNING, UNIT
+from kai_stream.core.scheduler.framework.session import Session
 from kai_stream.simulate import simulate
 
 from .harness import MAX_CYCLES, assert_stable, settle_with_restarts
@@ -116,12 +125,62 @@ def clusters(draw: st.DrawFn) -> tuple[list[Any], dict[str, Any]]:
     return docs, facts
 
 
+def _check_session(ssn: Session, action: str, np_at_open: dict[str, int]) -> None:
+    for node in ssn.nodes:
+        for g in range(node.gpu_count):
+            assert node.gpu_used[g] <= UNIT, (action, node.name, g, "GPU over-committed now")
+            assert node.gpu_free_future(g) >= 0, (action, node.name, g, "GPU over-committed once released")
+        assert node.cpu_free_now() >= 0 and node.cpu_free_future() >= 0, (action, node.name, "CPU")
+        assert node.mem_free_now() >= 0 and node.mem_free_future() >= 0, (action, node.name, "memory")
+    for job in ssn.jobs:
+        placed = sum(1 for t in job.tasks if t.status in (ALLOCATED, PIPELINED))
+        active = sum(1 for t in job.tasks if t.status in (ALLOCATED, PIPELINED, RUNNING))
+        assert placed == 0 or active >= job.min_member, (action, job.key, active, job.min_member)
+    for q in ssn.queues.values():
+        quota = q.quota[GPU]
+        if quota >= 0:
+            assert q.allocated_np[GPU] <= max(quota, np_at_open[q.name]), (action, q.name, q.allocated_np, quota)
+
+
+@contextmanager
+def _checked_actions() -> Iterator[list[str]]:
+    """Every action of every cycle followed by ``_check_session``, and every cycle's close by a check that each
+    pending pod has a reason; yields the names of the actions checked."""
+    ran: list[str] = []
+    opened: dict[int, dict[str, int]] = {}
+
+    def checked(name: str, action: Callable[[Session], None]) -> Callable[[Session], None]:
+        def run(ssn: Session) -> None:
+            at_open = opened.setdefault(id(ssn), {q.name: q.allocated_np[GPU] for q in ssn.queues.values()})
+            action(ssn)
+            _check_session(ssn, name, at_open)
+            ran.append(name)
+
+        return run
+
+    real_close = Session.close
+
+    def close(ssn: Session) -> Any:
+        opened.pop(id(ssn), None)
+        unexplained = [t.uid for t in ssn.tasks.values() if t.status == PENDING and t.uid not in ssn.pending]
+        assert not unexplained, ("pending pods without a reason", unexplained)
+        return real_close(ssn)
+
+    with pytest.MonkeyPatch.context() as patch:
+        for name, action in list(actions.ACTIONS.items()):
+            patch.setitem(actions.ACTIONS, name, checked(name, action))
+        patch.setattr(Session, "close", close)
+        yield ran
+
+
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(clusters())
 def test_invariants_after_every_action_and_no_oscillation(case: tuple[list[Any], dict[str, Any]]) -> None:
     docs, facts = case
     config = SchedulerConfig()
-    result = simulate(load_scenario(yaml.safe_dump_all(docs)), config, cycles=MAX_CYCLES)
+    with _checked_actions() as ran:
+        result = simulate(load_scenario(yaml.safe_dump_all(docs)), config, cycles=MAX_CYCLES)
+    assert set(ran) == set(config.actions)
     assert_stable(result)
     pods = result.to_json()["pods"]
     used: dict[tuple[str, int], float] = {}

@@ -15,7 +15,7 @@ the previous one was handled, by ``next_alike`` where it applies, else by ``requ
 from __future__ import annotations
 
 import heapq
-from collections.abc import Hashable, Iterator
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from kai_stream.core.scheduler.framework.hooks import SortKey
@@ -45,9 +45,6 @@ class JobsByQueue:
         self._paths: dict[str, list[QueueInfo]] = {}
         self._popped: tuple[JobInfo, int] | None = None
         """The last job ``pop`` or ``next_alike`` returned and the queue epoch then."""
-        self._signature: tuple[Hashable, ...] | None = None
-        self._signature_of: JobInfo | None = None
-        """The queue-key signature ``next_alike`` last read, and of which job."""
         self.followed = False
         """Whether the job ``in_order`` yielded last was taken by ``next_alike`` after the one before it (nothing
         changed any queue in between)."""
@@ -138,15 +135,12 @@ class JobsByQueue:
         if i >= len(jobs):
             return None
         following = jobs[i]
-        mine = self._signature
-        if mine is None or self._signature_of is not job:
-            mine = self.ssn.hooks.queue_key_signature(job)
-        theirs = self.ssn.hooks.queue_key_signature(following)
-        if mine is None or theirs != mine:
+        signature = self.ssn.hooks.queue_key_signature
+        mine = signature(job)
+        if mine is None or signature(following) != mine:
             return None
         self._next[name] = i + 1
         self._popped = (following, popped[1])
-        self._signature, self._signature_of = theirs, following
         return following
 
     def in_order(self) -> Iterator[JobInfo]:

@@ -21,7 +21,7 @@ this run, and the job's reason must not flip to allocate's ``NoNodeFits`` for on
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterator
+from collections.abc import Callable, Hashable, Iterator
 
 from kai_stream.core.scheduler.actions._common.fairness import (
     UNLIMITED,
@@ -196,17 +196,13 @@ class _Reclaim:
         if awaiting(ssn, job):
             return None
         request = ssn.job_request(job)
-        if ssn.hooks.check_job(job, request) is not None:
+        verdict = _verdict(job, request, ssn.hooks.check_job)
+        if verdict == _REFUSED:
             return None
-        if job.preemptible:
-            fits = within(leaf, request, leaf.fair_share)
-            bound = "fair share"
-        else:
-            fits = within(leaf, request, leaf.quota)
-            bound = "deserved quota"
-        if not fits:
-            self.over_share(job, pending, bound, leaf.allocated)
-            return bound
+        if verdict != _SEARCHES:
+            self.over_share(job, pending, verdict, leaf.allocated)
+            return verdict
+        bound = "fair share" if job.preemptible else "deserved quota"
         shape = (tuple(t.shape for t in pending), job.min_member, leaf.name, job.preemptible, job.topology)
         if shape in self._gave_up:
             self.over_share_at_start(job, pending, request, bound)
@@ -251,6 +247,23 @@ class _Reclaim:
                 return
 
 
+_SEARCHES = "searches"
+_REFUSED = "refused"
+
+
+def _verdict(job: JobInfo, request: list[int], check_job: Callable[[JobInfo, list[int]], object]) -> str:
+    """What ``try_job`` does with a job that is not awaiting evictions, at the opening state: ``_REFUSED`` by a job
+    check, ``_SEARCHES`` (its queue stays within its bound with it), else the bound its queue would exceed. The
+    same for every job of one leaf and one ``Session.job_class``."""
+    leaf = job.queue
+    assert leaf is not None
+    if check_job(job, request) is not None:
+        return _REFUSED
+    if job.preemptible:
+        return _SEARCHES if within(leaf, request, leaf.fair_share) else "fair share"
+    return _SEARCHES if within(leaf, request, leaf.quota) else "deserved quota"
+
+
 def _settle(reclaim: _Reclaim, jobs: list[JobInfo]) -> bool:
     """What ``try_job`` would do for every job, in any order, when none of them would search at the opening state;
     False (and nothing done) otherwise.
@@ -265,6 +278,7 @@ def _settle(reclaim: _Reclaim, jobs: list[JobInfo]) -> bool:
     reasons = ssn.pending
     check_job = ssn.hooks.check_job
     marks: list[tuple[JobInfo, list[TaskInfo], str | None]] = []
+    verdicts: dict[tuple[str, JobClass], str] = {}
     for job in jobs:
         leaf = job.queue
         assert leaf is not None
@@ -277,17 +291,17 @@ def _settle(reclaim: _Reclaim, jobs: list[JobInfo]) -> bool:
         if ssn.awaited.get(job.key, 0):
             marks.append((job, pending, None))
             continue
-        request = ssn.job_request(job)
-        if check_job(job, request) is not None:
-            continue
-        if job.preemptible:
-            if within(leaf, request, leaf.fair_share):
-                return False
-            marks.append((job, pending, "fair share"))
-        else:
-            if within(leaf, request, leaf.quota):
-                return False
-            marks.append((job, pending, "deserved quota"))
+        job_class = ssn.job_class(job)
+        key = (leaf.name, job_class) if job_class is not None else None
+        verdict = verdicts.get(key) if key is not None else None
+        if verdict is None:
+            verdict = _verdict(job, ssn.job_request(job), check_job)
+            if key is not None:
+                verdicts[key] = verdict
+        if verdict == _SEARCHES:
+            return False
+        if verdict != _REFUSED:
+            marks.append((job, pending, verdict))
     for job, pending, bound in marks:
         if bound is None:
             awaiting(ssn, job)

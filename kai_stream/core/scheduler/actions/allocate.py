@@ -4,6 +4,10 @@ Per job: refuse it if the queue would go over a limit (or a non-preemptible job 
 place each pending task on the best node; if fewer than minMember pods end up active, roll everything back.
 A job with any task on releasing capacity is pipelined as a whole (decided, not bound). Every pending task
 that was not placed gets a pending reason with per-predicate node counts.
+
+A job that failed on the shape cache's verdict (nothing placed) passes its reason to the jobs of its class
+(``Session.job_class``) that follow it in its leaf with nothing changed in between (``JobsByQueue.in_order``):
+each of them would hit the same verdict. A saturated cycle tries only the first job of each such run.
 """
 
 from __future__ import annotations

@@ -57,6 +57,21 @@ def contiguous_prefix(records: bytes, fetch_offset: int) -> tuple[int, int | Non
     return size, None
 
 
+def records_end(records: bytes) -> int | None:
+    """The offset after the last batch of a fetch answer's ``records`` (from the batch headers), or None when they
+    hold no format v2 batch header."""
+    end = None
+    position = 0
+    size = len(records)
+    while position + _V2_HEADER_SIZE <= size:
+        base, length = _HEADER.unpack_from(records, position)
+        if records[position + _MAGIC_AT] != 2:
+            return None
+        end = base + _LAST_DELTA.unpack_from(records, position + _LAST_DELTA_AT)[0] + 1
+        position += 12 + length
+    return end
+
+
 class FetchGapGuard:
     """Cuts every fetch answer of one consumer at its first hole (see module docstring)."""
 

@@ -23,6 +23,7 @@ from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.partitioner import murmur2
 
 from kai_stream.core.events import Model, dumps
+from kai_stream.fetchgaps import gap_guarded
 from kai_stream.fetchwait import governed
 from kai_stream.settings import KafkaSettings
 
@@ -59,7 +60,9 @@ def make_consumer(
     """A manual-commit consumer that starts from the earliest record when the group has no offset.
 
     Its fetch wait starts at ``settings.fetch_max_wait_ms`` (short by default: Tansu never answers a fetch early)
-    and grows while Tansu answers it empty behind the log end (``fetchwait.py``).
+    and grows while Tansu answers it empty behind the log end (``fetchwait.py``); its fetch answers are cut at
+    the first offset Tansu has not stored yet, so it never moves past a record it was not given
+    (``fetchgaps.py``).
 
     With ``topics`` it subscribes (optionally with a rebalance ``listener``); without, assign partitions.
     """
@@ -74,6 +77,7 @@ def make_consumer(
     }
     kwargs.update(overrides)
     consumer = governed(AIOKafkaConsumer(**kwargs), kwargs["fetch_max_wait_ms"], settings.fetch_max_wait_limit_ms)
+    gap_guarded(consumer, settings.fetch_hole_patience_s)  # outside the governor: it sees the answer uncut
     if topics:
         if listener is None:
             consumer.subscribe(list(topics))

@@ -39,6 +39,10 @@ class KafkaSettings(BaseSettings):
     fetch_max_wait_limit_ms: int = Field(default=2000, ge=0)
     """The most a consumer's fetch wait may grow to while Tansu answers its fetches empty behind the log end
     (``kai_stream/fetchwait.py``); it falls back to ``fetch_max_wait_ms`` once the consumer has caught up."""
+    fetch_hole_patience_s: float = Field(default=30.0, ge=0)
+    """How long a consumer waits for a missing offset that a fetch answer skipped before it goes on past it
+    (``kai_stream/fetchgaps.py``: Tansu can answer with a later batch before an earlier one is stored; on a
+    non-compacted topic the hole fills within milliseconds)."""
 
     def ssl_context(self) -> ssl.SSLContext | None:
         """A client TLS context when the protocol uses SSL, else None."""

@@ -1,7 +1,7 @@
 """The faust app of the scheduler processor (one per process), configured from the environment.
 
 faust-streaming 0.15.3 runs on the embedded Tansu broker (agents, consumer group, rebalance, tables) once
-three things are worked around, here and in ``agents.py``:
+four things are worked around, here and in ``agents.py``:
 
 * fetch wait: faust hard-codes the consumer's ``fetch_max_wait_ms`` to 1500 and Tansu answers a long-poll
   fetch only when the wait expires (measured: ~700 ms per hop), so the transport below lowers it;
@@ -9,6 +9,9 @@ three things are worked around, here and in ``agents.py``:
   stalled, "No event received for active tp"); the consumer thread below reads the end from a fetch's
   high-watermark instead. Tables are caches only anyway (``tables.py``): scheduler state is rebuilt from
   cluster-events on assignment (``runtime.py``);
+* holes: Tansu can answer a fetch with a batch past one it has not stored yet, and the consumer would move past
+  that record for good (a pod never scheduled); the consumer's fetch answers are cut at the hole
+  (``fetchgaps.py``);
 * commits: faust commits the longest run of acknowledged offsets, and after restarts with re-deliveries
   that run stopped at a gap for good; the agent commits each batch itself once its decisions are
   published.
@@ -26,6 +29,7 @@ from faust.auth import SASLCredentials, SSLCredentials
 from faust.transport.drivers import aiokafka as faust_aiokafka
 from faust.types import TP
 
+from kai_stream.fetchgaps import gap_guarded
 from kai_stream.fetchwait import governed
 from kai_stream.kafka import make_consumer
 from kai_stream.settings import KafkaSettings
@@ -42,7 +46,8 @@ class _ConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
     def _create_worker_consumer(self, transport: Any) -> Any:
         consumer = super()._create_worker_consumer(transport)
         consumer._fetch_max_wait_ms = settings.fetch_max_wait_ms
-        return governed(consumer, settings.fetch_max_wait_ms, kafka.fetch_max_wait_limit_ms)
+        governed(consumer, settings.fetch_max_wait_ms, kafka.fetch_max_wait_limit_ms)
+        return gap_guarded(consumer, kafka.fetch_hole_patience_s)
 
     async def _highwaters(self, partitions: list[TP]) -> Mapping[TP, int]:
         """End offsets from fetch responses (what table recovery waits for), not ``end_offsets()``."""

@@ -5,6 +5,7 @@ empty, so without the governor the read never ends)."""
 from __future__ import annotations
 
 import asyncio
+import struct
 import time
 from types import SimpleNamespace
 
@@ -87,3 +88,44 @@ async def test_consumer_with_a_tiny_wait_reads_a_partition_of_many_small_batches
         await consumer.stop()
     assert [int(r.value) for r in got if r.value is not None] == list(range(records))
     assert elapsed < 30, elapsed
+
+
+def v2_batches(base: int, count: int) -> bytes:
+    """``count`` one-record batch headers (format v2 layout) from offset ``base``."""
+    out = b""
+    for offset in range(base, base + count):
+        rest = struct.pack(">iBIhi", 0, 2, 0, 0, 0) + bytes(34)
+        out += struct.pack(">qi", offset, len(rest)) + rest
+    return out
+
+
+def test_answers_behind_the_end_grow_the_wait_to_the_behind_limit_and_the_end_resets_it() -> None:
+    governor = FetchWaitGovernor(5, 2000, behind_max_ms=50)
+    waits = []
+    for offset in range(10, 70, 10):
+        governor.observe(fetch(offset), answer(1000, v2_batches(offset, 10)))
+        waits.append(governor.wait_ms)
+    assert waits == [5, 10, 20, 40, 50, 50]
+    assert governor.behind == 6
+    governor.observe(fetch(70), answer(80, v2_batches(70, 10)))  # reached the high-watermark
+    assert governor.wait_ms == 5
+
+
+def test_one_answer_behind_between_answers_at_the_end_keeps_the_wait() -> None:
+    governor = FetchWaitGovernor(5, 2000)
+    for offset in range(10, 70, 20):
+        governor.observe(fetch(offset), answer(offset + 11, v2_batches(offset, 10)))
+        governor.observe(fetch(offset + 10), answer(offset + 20, v2_batches(offset + 10, 10)))
+    assert governor.wait_ms == 5
+
+
+def test_a_wait_grown_by_starved_answers_shrinks_on_answers_behind_down_to_the_behind_limit() -> None:
+    governor = FetchWaitGovernor(5, 1000, behind_max_ms=50)
+    for _ in range(7):
+        governor.observe(fetch(10), answer(1000, None))
+    assert governor.wait_ms == 320
+    governor.observe(fetch(10), answer(1000, v2_batches(10, 10)))
+    assert governor.wait_ms == 288
+    for offset in range(20, 400, 10):
+        governor.observe(fetch(offset), answer(1000, v2_batches(offset, 10)))
+    assert governor.wait_ms == 50

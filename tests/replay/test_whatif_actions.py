@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 from typer.testing import CliRunner
+from whatif_manifests import NODE, pod, queue
 
 from kai_stream.cli import _register, app
 from kai_stream.core.config import SchedulerConfig
@@ -21,49 +22,12 @@ from replay.whatif import load_whatif, run_whatif
 ARRIVAL_A = 100.0  # qa's pods arrive while qb holds the whole cluster
 
 
-def _queue(name: str) -> str:
-    return f"""
-apiVersion: scheduling.run.ai/v2
-kind: Queue
-metadata: {{name: {name}}}
-spec:
-  resources:
-    gpu: {{quota: 2, overQuotaWeight: 1, limit: -1}}
-    cpu: {{quota: -1, overQuotaWeight: 1, limit: -1}}
-    memory: {{quota: -1, overQuotaWeight: 1, limit: -1}}
-"""
-
-
-def _pod(name: str, queue: str, seconds: int) -> str:
-    return f"""
-apiVersion: v1
-kind: Pod
-metadata:
-  name: {name}
-  namespace: ml
-  labels: {{kai.scheduler/queue: {queue}}}
-  annotations: {{kai.scheduler/duration-seconds: "{seconds}"}}
-spec:
-  schedulerName: kai-scheduler
-  priorityClassName: train
-  containers:
-    - name: main
-      resources: {{limits: {{nvidia.com/gpu: "1", cpu: "1", memory: 1Gi}}}}
-"""
-
-
-NODE = """
-apiVersion: v1
-kind: Node
-metadata: {name: node-1}
-status: {allocatable: {nvidia.com/gpu: "4", cpu: "32", memory: 128Gi}}
-"""
 
 
 def _events() -> list[ObservedEvent]:
     """qb's four 1000 s jobs fill the node at t=0; qa's two 100 s jobs arrive at t=100 (qa is under its quota)."""
-    pods = [_pod(f"b{i}", "qb", 1000) for i in range(4)] + [_pod(f"a{i}", "qa", 100) for i in range(2)]
-    events = load_scenario("---".join([NODE, _queue("qa"), _queue("qb"), *pods]))
+    pods = [pod(f"b{i}", "qb", 1000, "train") for i in range(4)] + [pod(f"a{i}", "qa", 100, "train") for i in range(2)]
+    events = load_scenario("---".join([NODE, queue("qa", 2), queue("qb", 2), *pods]))
     late = [e for e in events if isinstance(e, PodObserved) and e.pod.queue == "qa"]
     assert len(late) == 2
     return [e for e in events if e not in late] + [e.model_copy(update={"ts": ARRIVAL_A}) for e in late]

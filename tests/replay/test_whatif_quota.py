@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from typer.testing import CliRunner
+from whatif_manifests import NODE, pod, queue
 
 from kai_stream.cli import _register, app
 from kai_stream.core.config import SchedulerConfig
@@ -15,53 +16,14 @@ from replay.engine import run_engine
 from replay.whatif import load_whatif, observed_only, run_whatif
 
 
-def _queue(name: str, gpu_quota: int) -> str:
-    return f"""
-apiVersion: scheduling.run.ai/v2
-kind: Queue
-metadata: {{name: {name}}}
-spec:
-  resources:
-    gpu: {{quota: {gpu_quota}, overQuotaWeight: 1, limit: -1}}
-    cpu: {{quota: -1, overQuotaWeight: 1, limit: -1}}
-    memory: {{quota: -1, overQuotaWeight: 1, limit: -1}}
-"""
-
-
-def _pod(name: str, queue: str) -> str:
-    return f"""
-apiVersion: v1
-kind: Pod
-metadata:
-  name: {name}
-  namespace: ml
-  labels: {{kai.scheduler/queue: {queue}}}
-  annotations: {{kai.scheduler/duration-seconds: "100"}}
-spec:
-  schedulerName: kai-scheduler
-  priorityClassName: build
-  containers:
-    - name: main
-      resources: {{limits: {{nvidia.com/gpu: "1", cpu: "1", memory: 1Gi}}}}
-"""
-
-
-NODE = """
-apiVersion: v1
-kind: Node
-metadata: {name: node-1}
-status: {allocatable: {nvidia.com/gpu: "4", cpu: "32", memory: 128Gi}}
-"""
-
-
 def _history(tmp_path: Path) -> Path:
-    pods = [_pod(f"a-{i}", "team-a") for i in range(4)]
-    scenario = "---".join([NODE, _queue("team-a", 1), _queue("team-b", 3), *pods])
+    pods = [pod(f"a-{i}", "team-a", 100, "build") for i in range(4)]
+    scenario = "---".join([NODE, queue("team-a", 1), queue("team-b", 3), *pods])
     run = run_engine(load_scenario(scenario), SchedulerConfig())
     directory = tmp_path / "history"
     write_history(directory, [run.log])
     other = tmp_path / "more-quota.yaml"
-    other.write_text(_queue("team-a", 4))
+    other.write_text(queue("team-a", 4))
     return directory
 
 

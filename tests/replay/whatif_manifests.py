@@ -1,0 +1,41 @@
+"""Manifests the what-if tests share: a 4-GPU node, a queue with a GPU quota, a one-GPU pod with a duration."""
+
+from __future__ import annotations
+
+NODE = """
+apiVersion: v1
+kind: Node
+metadata: {name: node-1}
+status: {allocatable: {nvidia.com/gpu: "4", cpu: "32", memory: 128Gi}}
+"""
+
+
+def queue(name: str, gpu_quota: int) -> str:
+    return f"""
+apiVersion: scheduling.run.ai/v2
+kind: Queue
+metadata: {{name: {name}}}
+spec:
+  resources:
+    gpu: {{quota: {gpu_quota}, overQuotaWeight: 1, limit: -1}}
+    cpu: {{quota: -1, overQuotaWeight: 1, limit: -1}}
+    memory: {{quota: -1, overQuotaWeight: 1, limit: -1}}
+"""
+
+
+def pod(name: str, queue: str, seconds: int, priority_class: str) -> str:
+    return f"""
+apiVersion: v1
+kind: Pod
+metadata:
+  name: {name}
+  namespace: ml
+  labels: {{kai.scheduler/queue: {queue}}}
+  annotations: {{kai.scheduler/duration-seconds: "{seconds}"}}
+spec:
+  schedulerName: kai-scheduler
+  priorityClassName: {priority_class}
+  containers:
+    - name: main
+      resources: {{limits: {{nvidia.com/gpu: "1", cpu: "1", memory: 1Gi}}}}
+"""

@@ -9,14 +9,13 @@ from pathlib import Path
 
 import orjson
 import pytest
-import yaml
 from typer.testing import CliRunner
 
 from kai_stream.analytics import summarize
 from kai_stream.cli import _register, app
 from kai_stream.core.events import BindRequested, EvictionRequested, QueueObserved
 from kai_stream.history.reader import PoolLog, read_history
-from kai_stream.trace.clusters import cluster_events, nodes_yaml
+from kai_stream.trace.clusters import cluster_events
 from kai_stream.trace.compare import FIFO_QUEUE, compare
 from kai_stream.trace.loaders import load_trace
 
@@ -26,13 +25,6 @@ METRICS = {
     "policy", "jobs_completed", "jct_avg_s", "jct_p99_s", "delay_p50_s", "delay_p99_s",
     "utilization", "jain", "evictions", "wall_s",
 }  # fmt: skip
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = tmp_path_factory.mktemp("cluster") / "cluster.yaml"
-    path.write_text(yaml.safe_dump_all(nodes_yaml(4, 8, "64", "256Gi"), sort_keys=False))
-    return path
 
 
 @pytest.fixture(scope="module")

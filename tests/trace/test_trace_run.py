@@ -7,7 +7,6 @@ from pathlib import Path
 import orjson
 import polars as pl
 import pytest
-import yaml
 from typer.testing import CliRunner
 
 from kai_stream.analytics import summarize
@@ -17,19 +16,12 @@ from kai_stream.core.config import SchedulerConfig
 from kai_stream.core.events import EvictionRequested, PodObserved, stable_id
 from kai_stream.core.scheduler.cycle import run_cycle
 from kai_stream.history.reader import read_history
-from kai_stream.trace.clusters import auto_queue_events, cluster_events, nodes_yaml
+from kai_stream.trace.clusters import auto_queue_events, cluster_events
 from kai_stream.trace.compare import compare
 from kai_stream.trace.loaders import Trace, load_trace
 from kai_stream.trace.simulator import _Simulation, simulate_trace
 
 SLICE = Path(__file__).parent / "data" / "itp_cluster07_head80.csv"
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = tmp_path_factory.mktemp("cluster") / "cluster.yaml"
-    path.write_text(yaml.safe_dump_all(nodes_yaml(4, 8, "64", "256Gi"), sort_keys=False))
-    return path
 
 
 @pytest.fixture(scope="module")

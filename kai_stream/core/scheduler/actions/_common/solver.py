@@ -92,16 +92,22 @@ def place_job(
     return placed
 
 
-def _move(session: Session, stmt: Statement, units: list[VictimUnit]) -> list[TaskInfo] | None:
-    """Re-place every evicted task of ``units`` on free capacity (as a copy of the task); None if one fails."""
+def _moved(task: TaskInfo) -> TaskInfo:
+    """The pending copy of an evicted task that a move places elsewhere."""
+    return replace(task, status=PENDING, node=None, gpus=(), gpu_portion=0, prev_pipelined=None)
+
+
+def _move(session: Session, stmt: Statement, units: list[VictimUnit]) -> list[TaskInfo] | TaskInfo:
+    """Re-place every evicted task of ``units`` on free capacity (as a copy of the task); the first task that
+    finds none if one fails."""
     session.index.allowed = None
     moved: list[TaskInfo] = []
     for unit in units:
         for task in unit.tasks:
-            copy = replace(task, status=PENDING, node=None, gpus=(), gpu_portion=0, prev_pipelined=None)
+            copy = _moved(task)
             placement = session.index.find_free(copy)
             if placement is None:
-                return None
+                return task
             stmt.allocate(copy, placement)
             moved.append(copy)
     return moved
@@ -117,6 +123,9 @@ class _Search:
         self.near: dict[str, NodeInfo] = {}
         self.evicted = 0
         """How many units of the current victim set are evicted (a prefix; see ``worth_a_try``)."""
+        self.blocker: TaskInfo | None = None
+        """A victim task the last try could not move (with moving victims and a preemptor without a topology
+        constraint): while it still finds no free capacity before a try, the try fails the same way."""
 
     def evict(self, unit: VictimUnit) -> None:
         spec = self.spec
@@ -130,15 +139,29 @@ class _Search:
         spec = self.spec
         if spec.doomed is not None and spec.doomed(taken):
             return False
+        if self.blocker is not None and self._still_blocked(self.blocker):
+            return False
         checkpoint = self.stmt.checkpoint()
         placed = place_job(self.ssn, self.stmt, spec.preemptor, list(self.near.values()))
         if placed is not None:
             moved = _move(self.ssn, self.stmt, taken) if spec.move_victims else []
-            if moved is not None and spec.validate(taken):
+            if isinstance(moved, TaskInfo):
+                if spec.preemptor.topology is None:
+                    self.blocker = moved
+            elif spec.validate(taken):
                 self.placed, self.moved = placed, moved
                 return True
         self.stmt.rollback(checkpoint)
         return False
+
+    def _still_blocked(self, task: TaskInfo) -> bool:
+        """Whether ``task`` (evicted, in the victim set) finds no free capacity now, before the try places
+        anything: a try only takes free capacity (the preemptor, then the moves in order), so its move of
+        ``task`` would fail too. Leaves the index unrestricted, as the try would (the preemptor has no topology
+        constraint, so its job check lifts any restriction, and the moves run unrestricted)."""
+        index = self.ssn.index
+        index.allowed = None
+        return index.find_free(_moved(task)) is None
 
     def replay(self, units: list[VictimUnit]) -> bool:
         self.stmt.discard()

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import orjson
+from replay_manifests import NODE, pod, queue
 from typer.testing import CliRunner
 
 from kai_stream.cli import _register, app
@@ -17,48 +18,11 @@ from kai_stream.history.export import write_history
 from kai_stream.history.reader import read_history
 from replay.engine import run_engine
 
-NODE = """
-apiVersion: v1
-kind: Node
-metadata: {name: node-1}
-status: {allocatable: {nvidia.com/gpu: "4", cpu: "32", memory: 128Gi}}
-"""
-
-
-def _queue(name: str, quota: int) -> str:
-    return f"""
-apiVersion: scheduling.run.ai/v2
-kind: Queue
-metadata: {{name: {name}}}
-spec:
-  resources:
-    gpu: {{quota: {quota}, overQuotaWeight: 1, limit: -1}}
-    cpu: {{quota: -1, overQuotaWeight: 1, limit: -1}}
-    memory: {{quota: -1, overQuotaWeight: 1, limit: -1}}
-"""
-
-
-def _pod(name: str, queue: str, priority_class: str = "train") -> str:
-    return f"""
-apiVersion: v1
-kind: Pod
-metadata:
-  name: {name}
-  namespace: ml
-  labels: {{kai.scheduler/queue: {queue}}}
-spec:
-  schedulerName: kai-scheduler
-  priorityClassName: {priority_class}
-  containers:
-    - name: main
-      resources: {{limits: {{nvidia.com/gpu: "1", cpu: "1", memory: 1Gi}}}}
-"""
-
 
 def _events(
     early: list[str], late: list[str], b_quota: int = 2, late_ts: float = 10.0, nodes: str = NODE
 ) -> list[ObservedEvent]:
-    base = [nodes, _queue("team-a", 2), _queue("team-b", b_quota)]
+    base = [nodes, queue("team-a", 2), queue("team-b", b_quota)]
     first = load_scenario("---".join(base + early), ts=0.0)
     then = [e for e in load_scenario("---".join(base + late), ts=late_ts) if isinstance(e, PodObserved)]
     return first + then
@@ -72,7 +36,7 @@ def _history(tmp_path: Path, events: list[ObservedEvent], config: SchedulerConfi
 
 def test_explain_reclaimed_pod(tmp_path: Path) -> None:
     # team-b fills the 4 GPUs over its quota of 2; team-a (quota 2) arrives at t=10 and reclaims two of them
-    directory = _history(tmp_path, _events([_pod(f"b-{i}", "team-b") for i in range(4)], [_pod("a-0", "team-a")]))
+    directory = _history(tmp_path, _events([pod(f"b-{i}", "team-b") for i in range(4)], [pod("a-0", "team-a")]))
     stories = explain_pod(read_history(directory), "ml/b-0") + explain_pod(read_history(directory), "ml/b-1")
     evicted = [s for s in stories if s.status == "Evicted"]
     assert len(evicted) == 1
@@ -103,8 +67,8 @@ def test_explain_reclaimed_pod(tmp_path: Path) -> None:
 
 def test_explain_pod_pending_on_full_cluster(tmp_path: Path) -> None:
     # team-b (quota 4) runs 4 non-preemptible pods within its quota: the cluster is full and nothing can go
-    early = [_pod(f"b-{i}", "team-b", "build") for i in range(4)]
-    directory = _history(tmp_path, _events(early, [_pod("a-0", "team-a")], b_quota=4))
+    early = [pod(f"b-{i}", "team-b", priority_class="build") for i in range(4)]
+    directory = _history(tmp_path, _events(early, [pod("a-0", "team-a")], b_quota=4))
     (story,) = explain_pod(read_history(directory), "a-0")
     assert story.status == "Pending"
     pending = [s for s in story.steps if s.kind == "Pending"]
@@ -139,8 +103,8 @@ status: {{allocatable: {{nvidia.com/gpu: "2", cpu: "32", memory: 128Gi}}}}
 
 def test_explain_pending_pod_names_the_predicates_and_the_queue_holding_the_gpus(tmp_path: Path) -> None:
     # reclaim is off: team-b keeps 4 GPUs over its quota of 2 on both nodes; team-a's pod finds no node
-    early = [_pod(f"b-{i}", "team-b") for i in range(4)]
-    events = _events(early, [_pod("a-0", "team-a")], nodes=TWO_NODES)
+    early = [pod(f"b-{i}", "team-b") for i in range(4)]
+    events = _events(early, [pod("a-0", "team-a")], nodes=TWO_NODES)
     directory = _history(tmp_path, events, parse_config({"actions": ["allocate"]}))
     (story,) = explain_pod(read_history(directory), "ml/a-0")
     assert story.status == "Pending"

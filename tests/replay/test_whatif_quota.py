@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from replay_manifests import NODE, pod, queue
 from typer.testing import CliRunner
-from whatif_manifests import NODE, pod, queue
 
 from kai_stream.cli import _register, app
 from kai_stream.core.config import SchedulerConfig

@@ -1,4 +1,5 @@
-"""Manifests the what-if tests share: a 4-GPU node, a queue with a GPU quota, a one-GPU pod with a duration."""
+"""Manifests the replay tests share (what-if, explain): a 4-GPU node, a queue with a GPU quota, a one-GPU pod
+(with a duration when given)."""
 
 from __future__ import annotations
 
@@ -23,15 +24,15 @@ spec:
 """
 
 
-def pod(name: str, queue: str, seconds: int, priority_class: str) -> str:
+def pod(name: str, queue: str, seconds: int | None = None, priority_class: str = "train") -> str:
+    duration = f'\n  annotations: {{kai.scheduler/duration-seconds: "{seconds}"}}' if seconds is not None else ""
     return f"""
 apiVersion: v1
 kind: Pod
 metadata:
   name: {name}
   namespace: ml
-  labels: {{kai.scheduler/queue: {queue}}}
-  annotations: {{kai.scheduler/duration-seconds: "{seconds}"}}
+  labels: {{kai.scheduler/queue: {queue}}}{duration}
 spec:
   schedulerName: kai-scheduler
   priorityClassName: {priority_class}

@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 import struct
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer
@@ -39,36 +39,41 @@ _LAST_DELTA_AT = 23
 _V2_HEADER_SIZE = 61
 
 
-def contiguous_prefix(records: bytes, fetch_offset: int) -> tuple[int, int | None]:
-    """How many leading bytes of a fetch answer's ``records`` hold no hole, and the offset of the hole (None when
-    there is none, or when the batches are not format v2 and so not checked)."""
-    expected = fetch_offset
+def _batches(records: bytes) -> Iterator[tuple[int, int, int]]:
+    """(position, base offset, last offset) of each record-batch header of a fetch answer's ``records``, in order;
+    a batch that is not format v2 yields (position, -1, -1) and ends the walk."""
     position = 0
     size = len(records)
     while position + _V2_HEADER_SIZE <= size:
         base, length = _HEADER.unpack_from(records, position)
         if records[position + _MAGIC_AT] != 2:
-            return size, None
+            yield position, -1, -1
+            return
+        yield position, base, base + _LAST_DELTA.unpack_from(records, position + _LAST_DELTA_AT)[0]
+        position += 12 + length
+
+
+def contiguous_prefix(records: bytes, fetch_offset: int) -> tuple[int, int | None]:
+    """How many leading bytes of a fetch answer's ``records`` hold no hole, and the offset of the hole (None when
+    there is none, or when the batches are not format v2 and so not checked)."""
+    expected = fetch_offset
+    for position, base, last in _batches(records):
+        if base < 0:
+            break
         if base > expected:
             return position, expected
-        last = base + _LAST_DELTA.unpack_from(records, position + _LAST_DELTA_AT)[0]
         expected = max(expected, last + 1)
-        position += 12 + length
-    return size, None
+    return len(records), None
 
 
 def records_end(records: bytes) -> int | None:
     """The offset after the last batch of a fetch answer's ``records`` (from the batch headers), or None when they
     hold no format v2 batch header."""
     end = None
-    position = 0
-    size = len(records)
-    while position + _V2_HEADER_SIZE <= size:
-        base, length = _HEADER.unpack_from(records, position)
-        if records[position + _MAGIC_AT] != 2:
+    for _, base, last in _batches(records):
+        if base < 0:
             return None
-        end = base + _LAST_DELTA.unpack_from(records, position + _LAST_DELTA_AT)[0] + 1
-        position += 12 + length
+        end = last + 1
     return end
 
 

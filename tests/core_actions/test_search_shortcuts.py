@@ -26,7 +26,7 @@ from kai_stream.core.events import (
 from kai_stream.core.scheduler.cycle import run_cycle
 from kai_stream.core.state import ClusterState
 
-from .builders import fold, node_events, pending, running
+from .builders import fold, node_events, pending, queue, running
 
 
 def _state(seed: int, nodes: int = 12, gpus: int = 4) -> ClusterState:
@@ -34,8 +34,7 @@ def _state(seed: int, nodes: int = 12, gpus: int = 4) -> ClusterState:
     pods on the others, spread or packed by the seed; pending 'inference' pods of 1 to 4 GPUs."""
     rng = random.Random(seed)
     events: list[AnyEvent] = node_events(nodes, gpus)
-    quota = QueueResources(gpu=QueueResource(quota=-1), cpu=QueueResource(quota=-1), memory=QueueResource(quota=-1))
-    events.append(QueueObserved(event_id="q", ts=0.0, queue=QueueSpec(name="q", resources=quota)))
+    events.append(queue("q"))
     uid = 0
     for i in range(nodes):
         victims = rng.choice([1, 1, 2, gpus])
@@ -95,24 +94,18 @@ def _departments(seed: int, nodes: int = 24, gpus: int = 8) -> ClusterState:
         res = QueueResources(gpu=QueueResource(quota=total // 2), cpu=QueueResource(quota=-1))
         events.append(QueueObserved(event_id=f"q{d}", ts=0.0, queue=QueueSpec(name=d, resources=res)))
         for t in range(3):
-            leaf = QueueResources(
-                gpu=QueueResource(quota=total // 8), cpu=QueueResource(quota=-1), memory=QueueResource(quota=-1)
-            )
             name = f"{d}-{t}"
-            events.append(
-                QueueObserved(event_id=f"q{name}", ts=0.0, queue=QueueSpec(name=name, parent=d, resources=leaf))
-            )
+            events.append(queue(name, parent=d, gpu_quota=total // 8))
             leaves.append(name)
     uid = 0
     for i in range(nodes):
         for g in range(gpus):
             uid += 1
-            queue = "a-0" if rng.random() < 0.7 else rng.choice(leaves[1:])
-            events.append(running(uid, queue, f"n{i:02d}", g, "train"))
+            team = "a-0" if rng.random() < 0.7 else rng.choice(leaves[1:])
+            events.append(running(uid, team, f"n{i:02d}", g, "train"))
     for k in range(30):
         uid += 1
-        queue = rng.choice(leaves[1:])
-        events.append(pending(k, uid, queue, rng.choice([1, 2, 4]), "train"))
+        events.append(pending(k, uid, rng.choice(leaves[1:]), rng.choice([1, 2, 4]), "train"))
     return fold(events)
 
 
@@ -150,8 +143,7 @@ def _blocked_moves(seed: int, count: int = 6, gpus: int = 4) -> ClusterState:
     and four GPUs: consolidation can empty a node, but never re-place its two-GPU pod."""
     rng = random.Random(seed)
     events: list[AnyEvent] = node_events(count, gpus)
-    quota = QueueResources(gpu=QueueResource(quota=-1), cpu=QueueResource(quota=-1), memory=QueueResource(quota=-1))
-    events.append(QueueObserved(event_id="q", ts=0.0, queue=QueueSpec(name="q", resources=quota)))
+    events.append(queue("q"))
     uid = 0
     for i in range(count):
         uid += 2

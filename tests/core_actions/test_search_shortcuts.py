@@ -176,3 +176,26 @@ def test_blocked_moves_change_nothing(seed: int, monkeypatch: pytest.MonkeyPatch
     assert True in answers
     monkeypatch.setattr(solver._Search, "_still_blocked", lambda self, task: False)
     assert _decisions(state) == skipped
+
+
+def _replayed(self: solver._Search, taken: list[Any], kept: list[Any]) -> bool:
+    return self.replay(kept)
+
+
+@pytest.mark.parametrize(("build", "seed"), [(_state, s) for s in range(6)] + [(_departments, s) for s in range(4)])
+def test_narrowed_prune_changes_nothing(build: Any, seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An accepted victim set pruned by undoing the dropped units' evictions (``_Search.narrow``, preempt's and
+    reclaim's searches) gives what evicting the kept units again from scratch gave."""
+    state = build(seed)
+    calls: list[int] = []
+    real = solver._Search.narrow
+
+    def spy(self: solver._Search, taken: list[Any], kept: list[Any]) -> bool:
+        calls.append(len(taken) - len(kept))
+        return real(self, taken, kept)
+
+    monkeypatch.setattr(solver._Search, "narrow", spy)
+    narrowed = _decisions(state)
+    assert calls and min(calls) > 0
+    monkeypatch.setattr(solver._Search, "narrow", _replayed)
+    assert _decisions(state) == narrowed

@@ -10,12 +10,12 @@ action run.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator
 
 from kai_stream.core.scheduler.actions._common.fairness import queue_details
 from kai_stream.core.scheduler.actions._common.solver import SearchSpec, awaiting, free_gpu, search
 from kai_stream.core.scheduler.actions._common.victims import (
-    NO_SURPLUS_ONLY,
     VictimLists,
     VictimUnit,
     victim_judges,
@@ -34,7 +34,7 @@ class _Preempt:
         self._pool_free: int | None = None
         self._gave_up: set[tuple[object, ...]] = set()
         self._floor: dict[str, int] = {}
-        self.lists = VictimLists(session.hooks.job_key, victim_judges(session, NAME))
+        self.lists = VictimLists(session.job_key, victim_judges(session, NAME))
 
     @property
     def pool_free(self) -> int:
@@ -44,17 +44,26 @@ class _Preempt:
             self._pool_free = free_gpu(self.ssn)
         return self._pool_free
 
-    def victims(self, preemptor: JobInfo) -> tuple[list[JobInfo], frozenset[JobInfo]]:
-        """The victim jobs in the order they are taken, and those of them limited to their surplus pods."""
+    def victims(self, preemptor: JobInfo) -> tuple[Iterator[JobInfo], frozenset[JobInfo]] | None:
+        """The victim jobs in the order they are taken (read as the search takes them), and those of them limited
+        to their surplus pods; None when there is none."""
         queue = preemptor.queue
         assert queue is not None
         floor = self._floor.get(queue.name)
+        priority = preemptor.priority
         if floor is None:
-            floor = self._floor[queue.name] = _lowest_priority(queue, preemptor.priority)
-        if preemptor.priority <= floor:
-            return [], NO_SURPLUS_ONLY
+            floor = self._floor[queue.name] = _lowest_priority(queue, priority)
+        if priority <= floor:
+            return None
         jobs, start, surplus = self.lists.live(queue, self.lists.key(preemptor, queue))
-        return [j for j in jobs[start:] if j.priority < preemptor.priority and j is not preemptor], surplus
+        for first in range(start, len(jobs)):
+            job = jobs[first]
+            if job.priority < priority and job is not preemptor:
+                break
+        else:
+            return None
+        found = (j for j in itertools.islice(jobs, first, None) if j.priority < priority and j is not preemptor)
+        return found, surplus
 
     def try_job(self, job: JobInfo) -> None:
         ssn = self.ssn
@@ -67,9 +76,10 @@ class _Preempt:
         shape = (tuple(t.shape for t in pending), job.min_member, queue.name, job.priority, job.topology)
         if shape in self._gave_up:
             return
-        victims, surplus = self.victims(job)
-        if not victims:
+        found = self.victims(job)
+        if found is None:
             return
+        victims, surplus = found
 
         def candidates() -> Iterator[VictimUnit]:
             for victim in victims:

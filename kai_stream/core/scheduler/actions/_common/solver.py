@@ -8,7 +8,9 @@ action moves rather than kills (consolidation), and ask the action's validator. 
 unit's nodes could not host even the preemptor's smallest pod. A failed try rolls back to the checkpoint and
 the next unit is added; the first accepted set is then pruned of units on nodes the preemptor
 does not use (re-simulated; the full set is kept if the pruned one fails) and committed. Nothing accepted ->
-everything is rolled back.
+everything is rolled back. The pruned set is re-simulated from the accepted try's evictions, less those of the
+dropped units (evictions only add to sums, so the state is the one of evicting the kept units alone), unless the
+action moves victims: a move's eviction details read the victim queue's allocation as each eviction is made.
 
 Budgets keep a cycle bounded: at most ``max_units`` units and ``max_tries`` placement tries per job, at most
 ``max_victim_jobs`` distinct victim jobs (consolidation: 16 by config).
@@ -123,6 +125,8 @@ class _Search:
         self.near: dict[str, NodeInfo] = {}
         self.evicted = 0
         """How many units of the current victim set are evicted (a prefix; see ``worth_a_try``)."""
+        self.tried_at = 0
+        """The statement's checkpoint at the start of the last try (its operations before it are the evictions)."""
         self.blocker: TaskInfo | None = None
         """A victim task the last try could not move (with moving victims and a preemptor without a topology
         constraint): while it still finds no free capacity before a try, the try fails the same way."""
@@ -141,7 +145,7 @@ class _Search:
             return False
         if self.blocker is not None and self._still_blocked(self.blocker):
             return False
-        checkpoint = self.stmt.checkpoint()
+        checkpoint = self.tried_at = self.stmt.checkpoint()
         placed = place_job(self.ssn, self.stmt, spec.preemptor, list(self.near.values()))
         if placed is not None:
             moved = _move(self.ssn, self.stmt, taken) if spec.move_victims else []
@@ -169,6 +173,36 @@ class _Search:
         self.evicted = 0
         self.catch_up(units)
         return self.attempt(units)
+
+    def narrow(self, taken: list[VictimUnit], kept: list[VictimUnit]) -> bool:
+        """``replay(kept)`` after an accepted try of ``taken``, without evicting the kept units again: the try is
+        rolled back, the dropped units' evictions are undone, and the kept ones stay in order. Their operations
+        hold the eviction details made the first time, so only for actions whose details do not depend on the
+        evictions made before (see the module docstring)."""
+        stmt = self.stmt
+        ssn = self.ssn
+        stmt.rollback(self.tried_at)
+        kept_units = {id(unit) for unit in kept}
+        dropped = {id(task) for unit in taken if id(unit) not in kept_units for task in unit.tasks}
+        ops = stmt.ops
+        start = ops[0].before
+        for op in reversed(ops):
+            if id(op.task) in dropped:
+                ssn.unrelease(op.task, op.previous)
+        remaining = [op for op in ops if id(op.task) not in dropped]
+        remaining[0].before = start
+        for op in remaining[1:]:
+            ssn.touch()
+            op.before = ssn.state_id
+        ssn.touch()
+        stmt.ops = remaining
+        self.near = {}
+        for unit in kept:
+            for task in unit.tasks:
+                if task.node is not None:
+                    self.near.setdefault(task.node.name, task.node)
+        self.evicted = len(kept)
+        return self.attempt(kept)
 
     def commit(self) -> None:
         moved_to = {t.uid: t for t in self.moved}
@@ -256,7 +290,8 @@ class _Search:
         kept = [u for u in taken if u.node_names() & used]
         if len(kept) == len(taken) or not kept:
             return
-        if not self.replay(kept) and not self.replay(taken):
+        narrowed = self.replay(kept) if self.spec.move_victims else self.narrow(taken, kept)
+        if not narrowed and not self.replay(taken):
             raise AssertionError("a victim set accepted once must be accepted again")
 
 

@@ -43,7 +43,13 @@ class VictimUnit:
 def victim_units(job: JobInfo, surplus_only: bool = False) -> list[VictimUnit]:
     """The job's units in the order a search takes them (surplus pods first, then the gang core unless
     ``surplus_only``)."""
-    running = [t for t in job.tasks if t.status == RUNNING]
+    tasks = job.tasks
+    if len(tasks) == 1:
+        task = tasks[0]
+        if task.status != RUNNING or (surplus_only and job.active_count() <= job.min_member):
+            return []
+        return [VictimUnit(job, [task])]
+    running = [t for t in tasks if t.status == RUNNING]
     if not running:
         return []
     running.sort(key=lambda t: (t.created, t.name, t.uid), reverse=True)

@@ -34,7 +34,7 @@ class _Preempt:
         self._pool_free: int | None = None
         self._gave_up: set[tuple[object, ...]] = set()
         self._floor: dict[str, int] = {}
-        self.lists = VictimLists(session.job_key, victim_judges(session, NAME))
+        self.lists = VictimLists(session.hooks.job_key, victim_judges(session, NAME))
 
     @property
     def pool_free(self) -> int:

@@ -44,7 +44,7 @@ class _Reclaim:
     def __init__(self, session: Session) -> None:
         self.ssn = session
         self._pool_free: int | None = None
-        self.victims = VictimLists(session.job_key, victim_judges(session, NAME))
+        self.victims = VictimLists(session.hooks.job_key, victim_judges(session, NAME))
         self._gave_up: set[tuple[object, ...]] = set()
         self._leaves = [q for q in session.queues.values() if not q.children and q.jobs]
         self._spent: set[Hashable] = set()

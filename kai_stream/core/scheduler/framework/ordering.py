@@ -4,8 +4,7 @@ Each leaf queue with pending jobs has one heap entry keyed by the path of queue 
 the leaf (so siblings are compared at every level, parents first), computed with that leaf's head job.
 Keys only get worse as a cycle allocates (allocation grows), so an entry is checked lazily when it comes
 to the top: if a queue on its path changed since the push (``QueueInfo.version``) and its key went stale,
-it is re-pushed with the fresh key. The session's ``queue_epoch`` says cheaply that no queue changed at all;
-a stale path key is rebuilt from the keys of its levels that did not change (``Session.level_keys``).
+it is re-pushed with the fresh key. The session's ``queue_epoch`` says cheaply that no queue changed at all.
 
 ``next_alike`` takes a leaf's following job without the heap when ``pop`` would return it anyway: nothing
 changed since the leaf's last job was popped and the following job reads alike for the queue keys, so the
@@ -87,22 +86,10 @@ class JobsByQueue:
         if versions is None:
             versions = tuple([q.version for q in path])
         queue_key = ssn.hooks.queue_key
-        if signature is None:
-            key = tuple([queue_key(q, job) for q in path])
-        else:
-            levels = ssn.level_keys
-            parts = []
-            for q, version in zip(path, versions, strict=True):
-                known = levels.get((q.name, signature))
-                if known is not None and known[0] == version:
-                    parts.append(known[1])
-                else:
-                    part = queue_key(q, job)
-                    levels[(q.name, signature)] = (version, part)
-                    parts.append(part)
-            key = tuple(parts)
-            ssn.path_keys[(name, signature)] = (epoch, versions, key)
+        key = tuple([queue_key(q, job) for q in path])
         ssn.order_keys[job] = (epoch, versions, key)
+        if signature is not None:
+            ssn.path_keys[(name, signature)] = (epoch, versions, key)
         return key, versions, epoch
 
     def _push(self, name: str) -> None:

@@ -140,9 +140,6 @@ class Session:
     path_keys: dict[tuple[str, Hashable], tuple[int, tuple[int, ...], SortKey]] = field(default_factory=dict)
     """The same per (leaf queue, ``hooks.queue_key_signature``): jobs of a leaf that the queue-key plugins see
     alike share their path key."""
-    level_keys: dict[tuple[str, Hashable], tuple[int, SortKey]] = field(default_factory=dict)
-    """``hooks.queue_key`` per (queue at any level, ``hooks.queue_key_signature``) with the queue's version it was
-    computed at: a path key whose path changed is rebuilt from the levels that did not."""
     order_keys: dict[JobInfo, tuple[int, tuple[int, ...], SortKey]] = field(default_factory=dict)
     """``JobsByQueue``'s path key per job, with the epoch and path versions it was computed at, shared by every
     action of the cycle (a job that no action placed keeps its key from one action to the next)."""
@@ -394,7 +391,6 @@ class Session:
         self.pending_lists = {}
         self.job_classes = {}
         self.path_keys = {}
-        self.level_keys = {}
         self.order_keys = {}
         self.awaited = {}
         self.nominated = set()

@@ -11,6 +11,9 @@ GUARDS = [
     # reclaim: a victim queue must be over its fair share on a resource the reclaimer requests
     # (mutations: the eligibility filter always true; the filter reads every resource, not the requested ones).
     "reclaim-victim-over-share-on-requested-resource.yaml",
+    # reclaim: a victim queue stops giving once the victims it gave bring it to its fair share (mutation: the
+    # GPU it gave not counted down).
+    "reclaim-victim-queue-stops-at-fair-share.yaml",
     # reclaim: over deserved but within fair share gives victims only to a reclaimer within its deserved quota
     # (mutations: the deserved-quota branch removed; the reclaimer counted as within deserved always).
     "reclaim-over-deserved-by-reclaimer-within-deserved.yaml",

@@ -9,7 +9,9 @@ while it is over its fair share — or over its deserved quota while the reclaim
 resource the job requests. A victim set is accepted when the job's gang is placed and, at every level of the
 reclaimer's ancestry, the reclaimer side's saturation (allocated / fair share) is not above that of any
 sibling that lost resources; a preemptible reclaimer's ancestors must also end within their fair share (net of
-victims inside them, so a leaf may reclaim from a sibling of its own department).
+victims inside them, so a leaf may reclaim from a sibling of its own department). A victim queue's excess is
+counted down by the units it gave to the search so far (what their evictions take from its allocation), so the
+candidates do not read the evictions themselves and the search may defer them (``SearchSpec.fixed_candidates``).
 
 A job whose queue is past its fair share gets the pending reason ``NotEnoughOverQuotaShare``. Once a search
 fails, jobs of the same shape in the same queue are not searched again in this action run (later reclaims only
@@ -90,9 +92,9 @@ class _Reclaim:
 
         r0, r1, r2 = request[0] > 0, request[1] > 0, request[2] > 0
 
-        def eligible(q: QueueInfo) -> bool:
-            """over(q, request, q.fair_share) or (within_deserved and over(q, request, q.quota)), inlined."""
-            a = q.allocated
+        def eligible(q: QueueInfo, a: list[int]) -> bool:
+            """over(q, request, q.fair_share) or (within_deserved and over(q, request, q.quota)) with the
+            allocation ``a``, inlined."""
             b = q.fair_share
             if (
                 (r0 and b[0] != UNLIMITED and a[0] > b[0])
@@ -121,7 +123,7 @@ class _Reclaim:
             if q is leaf:
                 continue
             key = victims.key(reclaimer, q) if judged else q.name
-            if key in spent or not eligible(q):
+            if key in spent or not eligible(q, q.allocated):
                 continue
             jobs, start, surplus = victims.live(q, key)
             if start < len(jobs):
@@ -133,14 +135,19 @@ class _Reclaim:
         for name in reversed(ranked):
             q = queues[name]
             jobs, start, surplus = pools[name]
+            left = list(q.allocated)
             for i in range(start, len(jobs)):
-                if not eligible(q):
+                if not eligible(q, left):
                     break
                 job = jobs[i]
                 for unit in victim_units(job, job in surplus):
-                    if not eligible(q):
+                    if not eligible(q, left):
                         break
                     yield unit
+                    for task in unit.tasks:
+                        left[0] -= len(task.gpus) * task.gpu_portion
+                        left[1] -= task.cpu
+                        left[2] -= task.mem
 
     def validator(self, reclaimer: JobInfo, request: list[int]) -> SearchSpec:
         leaf = reclaimer.queue
@@ -183,6 +190,7 @@ class _Reclaim:
             details=details,
             reason=f"reclaimed for {reclaimer.key} (queue {leaf.name} within fair share)",
             pool_free_gpu=self.pool_free,
+            fixed_candidates=True,
         )
 
     def try_job(self, job: JobInfo) -> str | None:

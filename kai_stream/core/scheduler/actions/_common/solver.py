@@ -48,7 +48,8 @@ class SearchSpec:
     placement adds to the queues' allocations): a try it answers True for is failed without placing."""
     fixed_candidates: bool = False
     """The candidates do not depend on the evictions made during the search (each unit is its own job's, read
-    from that job alone): its evictions can then wait until a try may follow (``_Search.worth_a_try``)."""
+    from that job alone, and any bound on how many are taken counts the units taken, not the evictions): its
+    evictions can then wait until a try may follow (``_Search.worth_a_try``)."""
 
 
 def free_gpu(session: Session) -> int:

@@ -168,16 +168,22 @@ class _Reclaim:
                         return False
             return True
 
-        reclaimer_details = queue_details("reclaimer", leaf)
         memo: dict[str, dict[str, str]] = {}
+        reclaimer_details: dict[str, str] | None = None
 
         def details(task: TaskInfo) -> dict[str, str]:
+            """The reclaimer's numbers (its queue does not change before the search's first eviction) and the victim
+            queue's as the search's first eviction from that queue found them."""
+            nonlocal reclaimer_details
+            if reclaimer_details is None:
+                reclaimer_details = queue_details("reclaimer", leaf)
+            mine = reclaimer_details
             victim_queue = task.job.queue
             if victim_queue is None:
-                return dict(reclaimer_details)
+                return dict(mine)
             out = memo.get(victim_queue.name)
             if out is None:
-                out = {**reclaimer_details, **queue_details("victim", victim_queue)}
+                out = {**mine, **queue_details("victim", victim_queue)}
                 memo[victim_queue.name] = out
             return dict(out)
 

@@ -45,6 +45,8 @@ class JobsByQueue:
         self._paths: dict[str, list[QueueInfo]] = {}
         self._popped: tuple[JobInfo, int] | None = None
         """The last job ``pop`` or ``next_alike`` returned and the queue epoch then."""
+        self._signature: tuple[JobInfo, object] | None = None
+        """The last job ``next_alike`` took and its queue-key signature (the next call's ``job``, usually)."""
         self.followed = False
         """Whether the job ``in_order`` yielded last was taken by ``next_alike`` after the one before it (nothing
         changed any queue in between)."""
@@ -136,9 +138,11 @@ class JobsByQueue:
             return None
         following = jobs[i]
         signature = self.ssn.hooks.queue_key_signature
-        mine = signature(job)
+        known = self._signature
+        mine = known[1] if known is not None and known[0] is job else signature(job)
         if mine is None or signature(following) != mine:
             return None
+        self._signature = (following, mine)
         self._next[name] = i + 1
         self._popped = (following, popped[1])
         return following

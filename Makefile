@@ -6,7 +6,11 @@ STAMP := $(VENV)/.installed
 
 .PHONY: run test lint typecheck bench clean
 
-$(STAMP): pyproject.toml
+# The scheduler core is compiled by mypyc when the package is installed (setup.py): a changed core source
+# reinstalls, so what runs is never older than the sources.
+CORE_SOURCES := $(shell find kai_stream/core/scheduler -name '*.py')
+
+$(STAMP): pyproject.toml setup.py $(CORE_SOURCES)
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -e '.[dev]'
@@ -25,4 +29,5 @@ typecheck: $(STAMP)
 	$(BIN)/mypy --strict kai_stream
 
 clean:
-	rm -rf $(VENV) .kai-stream .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .kai-stream .pytest_cache .mypy_cache .ruff_cache build
+	find . -name '*.so' -not -path './.venv/*' -delete

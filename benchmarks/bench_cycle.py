@@ -276,6 +276,13 @@ def steady(cycles: int, churn: int = 5) -> tuple[float, float]:
     return statistics.median(warm), statistics.median(cold)
 
 
+def core_build() -> str:
+    """Which build of the scheduler core runs: the compiled one (setup.py) or its sources."""
+    from kai_stream.core.scheduler import compiled
+
+    return "compiled (mypyc)" if compiled() else "sources (not compiled)"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", type=int, default=5000)
@@ -290,7 +297,7 @@ def main() -> None:
     state = build(args.nodes, args.pods, scatter=args.scatter)
     print(
         f"built {len(state.nodes)} nodes, {len(state.pods)} pods, {len(state.queues)} queues "
-        f"in {time.perf_counter() - t0:.1f}s"
+        f"in {time.perf_counter() - t0:.1f}s; scheduler core: {core_build()}"
     )
     full, full_wall, kinds = timed(state, SchedulerConfig(), args.repeat)
     base, base_wall, _ = timed(state, SchedulerConfig(actions=("allocate",)), args.repeat)

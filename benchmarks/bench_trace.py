@@ -33,6 +33,7 @@ sys.path.insert(0, str(ROOT))
 
 from kai_stream.analytics import summarize  # noqa: E402
 from kai_stream.core.config import SchedulerConfig  # noqa: E402
+from kai_stream.core.scheduler import compiled  # noqa: E402
 from kai_stream.history.schema import HISTORY_SCHEMA  # noqa: E402
 from kai_stream.trace.clusters import auto_queue_events, cluster_events  # noqa: E402
 from kai_stream.trace.loaders import load_trace, parse_window  # noqa: E402
@@ -102,7 +103,8 @@ def bench_trace(window: str) -> None:
     c = summary.cluster
     print(
         f"trace: ITP cluster07 window {window}: {stats.jobs:,} jobs, {stats.pods:,} pods, "
-        f"{stats.simulated_s / 3600:,.0f} simulated h on 256 GPUs"
+        f"{stats.simulated_s / 3600:,.0f} simulated h on 256 GPUs; scheduler core "
+        f"{'compiled (mypyc)' if compiled() else 'from sources (not compiled)'}"
     )
     print(
         f"  wall {stats.wall_s:.1f} s -> {stats.jobs / stats.wall_s:,.0f} simulated jobs/s "

@@ -13,8 +13,14 @@ from collections.abc import Iterator
 import pytest
 
 from kai_stream.broker import EmbeddedBroker
+from kai_stream.core.scheduler import prefer_sources
 from kai_stream.settings import KafkaSettings
 from kai_stream.topics import TopicNames, create_topics
+
+prefer_sources()
+"""In-process tests run the scheduler from its sources: white-box tests patch and spy on internals, which the
+compiled modules call directly. Subprocesses (processor, CLI) run the compiled build; tests/core/test_compiled.py
+checks that it decides as the sources do."""
 
 
 @pytest.fixture(scope="session")

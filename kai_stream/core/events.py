@@ -641,12 +641,19 @@ def decision_hash(decision: Decision) -> str:
     return hashlib.sha256(dumps(decision)).hexdigest()
 
 
-def chain(decisions: list[Decision], prev_hash: str) -> tuple[list[Decision], str]:
-    """Link decisions into the hash chain after ``prev_hash``; return them and the new head hash."""
-    linked: list[Decision] = []
+def chain_encoded(decisions: list[Decision], prev_hash: str) -> tuple[list[tuple[Decision, bytes]], str]:
+    """``chain``, each linked decision with its canonical bytes (``dumps``, what its hash is taken of)."""
+    linked: list[tuple[Decision, bytes]] = []
     head = prev_hash
     for decision in decisions:
         stamped = decision.model_copy(update={"prev_hash": head})
-        linked.append(stamped)
-        head = decision_hash(stamped)
+        raw = dumps(stamped)
+        linked.append((stamped, raw))
+        head = hashlib.sha256(raw).hexdigest()
     return linked, head
+
+
+def chain(decisions: list[Decision], prev_hash: str) -> tuple[list[Decision], str]:
+    """Link decisions into the hash chain after ``prev_hash``; return them and the new head hash."""
+    linked, head = chain_encoded(decisions, prev_hash)
+    return [decision for decision, _ in linked], head

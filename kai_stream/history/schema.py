@@ -15,6 +15,7 @@ GPU fair share and deserved in milli-devices; a trace run writes one such row pe
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -63,59 +64,143 @@ HISTORY_SCHEMA: dict[str, Any] = {
 HISTORY_V2_COLUMNS = ("phase", "job", "preemptor", "shares")
 
 
+COLUMNS: tuple[str, ...] = tuple(HISTORY_SCHEMA)
+
+_Typed = tuple[Any, ...]
+"""The typed columns of a row: id, namespace, name, uid, queue, node, action, code, gpu_milli, phase, job,
+preemptor, shares."""
+_UNTYPED: _Typed = (None,) * 13
+
+
+def _decision_columns(cls: type[DecisionBase]) -> Callable[[Any], _Typed]:
+    node = issubclass(cls, BindRequested | PodPipelined | EvictionRequested)
+    preemptor = issubclass(cls, EvictionRequested)
+    code = issubclass(cls, PodPending)
+
+    def columns(e: Any) -> _Typed:
+        return (
+            e.decision_id,
+            e.namespace,
+            e.name,
+            e.uid,
+            e.queue,
+            e.node if node else None,
+            e.action,
+            e.code if code else None,
+            None,
+            None,
+            e.job,
+            e.preemptor if preemptor else None,
+            None,
+        )
+
+    return columns
+
+
+def _outcome_columns(e: Any) -> _Typed:
+    node = getattr(e, "node", None)
+    return (e.event_id, e.namespace, e.name, e.uid, None, node, None, None, None, None, None, None, None)
+
+
+def _pod_observed_columns(e: PodObserved) -> _Typed:
+    pod = e.pod
+    return (
+        e.event_id,
+        pod.namespace,
+        pod.name,
+        pod.uid,
+        pod.queue,
+        pod.node_name,
+        None,
+        None,
+        pod.requests.gpu_milli,
+        pod.phase,
+        None,
+        None,
+        None,
+    )
+
+
+def _pod_removed_columns(e: PodRemoved) -> _Typed:
+    return (e.event_id, e.namespace, e.name, e.uid, None, None, None, None, None, None, None, None, None)
+
+
+def _event_id_columns(e: Any) -> _Typed:
+    return (e.event_id, *_UNTYPED[1:])
+
+
+def _config_columns(e: ConfigRecorded) -> _Typed:
+    return (e.config_hash, *_UNTYPED[1:])
+
+
+def _shares_columns(e: FairShareRecorded) -> _Typed:
+    shares = [
+        {"queue": q.queue, "fair_gpu_milli": q.fair_share.gpu_milli, "deserved_gpu_milli": q.deserved.gpu_milli}
+        for q in e.queues
+    ]
+    return (*_UNTYPED[:12], shares)
+
+
+def _typed_columns(cls: type) -> Callable[[Any], _Typed]:
+    if issubclass(cls, DecisionBase):
+        return _decision_columns(cls)
+    if issubclass(cls, OutcomeBase):
+        return _outcome_columns
+    if issubclass(cls, PodObserved):
+        return _pod_observed_columns
+    if issubclass(cls, PodRemoved):
+        return _pod_removed_columns
+    if issubclass(cls, ObservedBase | DeadLetter):
+        return _event_id_columns
+    if issubclass(cls, FairShareRecorded):
+        return _shares_columns
+    if issubclass(cls, ConfigRecorded):
+        return _config_columns
+    return lambda e: _UNTYPED
+
+
+_TYPED: dict[type, Callable[[Any], _Typed]] = {}
+
+
+def event_values(
+    topic: str, partition: int, offset: int, event: Model, record_ts: int | None = None, value: bytes | None = None
+) -> tuple[Any, ...]:
+    """``event_row`` as a tuple in ``COLUMNS`` order; ``value``: ``dumps(event)`` when the caller has it."""
+    cls = type(event)
+    typed = _TYPED.get(cls)
+    if typed is None:
+        typed = _TYPED[cls] = _typed_columns(cls)
+    id_, namespace, name, uid, queue, node, action, code, gpu_milli, phase, job, preemptor, shares = typed(event)
+    return (
+        topic,
+        partition,
+        offset,
+        float(getattr(event, "ts", 0.0)),
+        getattr(event, "type", cls.__name__),
+        id_,
+        getattr(event, "pool", None),
+        namespace,
+        name,
+        uid,
+        queue,
+        node,
+        action,
+        code,
+        gpu_milli,
+        (dumps(event) if value is None else value).decode(),
+        record_ts,
+        phase,
+        job,
+        preemptor,
+        shares,
+    )
+
+
 def event_row(
     topic: str, partition: int, offset: int, event: Model, record_ts: int | None = None
 ) -> dict[str, Any]:
     """The history row of one event, decision or outcome."""
-    row: dict[str, Any] = dict.fromkeys(HISTORY_SCHEMA)
-    row.update(topic=topic, partition=partition, offset=offset, value=dumps(event).decode(), record_ts=record_ts)
-    row["type"] = getattr(event, "type", type(event).__name__)
-    row["ts"] = float(getattr(event, "ts", 0.0))
-    row["pool"] = getattr(event, "pool", None)
-    if isinstance(event, ObservedBase | OutcomeBase):
-        row["id"] = event.event_id
-    if isinstance(event, DecisionBase):
-        row.update(
-            id=event.decision_id,
-            namespace=event.namespace,
-            name=event.name,
-            uid=event.uid,
-            queue=event.queue,
-            action=event.action,
-            job=event.job,
-        )
-        if isinstance(event, BindRequested | PodPipelined | EvictionRequested):
-            row["node"] = event.node
-        if isinstance(event, EvictionRequested):
-            row["preemptor"] = event.preemptor
-        if isinstance(event, PodPending):
-            row["code"] = event.code
-    elif isinstance(event, OutcomeBase):
-        row.update(namespace=event.namespace, name=event.name, uid=event.uid)
-        row["node"] = getattr(event, "node", None)
-    elif isinstance(event, PodObserved):
-        pod = event.pod
-        row.update(
-            namespace=pod.namespace,
-            name=pod.name,
-            uid=pod.uid,
-            queue=pod.queue,
-            node=pod.node_name,
-            gpu_milli=pod.requests.gpu_milli,
-            phase=pod.phase,
-        )
-    elif isinstance(event, PodRemoved):
-        row.update(namespace=event.namespace, name=event.name, uid=event.uid)
-    elif isinstance(event, FairShareRecorded):
-        row["shares"] = [
-            {"queue": q.queue, "fair_gpu_milli": q.fair_share.gpu_milli, "deserved_gpu_milli": q.deserved.gpu_milli}
-            for q in event.queues
-        ]
-    elif isinstance(event, ConfigRecorded):
-        row["id"] = event.config_hash
-    elif isinstance(event, DeadLetter):
-        row["id"] = event.event_id
-    return row
+    return dict(zip(COLUMNS, event_values(topic, partition, offset, event, record_ts), strict=True))
 
 
 def malformed_row(
@@ -135,12 +220,28 @@ def malformed_row(
     return row
 
 
-def rows_frame(rows: list[dict[str, Any]]) -> pl.DataFrame:
-    return pl.DataFrame(rows, schema=HISTORY_SCHEMA, orient="row")
+def _column(name: str, values: Sequence[Any]) -> pl.Series:
+    """One column of ``HISTORY_SCHEMA``. ``shares`` is built with its type inferred when that is the column's
+    type (three times as fast as converting each list of dicts to it)."""
+    dtype = HISTORY_SCHEMA[name]
+    if name == "shares":
+        inferred = pl.Series(name, values)
+        if inferred.dtype == dtype:
+            return inferred
+    return pl.Series(name, values, dtype=dtype)
 
 
-def write_segment(rows: list[dict[str, Any]], directory: Path, name: str) -> Path:
-    """Write rows as one Parquet segment atomically (temp file, then rename); return its path."""
+def rows_frame(rows: Sequence[dict[str, Any]] | Sequence[tuple[Any, ...]]) -> pl.DataFrame:
+    """Rows as ``event_row`` dicts or ``event_values`` tuples (these are taken column by column: the same
+    frame, about twice as fast)."""
+    if not rows or not isinstance(rows[0], tuple):
+        return pl.DataFrame(rows, schema=HISTORY_SCHEMA, orient="row")
+    return pl.DataFrame([_column(name, values) for name, values in zip(COLUMNS, zip(*rows, strict=True), strict=True)])
+
+
+def write_segment(rows: Sequence[dict[str, Any]] | Sequence[tuple[Any, ...]], directory: Path, name: str) -> Path:
+    """Write rows (as ``rows_frame`` takes them) as one Parquet segment atomically (temp file, then rename);
+    return its path."""
     directory.mkdir(parents=True, exist_ok=True)
     final = directory / f"{name}.parquet"
     partial = directory / f".{name}.parquet.partial"

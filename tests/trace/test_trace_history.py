@@ -14,9 +14,18 @@ from typer.testing import CliRunner
 
 from kai_stream.cli import _register, app
 from kai_stream.core.config import SchedulerConfig
-from kai_stream.core.events import BindRequested, EvictionRequested, PodObserved, PodRemoved
+from kai_stream.core.events import (
+    BindRequested,
+    EvictionRequested,
+    PodObserved,
+    PodRemoved,
+    dumps,
+    loads_cluster_event,
+    loads_decisions_record,
+)
 from kai_stream.explain import explain_pod
 from kai_stream.history.reader import History, read_history
+from kai_stream.history.schema import scan_history
 from kai_stream.trace.clusters import auto_queue_events, cluster_events, nodes_yaml
 from kai_stream.trace.loaders import load_trace
 from kai_stream.trace.simulator import simulate_trace
@@ -153,3 +162,19 @@ def test_openb_history_replays_identically_and_verifies(openb_history: tuple[Pat
     assert report.identical == history.decisions
     code, out = _cli("audit", "verify", "--from-history", str(directory), "--json")
     assert code == 0 and orjson.loads(out)["ok"] is True, out
+
+
+@pytest.mark.parametrize("which", ["itp", "openb"])
+def test_every_history_value_is_the_canonical_dumps(
+    which: str, itp_history: Path, openb_history: tuple[Path, dict[str, object]]
+) -> None:
+    """The simulator encodes its own events without pydantic's dump (``simulator._encode``): every row's value
+    is still ``dumps`` of the record it decodes to, byte for byte."""
+    directory = itp_history if which == "itp" else openb_history[0]
+    rows = scan_history(directory).select("topic", "type", "value").collect().rows()
+    assert {t for _, t, _ in rows} >= {"PodObserved", "PodBound", "FairShareRecorded", "PodPending", "ConfigRecorded"}
+    if which == "itp":
+        assert {t for _, t, _ in rows} >= {"PodEvicted", "EvictionRequested", "PodGroupRemoved", "PodRemoved"}
+    for topic, _, value in rows:
+        loads = loads_decisions_record if topic == "decisions" else loads_cluster_event
+        assert dumps(loads(value.encode())).decode() == value

@@ -16,6 +16,7 @@ from kai_stream.core.config import SchedulerConfig
 from kai_stream.core.events import EvictionRequested, PodObserved, stable_id
 from kai_stream.core.scheduler.cycle import run_cycle
 from kai_stream.history.reader import read_history
+from kai_stream.history.schema import COLUMNS
 from kai_stream.trace.clusters import auto_queue_events, cluster_events
 from kai_stream.trace.compare import compare
 from kai_stream.trace.loaders import Trace, load_trace
@@ -119,7 +120,8 @@ def test_gangs_and_restart_after_eviction(cluster: Path) -> None:
     sim.cycle(0.0)
     assert sum(p.running for p in sim.pods.values()) == 3
     small = stable_id("trace-pod", "small", "0")
-    bind = next(r for r in sim.log.rows["decisions"] if r["uid"] == small and r["type"] == "BindRequested")
+    decisions = [dict(zip(COLUMNS, r, strict=True)) for r in sim.log.rows["decisions"]]
+    bind = next(r for r in decisions if r["uid"] == small and r["type"] == "BindRequested")
     eviction = EvictionRequested(
         decision_id="e1",
         ts=10.0,
@@ -137,7 +139,7 @@ def test_gangs_and_restart_after_eviction(cluster: Path) -> None:
     sim.state.now = 10.0
     assert sim.react(eviction, 10.0) is True
     assert sim.pods[small].running is False and sim.pods[small].generation == 1
-    restarted = sim.log.rows["cluster-events"][-1]
+    restarted = dict(zip(COLUMNS, sim.log.rows["cluster-events"][-1], strict=True))
     assert restarted["type"] == PodObserved.model_fields["type"].default and restarted["node"] is None
     sim.cycle(10.0)
     assert sim.pods[small].running

@@ -83,7 +83,7 @@ class NodeInfo:
         )
 
 
-@dataclass(slots=True, eq=False)
+@dataclass(slots=True, eq=False, init=False)
 class TaskInfo:
     uid: str
     namespace: str
@@ -106,6 +106,35 @@ class TaskInfo:
     prev_pipelined: tuple[str, tuple[int, ...]] | None = None
     started: float | None = None
 
+    def __init__(
+        self,
+        uid: str,
+        namespace: str,
+        name: str,
+        job: JobInfo,
+        gpu_whole: int,
+        gpu_frac: int,
+        gpu_mem_mib: int,
+        cpu: int,
+        mem: int,
+        sig: int,
+        node_selector: dict[str, str],
+        affinity: tuple[NodeAffinityTerm, ...],
+        tolerations: tuple[Toleration, ...],
+        created: float,
+        status: str = PENDING,
+        node: NodeInfo | None = None,
+        gpus: tuple[int, ...] = (),
+        gpu_portion: int = 0,
+        prev_pipelined: tuple[str, tuple[int, ...]] | None = None,
+        started: float | None = None,
+    ) -> None:
+        self.uid, self.namespace, self.name, self.job = uid, namespace, name, job
+        self.gpu_whole, self.gpu_frac, self.gpu_mem_mib, self.cpu, self.mem = gpu_whole, gpu_frac, gpu_mem_mib, cpu, mem
+        self.sig, self.node_selector, self.affinity, self.tolerations = sig, node_selector, affinity, tolerations
+        self.created, self.status, self.node, self.gpus = created, status, node, gpus
+        self.gpu_portion, self.prev_pipelined, self.started = gpu_portion, prev_pipelined, started
+
     @property
     def key(self) -> str:
         return f"{self.namespace}/{self.name}"
@@ -115,7 +144,7 @@ class TaskInfo:
         return (self.gpu_whole, self.gpu_frac, self.gpu_mem_mib, self.cpu, self.mem, self.sig)
 
 
-@dataclass(slots=True, eq=False)
+@dataclass(slots=True, eq=False, init=False)
 class JobInfo:
     key: str
     namespace: str
@@ -136,6 +165,32 @@ class JobInfo:
     version: int = 0
     """Moved by every change of one of the job's tasks in a session (``Session._charge``): the per-job memos of a
     session hold while it stands still."""
+
+    def __init__(
+        self,
+        key: str,
+        namespace: str,
+        name: str,
+        uid: str,
+        queue_name: str,
+        queue: QueueInfo | None,
+        priority: int,
+        preemptible: bool,
+        min_member: int,
+        created: float,
+        tasks: list[TaskInfo] | None = None,
+        request_cache: tuple[int, int, int] | None = None,
+        topology: TopologyConstraint | None = None,
+        changed: float = 0.0,
+        succeeded: int = 0,
+        group_missing: bool = False,
+        version: int = 0,
+    ) -> None:
+        self.key, self.namespace, self.name, self.uid, self.queue_name = key, namespace, name, uid, queue_name
+        self.queue, self.priority, self.preemptible, self.min_member = queue, priority, preemptible, min_member
+        self.created, self.tasks = created, [] if tasks is None else tasks
+        self.request_cache, self.topology, self.changed = request_cache, topology, changed
+        self.succeeded, self.group_missing, self.version = succeeded, group_missing, version
 
     def active_count(self) -> int:
         return sum(1 for t in self.tasks if t.status in (RUNNING, ALLOCATED, PIPELINED))

@@ -30,13 +30,24 @@ if TYPE_CHECKING:
 __all__ = ["NodeIndex", "Placement"]
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class Placement:
     node: NodeInfo
     gpus: tuple[int, ...]
     portion: int
     pipelined: bool = False
     waiting_for: tuple[str, ...] = ()
+
+    def __init__(
+        self,
+        node: NodeInfo,
+        gpus: tuple[int, ...],
+        portion: int,
+        pipelined: bool = False,
+        waiting_for: tuple[str, ...] = (),
+    ) -> None:
+        self.node, self.gpus, self.portion = node, gpus, portion
+        self.pipelined, self.waiting_for = pipelined, waiting_for
 
 
 _UNKNOWN = object()

@@ -75,7 +75,7 @@ class CycleContext:
     code_version: str
 
 
-@dataclass
+@dataclass(init=False)
 class PendingInfo:
     """Why a task stays pending; ``action`` is the action that gave the reason (stamped on the PodPending)."""
 
@@ -84,6 +84,16 @@ class PendingInfo:
     predicates: dict[str, int]
     details: dict[str, str]
     action: ActionName = "allocate"
+
+    def __init__(
+        self,
+        code: PendingCode,
+        reason: str,
+        predicates: dict[str, int],
+        details: dict[str, str],
+        action: ActionName = "allocate",
+    ) -> None:
+        self.code, self.reason, self.predicates, self.details, self.action = code, reason, predicates, details, action
 
 
 @dataclass(slots=True)

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 __all__ = ["Operation", "Statement"]
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class Operation:
     kind: Literal["allocate", "pipeline", "evict"]
     task: TaskInfo
@@ -33,6 +33,20 @@ class Operation:
     preemptor: str | None = None
     reason: str = ""
     details: dict[str, str] = field(default_factory=dict)
+
+    def __init__(
+        self,
+        kind: Literal["allocate", "pipeline", "evict"],
+        task: TaskInfo,
+        before: int = 0,
+        previous: str = "",
+        waiting_for: tuple[str, ...] = (),
+        preemptor: str | None = None,
+        reason: str = "",
+        details: dict[str, str] | None = None,
+    ) -> None:
+        self.kind, self.task, self.before, self.previous, self.waiting_for = kind, task, before, previous, waiting_for
+        self.preemptor, self.reason, self.details = preemptor, reason, {} if details is None else details
 
 
 class Statement:

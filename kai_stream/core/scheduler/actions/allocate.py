@@ -13,9 +13,9 @@ each of them would hit the same verdict. A saturated cycle tries only the first 
 from __future__ import annotations
 
 from kai_stream.core.events import PendingCode
-from kai_stream.core.scheduler.framework.info import JobInfo, TaskInfo
+from kai_stream.core.scheduler.framework.info import JobClass, JobInfo, TaskInfo
 from kai_stream.core.scheduler.framework.ordering import JobsByQueue
-from kai_stream.core.scheduler.framework.session import JobClass, PendingInfo, Session
+from kai_stream.core.scheduler.framework.session import PendingInfo, Session
 from kai_stream.core.scheduler.framework.statement import Operation
 
 NAME = "allocate"

@@ -24,9 +24,9 @@ from operator import itemgetter
 from kai_stream.core.scheduler.actions._common.fairness import queue_details
 from kai_stream.core.scheduler.actions._common.solver import SearchSpec, awaiting, free_gpu, search
 from kai_stream.core.scheduler.actions._common.victims import VictimUnit, running, victim_units
-from kai_stream.core.scheduler.framework.info import GPU, UNIT, JobInfo, NodeInfo, TaskInfo
+from kai_stream.core.scheduler.framework.info import GPU, UNIT, JobClass, JobInfo, NodeInfo, TaskInfo
 from kai_stream.core.scheduler.framework.ordering import JobsByQueue
-from kai_stream.core.scheduler.framework.session import JobClass, Session
+from kai_stream.core.scheduler.framework.session import Session
 
 NAME = "consolidation"
 

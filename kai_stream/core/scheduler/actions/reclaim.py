@@ -35,9 +35,9 @@ from kai_stream.core.scheduler.actions._common.fairness import (
 )
 from kai_stream.core.scheduler.actions._common.solver import SearchSpec, awaiting, free_gpu, search
 from kai_stream.core.scheduler.actions._common.victims import VictimLists, VictimUnit, victim_judges, victim_units
-from kai_stream.core.scheduler.framework.info import RESOURCES, JobInfo, QueueInfo, TaskInfo
+from kai_stream.core.scheduler.framework.info import RESOURCES, JobClass, JobInfo, QueueInfo, TaskInfo
 from kai_stream.core.scheduler.framework.ordering import JobsByQueue
-from kai_stream.core.scheduler.framework.session import JobClass, PendingInfo, Session
+from kai_stream.core.scheduler.framework.session import PendingInfo, Session
 
 NAME = "reclaim"
 

@@ -59,8 +59,6 @@ class Hooks:
     victim_scopes: list[VictimScopeFn] = field(default_factory=list)
     gpu_strategy: Strategy = "binpack"
     cpu_strategy: Strategy = "binpack"
-    signatures: dict[JobInfo, tuple[int, tuple[Hashable, ...]]] = field(default_factory=dict)
-    """``queue_key_signature`` per job, with the job's version it was computed at."""
 
     def job_key(self, job: JobInfo) -> SortKey:
         key: SortKey = ()
@@ -76,14 +74,13 @@ class Hooks:
 
     def queue_key_signature(self, job: JobInfo) -> tuple[Hashable, ...] | None:
         """Everything of ``job`` that ``queue_key`` reads, or None when a queue-key plugin declared nothing."""
-        known = self.signatures.get(job)
-        if known is not None and known[0] == job.version:
-            return known[1]
+        if job.signature_at == job.version:
+            return job.signature_memo
         reads = self.queue_key_reads
         if len(reads) != len(self.queue_keys):
             return None
         signature = tuple([fn(job) for fn in reads])
-        self.signatures[job] = (job.version, signature)
+        job.signature_memo, job.signature_at = signature, job.version
         return signature
 
     def predicate(self, task: TaskInfo, node: NodeInfo) -> str | None:

@@ -13,7 +13,9 @@ memory follow the same rule. A task is bound only onto ``free_now`` and pipeline
 
 from __future__ import annotations
 
+from collections.abc import Hashable
 from dataclasses import dataclass, field
+from typing import Any
 
 from kai_stream.core.events import NodeAffinityTerm, Taint, Toleration, TopologyConstraint
 
@@ -26,6 +28,9 @@ ALLOCATED = "Allocated"
 PIPELINED = "Pipelined"
 RUNNING = "Running"
 RELEASING = "Releasing"
+
+JobClass = tuple[tuple[tuple[int, ...], ...], int, int, int, bool]
+"""``Session.job_class``: pending task shapes, minMember, pods not releasing, active pods, preemptible."""
 
 
 @dataclass(slots=True, eq=False)
@@ -163,8 +168,21 @@ class JobInfo:
     succeeded: int = 0
     group_missing: bool = False
     version: int = 0
-    """Moved by every change of one of the job's tasks in a session (``Session._charge``): the per-job memos of a
-    session hold while it stands still."""
+    """Moved by every change of one of the job's tasks in a session (``Session._charge``): the per-job memos below
+    hold while it stands still."""
+    key_memo: tuple[Any, ...] = ()
+    key_at: int = -1
+    pending_memo: list[TaskInfo] = field(default_factory=list)
+    pending_at: int = -1
+    class_memo: JobClass | None = None
+    class_at: int = -1
+    request_memo: list[int] = field(default_factory=list)
+    request_at: int = -1
+    signature_memo: tuple[Hashable, ...] = ()
+    signature_at: int = -1
+    """The memos of ``Session.job_key``, ``pending_of``, ``job_class``, ``job_request`` and
+    ``Hooks.queue_key_signature``, each with the version it was computed at (-1: none). They live on the job, so a
+    job the fold left alone keeps them from cycle to cycle in a parked snapshot."""
 
     def __init__(
         self,
@@ -191,6 +209,9 @@ class JobInfo:
         self.created, self.tasks = created, [] if tasks is None else tasks
         self.request_cache, self.topology, self.changed = request_cache, topology, changed
         self.succeeded, self.group_missing, self.version = succeeded, group_missing, version
+        self.key_memo, self.key_at, self.pending_memo, self.pending_at = (), -1, [], -1
+        self.class_memo, self.class_at, self.request_memo, self.request_at = None, -1, [], -1
+        self.signature_memo, self.signature_at = (), -1
 
     def active_count(self) -> int:
         return sum(1 for t in self.tasks if t.status in (RUNNING, ALLOCATED, PIPELINED))

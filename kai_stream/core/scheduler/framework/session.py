@@ -36,6 +36,7 @@ from kai_stream.core.scheduler.framework.info import (
     RELEASING,
     RUNNING,
     UNIT,
+    JobClass,
     JobInfo,
     NodeInfo,
     QueueInfo,
@@ -59,8 +60,6 @@ __all__ = [
     "park_session",
 ]
 
-JobClass = tuple[tuple[tuple[int, ...], ...], int, int, int, bool]
-"""``Session.job_class``: pending task shapes, minMember, pods not releasing, active pods, preemptible."""
 
 
 DEFAULT_PRIORITY_CLASS = "train"
@@ -139,14 +138,6 @@ class Session:
     _stamp: int = 0
     queue_epoch: int = 0
     """Bumped with every change of any ``QueueInfo.version``: while it stands still, no queue changed."""
-    job_keys: dict[JobInfo, tuple[int, SortKey]] = field(default_factory=dict)
-    """``job_key`` per job with the job's version it was computed at (see ``job_key``)."""
-    requests: dict[JobInfo, tuple[int, list[int]]] = field(default_factory=dict)
-    """``job_request`` per job, the same way."""
-    pending_lists: dict[JobInfo, tuple[int, list[TaskInfo]]] = field(default_factory=dict)
-    """``pending_of`` per job, the same way."""
-    job_classes: dict[JobInfo, tuple[int, JobClass | None]] = field(default_factory=dict)
-    """``job_class`` per job, the same way."""
     path_keys: dict[tuple[str, Hashable], tuple[int, tuple[int, ...], SortKey]] = field(default_factory=dict)
     """The same per (leaf queue, ``hooks.queue_key_signature``): jobs of a leaf that the queue-key plugins see
     alike share their path key."""
@@ -195,30 +186,26 @@ class Session:
     def job_key(self, job: JobInfo) -> SortKey:
         """``hooks.job_key``, memoised (the job-order hooks read the job's tasks and their statuses).
 
-        The per-job memos (``job_key``, ``pending_of``, ``job_request``, ``job_class``) hold while the job's version
-        stands still: what they read of the job (its tasks' statuses) changes only through ``_charge``, which
-        moves that version. A job without a queue is not memoised. Each reads its memo inline (no shared helper):
-        every action asks them of every pending job, several times."""
-        queue = job.queue
-        if queue is None:
+        The per-job memos (``job_key``, ``pending_of``, ``job_request``, ``job_class``; fields of the job) hold
+        while the job's version stands still: what they read of the job (its tasks' statuses) changes only through
+        ``_charge``, which moves that version. A job without a queue is not memoised. Each reads its memo inline (no
+        shared helper): every action asks them of every pending job, several times."""
+        if job.queue is None:
             return self.hooks.job_key(job)
-        memo = self.job_keys.get(job)
-        if memo is not None and memo[0] == job.version:
-            return memo[1]
+        if job.key_at == job.version:
+            return job.key_memo
         key = self.hooks.job_key(job)
-        self.job_keys[job] = (job.version, key)
+        job.key_memo, job.key_at = key, job.version
         return key
 
     def pending_of(self, job: JobInfo) -> list[TaskInfo]:
         """``job.pending_tasks()``, memoised (see ``job_key``); the caller must not change the list."""
-        queue = job.queue
-        if queue is None:
+        if job.queue is None:
             return job.pending_tasks()
-        memo = self.pending_lists.get(job)
-        if memo is not None and memo[0] == job.version:
-            return memo[1]
+        if job.pending_at == job.version:
+            return job.pending_memo
         pending = [t for t in job.tasks if t.status == PENDING]
-        self.pending_lists[job] = (job.version, pending)
+        job.pending_memo, job.pending_at = pending, job.version
         return pending
 
     def job_class(self, job: JobInfo) -> JobClass | None:
@@ -228,31 +215,27 @@ class Session:
         changed in between, get the same answer from allocate, consolidation and reclaim (see ``JobsByQueue``'s
         runs). None for a job whose answer reads more: a topology constraint (its job check tries domains), a
         nominated task (tried on its node first), or a missing PodGroup. Memoised like ``job_key``."""
-        queue = job.queue
-        if queue is None:
+        if job.queue is None:
             return None
-        memo = self.job_classes.get(job)
-        if memo is not None and memo[0] == job.version:
-            return memo[1]
+        if job.class_at == job.version:
+            return job.class_memo
         found: JobClass | None = None
         if job.topology is None and not job.group_missing and all(t.prev_pipelined is None for t in job.tasks):
             alive, active = job.alive_active()
             shapes = tuple([t.shape for t in self.pending_of(job)])
             found = (shapes, job.min_member, alive, active, job.preemptible)
-        self.job_classes[job] = (job.version, found)
+        job.class_memo, job.class_at = found, job.version
         return found
 
     def job_request(self, job: JobInfo) -> list[int]:
         """The sum of the job's pending tasks' requests, memoised (see ``job_key``); the caller must not change
         the list."""
-        queue = job.queue
-        if queue is None:
+        if job.queue is None:
             return self._job_request(job.pending_tasks())
-        memo = self.requests.get(job)
-        if memo is not None and memo[0] == job.version:
-            return memo[1]
+        if job.request_at == job.version:
+            return job.request_memo
         request = self._job_request(self.pending_of(job))
-        self.requests[job] = (job.version, request)
+        job.request_memo, job.request_at = request, job.version
         return request
 
     def _job_request(self, pending: list[TaskInfo]) -> list[int]:
@@ -396,10 +379,6 @@ class Session:
         self.decisions = []
         self.pending = {}
         self.pending_jobs = []
-        self.job_keys = {}
-        self.requests = {}
-        self.pending_lists = {}
-        self.job_classes = {}
         self.path_keys = {}
         self.order_keys = {}
         self.awaited = {}
@@ -896,20 +875,6 @@ def _add_request(ssn: Session, job: JobInfo, sign: int) -> None:
 
 
 @dataclass
-class _JobMemos:
-    """The memos of ``Session.job_key``, ``job_request``, ``pending_of``, ``job_class`` and
-    ``Hooks.queue_key_signature``, each entry with the job's version it was computed at."""
-
-    job_keys: dict[JobInfo, tuple[int, SortKey]]
-    requests: dict[JobInfo, tuple[int, list[int]]]
-    pending_lists: dict[JobInfo, tuple[int, list[TaskInfo]]]
-    job_classes: dict[JobInfo, tuple[int, JobClass | None]]
-    signatures: dict[JobInfo, tuple[int, tuple[Hashable, ...]]]
-
-    def forget(self, job: JobInfo) -> None:
-        for memo in (self.job_keys, self.requests, self.pending_lists, self.job_classes, self.signatures):
-            memo.pop(job, None)
-
 
 @dataclass(eq=False)
 class Snapshot:
@@ -932,9 +897,6 @@ class Snapshot:
     classes: dict[object, int]
     """Node class interner (``NodeInfo.class_id``: equal ids for nodes that every static predicate treats alike)."""
     queue_base: list[tuple[QueueInfo, list[int], list[int], list[int]]] = field(default_factory=list)
-    memos: _JobMemos = field(default_factory=lambda: _JobMemos({}, {}, {}, {}, {}))
-    """The per-job memos every session on this snapshot uses (each entry holds for the job's version it was
-    computed at): a job the fold left alone keeps them from cycle to cycle (see ``park``)."""
 
     @classmethod
     def build(cls, state: ClusterState, config: SchedulerConfig, pool: str, chash: str) -> Snapshot:
@@ -1059,10 +1021,6 @@ class Snapshot:
         plugins = registry()
         for name in config.plugins:
             plugins[name]().on_session_open(ssn)
-        if track:
-            memos = self.memos
-            ssn.job_keys, ssn.requests, ssn.pending_lists = memos.job_keys, memos.requests, memos.pending_lists
-            ssn.job_classes, ssn.hooks.signatures = memos.job_classes, memos.signatures
         return ssn
 
     def park(self, ssn: Session) -> None:
@@ -1137,7 +1095,6 @@ class Snapshot:
             old = self.job_by_key.pop(key, None)
             builder.nominated.discard(key)
             if old is not None:
-                self.memos.forget(old)
                 if first_fit and any(t.node is not None and t.node.name in first_fit for t in old.tasks):
                     return False
                 if key in self.pending:

@@ -2,7 +2,8 @@
 
 Operations: ``allocate`` (bind onto free capacity), ``pipeline`` (onto capacity being released),
 ``evict`` (mark a running task releasing; victims for reclaim/preempt/consolidation). ``checkpoint`` marks
-the log, ``rollback(cp)`` undoes back to it, ``discard`` undoes everything, ``commit`` turns the surviving
+the log, ``rollback(cp)`` undoes back to it, ``discard`` undoes everything, ``withdraw_evictions`` undoes some
+evictions out of order (a log of evictions only), ``commit`` turns the surviving
 operations into ``BindRequested`` / ``PodPipelined`` / ``EvictionRequested`` decisions (in operation order),
 appends them to the session and returns them. Victim searches can evict and re-place tentatively, then
 roll back to try the next set.
@@ -110,6 +111,26 @@ class Statement:
 
     def discard(self) -> None:
         self.rollback(0)
+
+    def withdraw_evictions(self, tasks: set[int]) -> None:
+        """Undo the evictions of ``tasks`` (by ``id``; the log must hold evictions only), wherever they are in the
+        log: the others stay, in order, as if only they had been made (evictions only add to sums). Their
+        rollback points get fresh state ids, but for the first, whose is the opening state's."""
+        ops = self.ops
+        if not ops:
+            return
+        start = ops[0].before
+        for op in reversed(ops):
+            assert op.kind == "evict"
+            if id(op.task) in tasks:
+                self.ssn.unrelease(op.task, op.previous)
+        self.ops = [op for op in ops if id(op.task) not in tasks]
+        if self.ops:
+            self.ops[0].before = start
+            for op in self.ops[1:]:
+                self.ssn.touch()
+                op.before = self.ssn.state_id
+        self.ssn.touch()
 
     # ------------------------------------------------------------------ commit
 

@@ -180,23 +180,9 @@ class _Search:
         rolled back, the dropped units' evictions are undone, and the kept ones stay in order. Their operations
         hold the eviction details made the first time, so only for actions whose details do not depend on the
         evictions made before (see the module docstring)."""
-        stmt = self.stmt
-        ssn = self.ssn
-        stmt.rollback(self.tried_at)
+        self.stmt.rollback(self.tried_at)
         kept_units = {id(unit) for unit in kept}
-        dropped = {id(task) for unit in taken if id(unit) not in kept_units for task in unit.tasks}
-        ops = stmt.ops
-        start = ops[0].before
-        for op in reversed(ops):
-            if id(op.task) in dropped:
-                ssn.unrelease(op.task, op.previous)
-        remaining = [op for op in ops if id(op.task) not in dropped]
-        remaining[0].before = start
-        for op in remaining[1:]:
-            ssn.touch()
-            op.before = ssn.state_id
-        ssn.touch()
-        stmt.ops = remaining
+        self.stmt.withdraw_evictions({id(task) for unit in taken if id(unit) not in kept_units for task in unit.tasks})
         self.near = {}
         for unit in kept:
             for task in unit.tasks:

@@ -53,6 +53,7 @@ from kai_stream.core.events import (
     loads_cluster_event,
     loads_decisions_record,
 )
+from kai_stream.core.scheduler import compiled
 from kai_stream.kafka import Record, assign_from_start, make_consumer, read_topic
 from kai_stream.pipeline import Pipeline, PipelineOptions
 
@@ -307,7 +308,9 @@ async def main(nodes: int, pods: int, rate: float, gpus: int, burst: int) -> Non
         )
         async with Pipeline(options) as pipeline:
             assert pipeline.kafka is not None
-            print(f"{nodes} nodes x {gpus} GPUs; load average {os.getloadavg()[0]:.1f}", flush=True)
+            build = "compiled (mypyc)" if compiled() else "sources (not compiled)"
+            load = os.getloadavg()[0]
+            print(f"{nodes} nodes x {gpus} GPUs; load average {load:.1f}; scheduler core {build}", flush=True)
             await pipeline.wait_processor_caught_up(timeout_s=120)
             await steady_phase(pipeline, pods, rate)
             if burst > 0:

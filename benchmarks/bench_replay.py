@@ -39,6 +39,7 @@ from kai_stream.core.events import (
     Resources,
     Tick,
 )
+from kai_stream.core.scheduler import compiled
 from kai_stream.history.export import write_history
 from kai_stream.history.reader import read_history
 from kai_stream.trace.clusters import cluster_events
@@ -160,7 +161,8 @@ def measure(directory: Path, events: int, workers: int) -> bool:
     summed = " summed over workers" if workers > 1 else ""
     print(
         f"history: {report.events:,} events, {report.decisions:,} decisions "
-        f"({report.identical:,} identical), {cycles:,} cycles rebuilt"
+        f"({report.identical:,} identical), {cycles:,} cycles rebuilt; scheduler core "
+        f"{'compiled (mypyc)' if compiled() else 'from sources (not compiled)'}"
     )
     print(
         f"replay: {total_s:.2f}s wall -> {rate:,.0f} events/s; read+decode {read_s:.2f}s wall ({read_cpu:.2f}s CPU), "

@@ -175,7 +175,7 @@ class _Allocator:
 
 def run(session: Session) -> None:
     allocator = _Allocator(session)
-    for job in session.jobs:
+    for job in session.pending_jobs:
         if job.queue is None:
             allocator.mark(
                 session.pending_of(job),

@@ -8,6 +8,10 @@ Python's cyclic garbage collector is paused while a cycle runs: the session allo
 of small linked objects next to a much larger live ``ClusterState``, and the collections they trigger kept
 rescanning that state (about a third of a big cycle's CPU). The cycle's own garbage goes at the next
 collection after it. Decisions do not depend on it.
+
+A cycle on the pool's kept snapshot opens no session when it provably decides nothing (``_idle``: no pending task,
+no stale gang): the streaming processor runs a cycle for every batch, most of them on feedback events (binds
+confirmed, pods running) with nothing pending.
 """
 
 from __future__ import annotations
@@ -20,8 +24,17 @@ import kai_stream
 from kai_stream.core.config import SchedulerConfig
 from kai_stream.core.events import Decision
 from kai_stream.core.scheduler.actions import ACTIONS
+from kai_stream.core.scheduler.actions.stalegangeviction import stale
 from kai_stream.core.scheduler.framework.info import CPU, GPU, MEM, UNIT
-from kai_stream.core.scheduler.framework.session import Session, open_session, open_tracked_session, park_session
+from kai_stream.core.scheduler.framework.session import (
+    Session,
+    Snapshot,
+    kept_snapshot,
+    open_session,
+    open_tracked_session,
+    park_session,
+    repark,
+)
 from kai_stream.core.state import ClusterState
 
 __all__ = ["fair_shares", "run_cycle"]
@@ -55,15 +68,27 @@ def run_cycle(
                 inspect(session)
             session.discard()
             return decisions
-        session, snapshot = open_tracked_session(
-            state, config, pool=pool, input_offset=input_offset, code_version=code_version
-        )
+        snapshot = kept_snapshot(state, config, pool=pool)
+        if inspect is None and _idle(snapshot, state, config):
+            repark(state, snapshot)
+            return []
+        session = snapshot.start(state, config, input_offset=input_offset, code_version=code_version, track=True)
         _run_actions(session, config)
         decisions = session.close()
         if inspect is not None:
             inspect(session)
         park_session(state, session, snapshot)
         return decisions
+
+
+def _idle(snapshot: Snapshot, state: ClusterState, config: SchedulerConfig) -> bool:
+    """Whether a cycle on the kept snapshot provably decides nothing, so that no session is opened: no job has a
+    pending task (allocate, consolidation, reclaim and preempt only act for one, and only a pending task gets a
+    reason) and no gang is stale (the one action that acts for running jobs alone)."""
+    if snapshot.pending:
+        return False
+    now, grace = state.now, config.stale_gang_grace_s
+    return not any(stale(job, now, grace) for job in snapshot.base.jobs)
 
 
 def _run_actions(session: Session, config: SchedulerConfig) -> None:

@@ -10,24 +10,27 @@ change to its set of pods (``ClusterState.group_changed``: a pod observed, bound
 
 from __future__ import annotations
 
-from kai_stream.core.scheduler.framework.info import RUNNING
+from kai_stream.core.scheduler.framework.info import RUNNING, JobInfo
 from kai_stream.core.scheduler.framework.session import Session
 
 NAME = "stalegangeviction"
+
+
+def stale(job: JobInfo, now: float, grace: float) -> bool:
+    """Whether ``job`` is a gang running below its minimum for the grace period or longer (see above)."""
+    if job.min_member <= 1 or job.succeeded or now - job.changed < grace:
+        return False
+    return any(t.status == RUNNING for t in job.tasks) and job.active_count() < job.min_member
 
 
 def run(session: Session) -> None:
     now = session.ctx.ts
     grace = session.config.stale_gang_grace_s
     for job in session.jobs:
-        if job.min_member <= 1:
+        if not stale(job, now, grace):
             continue
         running = [t for t in job.tasks if t.status == RUNNING]
-        if not running or job.succeeded or job.active_count() >= job.min_member:
-            continue
         stale_for = now - job.changed
-        if stale_for < grace:
-            continue
         stmt = session.statement(NAME)
         details = {
             "active": str(job.active_count()),

@@ -1173,6 +1173,14 @@ def open_tracked_session(
 ) -> tuple[Session, Snapshot]:
     """``open_session`` reusing the pool's parked snapshot when the fold allows it; give the session back to
     ``park_session`` after the cycle (or drop the snapshot on failure)."""
+    snapshot = kept_snapshot(state, config, pool=pool)
+    ssn = snapshot.start(state, config, input_offset=input_offset, code_version=code_version, track=True)
+    return ssn, snapshot
+
+
+def kept_snapshot(state: ClusterState, config: SchedulerConfig, *, pool: str) -> Snapshot:
+    """The pool's parked snapshot brought up to date with the fold (rebuilt when the fold does not allow it), taken
+    out of ``state``: start a tracked session on it, or put it back with ``repark``."""
     chash = config_hash(config)
     derived = state.derived
     snapshot = derived.parked.pop(pool, None)
@@ -1189,8 +1197,13 @@ def open_tracked_session(
     if fresh:
         snapshot = Snapshot.build(state, config, pool, chash)
     assert isinstance(snapshot, Snapshot)
-    ssn = snapshot.start(state, config, input_offset=input_offset, code_version=code_version, track=True)
-    return ssn, snapshot
+    return snapshot
+
+
+def repark(state: ClusterState, snapshot: Snapshot) -> None:
+    """Keep ``snapshot`` (from ``kept_snapshot``, no session started on it) for the pool's next cycle."""
+    state.derived.parked[snapshot.pool] = snapshot
+    state.derived.dirty[snapshot.pool] = set()
 
 
 def park_session(state: ClusterState, ssn: Session, snapshot: Snapshot) -> None:

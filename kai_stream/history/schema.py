@@ -121,10 +121,6 @@ def _pod_observed_columns(e: PodObserved) -> _Typed:
     )
 
 
-def _pod_removed_columns(e: PodRemoved) -> _Typed:
-    return (e.event_id, e.namespace, e.name, e.uid, None, None, None, None, None, None, None, None, None)
-
-
 def _event_id_columns(e: Any) -> _Typed:
     return (e.event_id, *_UNTYPED[1:])
 
@@ -144,12 +140,10 @@ def _shares_columns(e: FairShareRecorded) -> _Typed:
 def _typed_columns(cls: type) -> Callable[[Any], _Typed]:
     if issubclass(cls, DecisionBase):
         return _decision_columns(cls)
-    if issubclass(cls, OutcomeBase):
+    if issubclass(cls, OutcomeBase | PodRemoved):
         return _outcome_columns
     if issubclass(cls, PodObserved):
         return _pod_observed_columns
-    if issubclass(cls, PodRemoved):
-        return _pod_removed_columns
     if issubclass(cls, ObservedBase | DeadLetter):
         return _event_id_columns
     if issubclass(cls, FairShareRecorded):

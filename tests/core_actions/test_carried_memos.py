@@ -1,4 +1,4 @@
-"""The per-job memos a parked snapshot keeps for the next cycle (``Snapshot.memos``, valid per job version; ``park``
+"""The per-job memos a parked snapshot keeps for the next cycle (fields of ``JobInfo``, valid per job version; ``park``
 moves the version of every job the cycle touched) hold for the jobs' opening state: a cycle run again on the same
 state, its decisions not folded (so no job is rebuilt), decides byte for byte what the first one did and what a
 cold cycle decides, although the first cycle placed jobs, tried gangs and evicted, and its later actions read the

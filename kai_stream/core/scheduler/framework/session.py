@@ -139,8 +139,8 @@ class Session:
     queue_epoch: int = 0
     """Bumped with every change of any ``QueueInfo.version``: while it stands still, no queue changed."""
     path_keys: dict[tuple[str, Hashable], tuple[int, tuple[int, ...], SortKey]] = field(default_factory=dict)
-    """The same per (leaf queue, ``hooks.queue_key_signature``): jobs of a leaf that the queue-key plugins see
-    alike share their path key."""
+    """``JobsByQueue``'s path key per (leaf queue, ``hooks.queue_key_signature``), with the epoch and path versions
+    it was computed at: jobs of a leaf that the queue-key plugins see alike share their path key."""
     order_keys: dict[JobInfo, tuple[int, tuple[int, ...], SortKey]] = field(default_factory=dict)
     """``JobsByQueue``'s path key per job, with the epoch and path versions it was computed at, shared by every
     action of the cycle (a job that no action placed keeps its key from one action to the next)."""
@@ -1026,8 +1026,8 @@ class Snapshot:
     def park(self, ssn: Session) -> None:
         """Undo everything the cycle on ``ssn`` changed in the shared objects (``start`` with ``track``).
 
-        A job whose tasks the cycle changed gets a new version (its memos of the cycle, in ``memos``, held for the
-        states the cycle left; its tasks are now back in the opening state).
+        A job whose tasks the cycle changed gets a new version (its memos of the cycle, fields of the job, held for
+        the states the cycle left; its tasks are now back in the opening state).
 
         ``JobInfo.request_cache`` is cleared only on the jobs that had a pending task at open: a job without one
         has no pending task all cycle (only ``unplace`` makes a task pending again, and only tasks placed in the

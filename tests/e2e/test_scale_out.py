@@ -91,8 +91,11 @@ async def test_two_processors_share_pools_and_survive_one_dying(broker: str, top
         assert set(posts) == set(names) and set(posts.values()) == {1}
         nodes = {b.name: b.node for b in pipeline.cluster.bindings}
         assert all(nodes[n].startswith(n.split("-")[0]) for n in names)  # each pod on a node of its pool
-        assert pipeline.tail is not None
-        decisions = pipeline.tail.all_decisions()
+        tail = pipeline.tail
+        assert tail is not None
+        seen = lambda: {d.name for d in tail.all_decisions() if isinstance(d, BindRequested)} >= set(names)  # noqa: E731
+        await _until(seen, "the log tail (it may be a fetch behind the binder) to read every bind", pipeline)
+        decisions = tail.all_decisions()
         assert Counter(d.name for d in decisions if isinstance(d, BindRequested)) == Counter(names)
         for pool in POOLS:
             head = ""

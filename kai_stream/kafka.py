@@ -50,6 +50,21 @@ def make_producer(settings: KafkaSettings, **overrides: Any) -> AIOKafkaProducer
     return AIOKafkaProducer(**kwargs)
 
 
+def expedite(producer: AIOKafkaProducer, topic: str, partition: int) -> None:
+    """Send what ``producer`` holds for the partition now instead of when its linger runs out.
+
+    The held batch stays open: records appended before the sender takes it (while a request to the broker is in
+    flight) still join it. Relies on aiokafka's accumulator (``MessageBatch`` linger, the sender's waiter), pinned
+    with aiokafka in pyproject.toml and checked by ``tests/broker/test_expedite.py``.
+    """
+    accumulator: Any = producer._message_accumulator
+    for batch in accumulator._batches.get(TopicPartition(topic, partition), ()):
+        batch._linger_time = 0.0
+    waiter = accumulator._waiter_future
+    if not waiter.done():
+        waiter.set_result(None)
+
+
 def make_consumer(
     settings: KafkaSettings,
     *topics: str,
@@ -91,14 +106,17 @@ def make_admin(settings: KafkaSettings) -> AIOKafkaAdminClient:
 
 
 async def send_keyed(
-    producer: AIOKafkaProducer, topic: str, pool: str, value: bytes
+    producer: AIOKafkaProducer, topic: str, pool: str, value: bytes, *, urgent: bool = False
 ) -> asyncio.Future[Any]:
-    """Enqueue ``value`` on the pool's partition of ``topic``; await the returned future for delivery."""
+    """Enqueue ``value`` on the pool's partition of ``topic``; await the returned future for delivery.
+    ``urgent``: send it (and what the producer holds for that partition) without waiting out the linger."""
     partitions = await producer.partitions_for(topic)
     if not partitions:
         raise LookupError(f"topic {topic!r} has no partitions (does it exist?)")
     partition = partition_for(pool, len(partitions))
     future: asyncio.Future[Any] = await producer.send(topic, value, key=pool.encode(), partition=partition)
+    if urgent:
+        expedite(producer, topic, partition)
     return future
 
 

@@ -39,6 +39,11 @@ class KafkaSettings(BaseSettings):
     fetch_max_wait_limit_ms: int = Field(default=2000, ge=0)
     """The most a consumer's fetch wait may grow to while Tansu answers its fetches empty behind the log end
     (``kai_stream/fetchwait.py``); it falls back to ``fetch_max_wait_ms`` once the consumer has caught up."""
+    feedback_linger_ms: int = Field(default=25, ge=0)
+    """How long the connector's and the binder's producers hold a record that cannot change a scheduling decision
+    (a bound pod's status, a successful bind) to send it in one batch with others; a record that can (a new
+    pending pod, a freed node, a failed bind) is sent at once with whatever is held (``kafka.expedite``). Fewer
+    batches matter on Tansu, whose fetch lists every stored batch of the partition."""
     fetch_hole_patience_s: float = Field(default=30.0, ge=0)
     """How long a consumer waits for a missing offset that a fetch answer skipped before it goes on past it
     (``kai_stream/fetchgaps.py``: Tansu can answer with a later batch before an earlier one is stored; on a

@@ -11,7 +11,8 @@
 * A Tick per known pool every ``tick_interval_s`` advances event time and triggers scheduling cycles.
 
 Producer sends are pipelined (order per partition is the producer's); a delivery failure stops the
-connector with the error.
+connector with the error. Feedback (``kai_stream.urgency``: our pods observed bound) waits up to
+``feedback_linger_ms`` to share a batch; any other event is sent at once with what is held.
 """
 
 from __future__ import annotations
@@ -33,9 +34,10 @@ from connectors.kubernetes.kinds import KINDS, WatchedKind
 from connectors.kubernetes.watcher import Expired, Obj, list_objects, resource_version, watch_objects
 from kai_stream.core.events import ALL_POOLS, DeadLetter, ObservedEvent, Tick, dumps, loads_cluster_event, stable_id
 from kai_stream.core.manifests import ManifestError, object_to_events
-from kai_stream.kafka import make_producer, partition_for, read_topic
+from kai_stream.kafka import expedite, make_producer, partition_for, read_topic
 from kai_stream.settings import KafkaSettings
 from kai_stream.topics import TopicNames
+from kai_stream.urgency import is_feedback
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +83,7 @@ class KubernetesConnector:
 
     async def run(self) -> None:
         """Run until cancelled; raises if the broker rejects a record or the API fails for good."""
-        self._producer = make_producer(self.kafka, linger_ms=2, max_batch_size=1 << 20)
+        self._producer = make_producer(self.kafka, linger_ms=self.kafka.feedback_linger_ms, max_batch_size=1 << 20)
         await self._producer.start()
         try:
             partitions = await self._producer.partitions_for(self.topics.cluster_events)
@@ -123,10 +125,13 @@ class KubernetesConnector:
             targets = [(p, ALL_POOLS) for p in range(self._partitions)]
         else:
             targets = [(partition_for(event.pool, self._partitions), event.pool)]
+        urgent = not is_feedback(event)
         for partition, key in targets:
             future = await self._producer.send(
                 self.topics.cluster_events, value, key=key.encode(), partition=partition
             )
+            if urgent:
+                expedite(self._producer, self.topics.cluster_events, partition)
             self._deliveries.put_nowait(future)
         self.catalog.record(event)
         self.published += 1
@@ -154,7 +159,8 @@ class KubernetesConnector:
             reason=reason,
             ts=self.clock(),
         )
-        future = await self._producer.send(self.topics.dead_letter, dumps(letter), key=b"connector")
+        future = await self._producer.send(self.topics.dead_letter, dumps(letter), key=b"connector", partition=0)
+        expedite(self._producer, self.topics.dead_letter, 0)
         self._deliveries.put_nowait(future)
 
     # ------------------------------------------------------------------ per object

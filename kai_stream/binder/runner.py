@@ -52,6 +52,7 @@ from kai_stream.observability import (
 )
 from kai_stream.settings import KafkaSettings
 from kai_stream.topics import DEFAULT_TOPICS, TopicNames
+from kai_stream.urgency import is_feedback
 
 log = logging.getLogger(__name__)
 
@@ -314,8 +315,9 @@ class Binder:
     async def _publish(self, outcome: Outcome) -> list[asyncio.Future[Any]]:
         raw = dumps(outcome)
         futures = []
+        urgent = not is_feedback(outcome)
         for topic in (self.topics.bind_results, self.topics.cluster_events):
-            futures.append(await send_keyed(self.producer, topic, outcome.pool, raw))
+            futures.append(await send_keyed(self.producer, topic, outcome.pool, raw, urgent=urgent))
             EVENTS_PUBLISHED.labels(component=COMPONENT, topic=topic, type=outcome.type).inc()
         BINDER_OUTCOMES.labels(kind=outcome.type).inc()
         return futures
@@ -334,7 +336,7 @@ class Binder:
                 ts=record.timestamp / 1000,
             )
             pool = record.key.decode(errors="replace") if record.key else "default"
-            await (await send_keyed(self.producer, self.topics.dead_letter, pool, dumps(letter)))
+            await (await send_keyed(self.producer, self.topics.dead_letter, pool, dumps(letter), urgent=True))
             DEAD_LETTERS.labels(component=COMPONENT, topic=record.topic).inc()
             return None
 
@@ -382,7 +384,7 @@ async def run_binder(
     stop = stop_event if stop_event is not None else asyncio.Event()
     listener = _CommitOnRevoke()
     consumer = make_consumer(kafka_settings, topics.decisions, group_id=group_id, listener=listener)
-    producer = make_producer(kafka_settings)
+    producer = make_producer(kafka_settings, linger_ms=kafka_settings.feedback_linger_ms)
     api = api_client(kube_config)
     try:
         await producer.start()

@@ -22,9 +22,9 @@ faust scheduler processor (subprocess), binder. Two phases on one pipeline:
    cluster-events topic (the same records, burst included) from the beginning; ratio = burst records/s /
    raw records/s (target >= 0.5).
 
-Both phases also print the CPU seconds per pod of the processor subprocess and of this process (simulated API,
-connector, binder, pod creation): on a shared, loaded machine the latencies mostly measure how long each
-process waits for a core, the CPU figures are what changes compare.
+Both phases also print the CPU seconds per pod of the processor subprocess, of the embedded broker and of this
+process (simulated API, connector, binder, pod creation): on a shared, loaded machine the latencies mostly
+measure how long each process waits for a core, the CPU figures are what changes compare.
 
 Usage: ``python benchmarks/bench_pipeline.py [--nodes 1000] [--pods 10000] [--rate 100] [--burst 5000]``.
 """
@@ -124,28 +124,31 @@ async def create_pods(url: str, first: int, count: int, rate: float) -> float:
         return started
 
 
+def process_cpu_s(pid: int | None) -> float:
+    """User + system CPU seconds of process ``pid`` so far (NaN when it cannot be read)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return float("nan")
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 class CpuMeter:
-    """CPU seconds used by this process (simulated API, connector, binder) and by the processor subprocess since
-    ``start``: unlike wall times, comparable across runs on a loaded machine."""
+    """CPU seconds used by this process (simulated API, connector, binder), by the processor subprocess and by
+    the embedded broker since ``start``: unlike wall times, comparable across runs on a loaded machine."""
 
     def __init__(self, pipeline: Pipeline) -> None:
-        self.pid = pipeline.processor_pid
+        self.pids = {"processor": pipeline.processor_pid, "broker": pipeline.broker.pid if pipeline.broker else None}
         self.start()
 
-    def _processor_s(self) -> float:
-        try:
-            fields = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            return float("nan")
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
     def start(self) -> None:
-        self.here, self.processor = time.process_time(), self._processor_s()
+        self.here = time.process_time()
+        self.others = {name: process_cpu_s(pid) for name, pid in self.pids.items()}
 
     def report(self, pods: int) -> str:
-        here, processor = time.process_time() - self.here, self._processor_s() - self.processor
-        return (f"CPU: processor {processor:.1f}s ({processor / pods * 1000:.2f} ms/pod), "
-                f"API+connector+binder {here:.1f}s ({here / pods * 1000:.2f} ms/pod)")
+        used = {name: process_cpu_s(pid) - self.others[name] for name, pid in self.pids.items()}
+        used["API+connector+binder"] = time.process_time() - self.here
+        return "CPU: " + ", ".join(f"{name} {s:.1f}s ({s / pods * 1000:.2f} ms/pod)" for name, s in used.items())
 
 
 def quantiles(values: list[float]) -> tuple[float, float]:

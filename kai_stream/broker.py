@@ -185,6 +185,11 @@ class EmbeddedBroker:
         return f"{self.host}:{self.port}"
 
     @property
+    def pid(self) -> int | None:
+        """The Tansu process id while it runs."""
+        return self._broker.pid if self.running and self._broker is not None else None
+
+    @property
     def running(self) -> bool:
         return self._broker is not None and self._broker.poll() is None
 

@@ -34,7 +34,7 @@ from connectors.kubernetes.kinds import KINDS, WatchedKind
 from connectors.kubernetes.watcher import Expired, Obj, list_objects, resource_version, watch_objects
 from kai_stream.core.events import ALL_POOLS, DeadLetter, ObservedEvent, Tick, dumps, loads_cluster_event, stable_id
 from kai_stream.core.manifests import ManifestError, object_to_events
-from kai_stream.kafka import expedite, make_producer, partition_for, read_topic
+from kai_stream.kafka import expedite, make_producer, partition_for, read_topic, send_keyed
 from kai_stream.settings import KafkaSettings
 from kai_stream.topics import TopicNames
 from kai_stream.urgency import is_feedback
@@ -159,8 +159,7 @@ class KubernetesConnector:
             reason=reason,
             ts=self.clock(),
         )
-        future = await self._producer.send(self.topics.dead_letter, dumps(letter), key=b"connector", partition=0)
-        expedite(self._producer, self.topics.dead_letter, 0)
+        future = await send_keyed(self._producer, self.topics.dead_letter, "connector", dumps(letter), urgent=True)
         self._deliveries.put_nowait(future)
 
     # ------------------------------------------------------------------ per object

@@ -54,7 +54,7 @@ from kubernetes_asyncio import client
 import kai_stream
 from connectors.simcluster.client import kube_client_config
 from kai_stream.binder.kube import api_client
-from kai_stream.core.config import SchedulerConfig, config_hash
+from kai_stream.core.config import SchedulerConfig
 from kai_stream.core.events import (
     BindRequested,
     ClusterEvent,
@@ -288,13 +288,7 @@ def in_process_floor(
     work: list[tuple[PartitionEngine, list[Record]]] = []
     for partition, end in sorted(backlog_end.items()):
         start = positions.get(partition, 0)
-        engine = PartitionEngine(
-            partition=partition,
-            config=config,
-            config_hash=config_hash(config),
-            config_json=config.model_dump_json(),
-            code_version=kai_stream.__version__,
-        )
+        engine = PartitionEngine.for_config(partition, config, kai_stream.__version__)
         before: list[tuple[int, ClusterEvent]] = []
         for r in events:
             if r.partition == partition and r.offset < start:

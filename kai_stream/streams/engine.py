@@ -23,7 +23,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TypeGuard
 
-from kai_stream.core.config import SchedulerConfig
+from kai_stream.core.config import SchedulerConfig, config_hash
 from kai_stream.core.events import (
     ALL_POOLS,
     BindRequested,
@@ -76,6 +76,17 @@ class PartitionEngine:
     template: ClusterState = field(default_factory=ClusterState)
     pools: dict[str, PoolState] = field(default_factory=dict)
     config_recorded: set[str] = field(default_factory=set)
+
+    @classmethod
+    def for_config(cls, partition: int, config: SchedulerConfig, code_version: str) -> PartitionEngine:
+        """An empty engine deciding with ``config`` (its hash and JSON recorded with the first decisions)."""
+        return cls(
+            partition=partition,
+            config=config,
+            config_hash=config_hash(config),
+            config_json=config.model_dump_json(),
+            code_version=code_version,
+        )
 
     def _pool(self, name: str) -> PoolState:
         pool = self.pools.get(name)

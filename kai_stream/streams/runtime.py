@@ -30,7 +30,7 @@ from typing import Any
 from aiokafka import TopicPartition
 
 import kai_stream
-from kai_stream.core.config import SchedulerConfig, config_hash, load_config
+from kai_stream.core.config import SchedulerConfig, load_config
 from kai_stream.core.events import (
     ALL_POOLS,
     ClusterEvent,
@@ -89,8 +89,6 @@ class SchedulerRuntime:
         self.kafka = kafka
         self.names = names
         self.config = config
-        self.config_hash = config_hash(config)
-        self.config_json = config.model_dump_json()
         self.code_version = code_version
         self.send = send
         self.partitions = partitions
@@ -117,13 +115,7 @@ class SchedulerRuntime:
             self._fair_share_stale.pop(partition, None)
 
     def _new_engine(self, partition: int) -> PartitionEngine:
-        return PartitionEngine(
-            partition=partition,
-            config=self.config,
-            config_hash=self.config_hash,
-            config_json=self.config_json,
-            code_version=self.code_version,
-        )
+        return PartitionEngine.for_config(partition, self.config, self.code_version)
 
     async def _read_partition(self, topic: str, partition: int) -> list[Any]:
         consumer = make_consumer(self.kafka, group_id=None, fetch_max_wait_ms=20)

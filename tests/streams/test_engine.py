@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import cast
 
-from kai_stream.core.config import SchedulerConfig, config_hash
+from kai_stream.core.config import SchedulerConfig
 from kai_stream.core.events import (
     ALL_POOLS,
     ConfigRecorded,
@@ -27,10 +27,7 @@ CONFIG = SchedulerConfig()
 
 
 def _engine() -> PartitionEngine:
-    return PartitionEngine(
-        partition=0, config=CONFIG, config_hash=config_hash(CONFIG), config_json=CONFIG.model_dump_json(),
-        code_version="test",
-    )
+    return PartitionEngine.for_config(0, CONFIG, "test")
 
 
 def _scenario() -> list[ObservedEvent]:

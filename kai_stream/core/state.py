@@ -4,7 +4,11 @@ Rules (everything that changes state lives here):
 
 1. State changes only through ``apply(state, event, offset)``; nothing reads a clock. ``state.now`` is the
    largest event time seen.
-2. An event at an offset not above ``state.offset`` is a re-delivery and changes nothing.
+2. An event at an offset not above ``state.offset`` is a re-delivery and changes nothing. An observation or
+   outcome whose ``event_id`` is one of the last ``SEEN_IDS`` ids this state folded is a duplicate (a producer's
+   retry, a re-published record or a forgery) and changes nothing but ``state.offset``. The window is counted
+   in events, not time, so what a state remembers is a function of its events alone; it bounds memory at
+   ``SEEN_IDS`` ids per state. Decisions carry no event id and are never de-duplicated here.
 3. The scheduler's own decisions are folded too: a ``BindRequested`` is an *assumed* placement until the
    connector observes the pod on its node (or a ``BindFailed`` withdraws it); an ``EvictionRequested``
    marks the pod as releasing; a ``PodPending`` records the last reason given, so an unchanged reason is
@@ -17,6 +21,7 @@ Rules (everything that changes state lives here):
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -74,6 +79,30 @@ class Pipelined:
     node: str
     gpu_indices: tuple[int, ...]
     decision_id: str
+
+
+SEEN_IDS = 32_768
+"""How many of the most recent event ids a state remembers to drop duplicates (rule 2)."""
+
+
+class SeenIds:
+    """The last ``SEEN_IDS`` event ids folded, oldest first (a deque for the order, a set to look up)."""
+
+    __slots__ = ("ids", "order")
+
+    def __init__(self) -> None:
+        self.order: deque[str] = deque()
+        self.ids: set[str] = set()
+
+    def add(self, event_id: str) -> bool:
+        """Remember ``event_id``; False when it is already remembered (a duplicate)."""
+        if event_id in self.ids:
+            return False
+        self.ids.add(event_id)
+        self.order.append(event_id)
+        if len(self.order) > SEEN_IDS:
+            self.ids.discard(self.order.popleft())
+        return True
 
 
 STRUCTURAL = None
@@ -221,6 +250,8 @@ class ClusterState:
     evicting_for: dict[str, str] = field(default_factory=dict)
     """Per releasing pod (uid) evicted for a preemptor: that preemptor's job key, until the pod is gone."""
     """Per job key ("ns/podgroup", or "ns/pod" for a lone pod): event time its set of pods last changed."""
+    seen: SeenIds = field(default_factory=SeenIds, compare=False, repr=False)
+    """Recent event ids (rule 2); excluded from equality: it changes no decision, only which records count."""
     derived: Derived = field(default_factory=Derived, compare=False, repr=False)
 
     def pod_by_key(self, namespace: str, name: str) -> PodSpec | None:
@@ -308,6 +339,9 @@ def apply(state: ClusterState, event: AnyEvent, offset: int | None = None) -> bo
         if offset <= state.offset:
             return False
         state.offset = offset
+    event_id: str | None = getattr(event, "event_id", None)
+    if event_id is not None and not state.seen.add(event_id):
+        return False
     state.now = max(state.now, event.ts)
     derived = state.derived
     match event:

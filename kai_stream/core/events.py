@@ -286,8 +286,12 @@ class ObservedBase(Model):
 
 
 class NodeObserved(ObservedBase):
+    """A node as observed; ``resource_version`` is its Kubernetes ``metadata.resourceVersion`` when the source
+    has one (None for scenarios and traces): the fold ignores an observation not newer than the one it holds."""
+
     type: Literal["NodeObserved"] = "NodeObserved"
     node: NodeSpec
+    resource_version: Count | None = None
 
 
 class NodeRemoved(ObservedBase):
@@ -296,8 +300,12 @@ class NodeRemoved(ObservedBase):
 
 
 class PodObserved(ObservedBase):
+    """A pod as observed; ``resource_version`` as in ``NodeObserved`` (a re-list's stale copy never undoes a
+    newer observation or a bind)."""
+
     type: Literal["PodObserved"] = "PodObserved"
     pod: PodSpec
+    resource_version: Count | None = None
 
 
 class PodRemoved(ObservedBase):

@@ -13,6 +13,10 @@ Rules (everything that changes state lives here):
    connector observes the pod on its node (or a ``BindFailed`` withdraws it); an ``EvictionRequested``
    marks the pod as releasing; a ``PodPending`` records the last reason given, so an unchanged reason is
    not re-emitted.
+   An observed pod or node that carries a ``resource_version`` not above the one the state holds for that
+   object (pods by uid, nodes by name and uid) is stale (a re-list's or a re-delivered copy) and is ignored, so
+   it can never undo a newer observation or a bind folded from ``PodBound``. The version is forgotten with the
+   object.
 4. Iteration order is never taken from a dict: readers sort (creation time, then uid / name).
 5. ``ClusterState.derived`` holds what the fold keeps beside the state for the scheduler (``Derived``): the live
    pods per job, Succeeded counts, and which jobs changed since a pool's snapshot was parked. It is a cache:
@@ -250,6 +254,8 @@ class ClusterState:
     evicting_for: dict[str, str] = field(default_factory=dict)
     """Per releasing pod (uid) evicted for a preemptor: that preemptor's job key, until the pod is gone."""
     """Per job key ("ns/podgroup", or "ns/pod" for a lone pod): event time its set of pods last changed."""
+    versions: dict[str, int] = field(default_factory=dict)
+    """The resourceVersion of the last observation folded, per pod (``pod/<uid>``) and node (``node/<name>/<uid>``)."""
     seen: SeenIds = field(default_factory=SeenIds, compare=False, repr=False)
     """Recent event ids (rule 2); excluded from equality: it changes no decision, only which records count."""
     derived: Derived = field(default_factory=Derived, compare=False, repr=False)
@@ -315,7 +321,24 @@ def _observe_pod(state: ClusterState, pod: PodSpec, ts: float) -> None:
         state.evicting_for.pop(pod.uid, None)
 
 
+def _newer(state: ClusterState, key: str, version: int | None) -> bool:
+    """Whether an observation at ``version`` of object ``key`` is newer than the one held (rule 2), and if so
+    hold it."""
+    if version is None:
+        return True
+    held = state.versions.get(key)
+    if held is not None and version <= held:
+        return False
+    state.versions[key] = version
+    return True
+
+
+def _node_key(node: NodeSpec) -> str:
+    return f"node/{node.name}/{node.uid}"
+
+
 def _forget_pod(state: ClusterState, uid: str) -> None:
+    state.versions.pop(f"pod/{uid}", None)
     previous = state.pods.pop(uid, None)
     if previous is not None:
         state.derived.pod_changed(previous, None)
@@ -345,19 +368,28 @@ def apply(state: ClusterState, event: AnyEvent, offset: int | None = None) -> bo
     state.now = max(state.now, event.ts)
     derived = state.derived
     match event:
-        case NodeObserved(node=node):
+        case NodeObserved(node=node, resource_version=version):
+            if not _newer(state, _node_key(node), version):
+                return False
+            held = state.nodes.get(node.name)
+            if held is not None and held.uid != node.uid:
+                state.versions.pop(_node_key(held), None)
             if derived.dirty and state.nodes.get(node.name) != node:
                 derived.mark(NODE_MARK + node.name)
             state.nodes[node.name] = node
         case NodeRemoved(name=name):
-            state.nodes.pop(name, None)
+            removed = state.nodes.pop(name, None)
+            if removed is not None:
+                state.versions.pop(_node_key(removed), None)
             state.gpus.pop(name, None)
             derived.mark(NODE_MARK + name)
         case GpuHealthObserved(node=node_name, gpus=gpus):
             if derived.dirty and _gpu_view(state.gpus.get(node_name)) != _gpu_view(gpus):
                 derived.mark(NODE_MARK + node_name)
             state.gpus[node_name] = gpus
-        case PodObserved(pod=pod):
+        case PodObserved(pod=pod, resource_version=version):
+            if not _newer(state, f"pod/{pod.uid}", version):
+                return False
             _observe_pod(state, pod, event.ts)
         case PodRemoved(uid=uid):
             _group_changed(state, uid, event.ts)

@@ -458,9 +458,14 @@ class PodBound(OutcomeBase):
 
 
 class BindFailed(OutcomeBase):
+    """A bind that did not happen. ``pod_gone``: the API server has no pod of that uid (404, or replaced), so
+    the failure is final: the scheduler forgets the pod until it is observed again, instead of deciding the
+    same bind once more every cycle."""
+
     type: Literal["BindFailed"] = "BindFailed"
     node: Name
     error: Text
+    pod_gone: bool = False
 
 
 class PodEvicted(OutcomeBase):

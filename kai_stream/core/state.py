@@ -10,7 +10,8 @@ Rules (everything that changes state lives here):
    in events, not time, so what a state remembers is a function of its events alone; it bounds memory at
    ``SEEN_IDS`` ids per state. Decisions carry no event id and are never de-duplicated here.
 3. The scheduler's own decisions are folded too: a ``BindRequested`` is an *assumed* placement until the
-   connector observes the pod on its node (or a ``BindFailed`` withdraws it); an ``EvictionRequested``
+   connector observes the pod on its node (or a ``BindFailed`` withdraws it; one with ``pod_gone`` also
+   forgets the pod, which the API server no longer has); an ``EvictionRequested``
    marks the pod as releasing; a ``PodPending`` records the last reason given, so an unchanged reason is
    not re-emitted.
    An observed pod or node that carries a ``resource_version`` not above the one the state holds for that
@@ -451,9 +452,12 @@ def apply(state: ClusterState, event: AnyEvent, offset: int | None = None) -> bo
                 _group_changed(state, uid, event.ts)
             if state.assumed.pop(uid, None) is not None:
                 _pod_touched(state, uid)
-        case BindFailed(uid=uid):
+        case BindFailed(uid=uid, pod_gone=gone):
             if state.assumed.pop(uid, None) is not None:
                 _pod_touched(state, uid)
+            if gone:
+                _group_changed(state, uid, event.ts)
+                _forget_pod(state, uid)
         case PodEvicted(uid=uid, decision_id=decision_id):
             state.evicted[uid] = decision_id
             _group_changed(state, uid, event.ts)

@@ -81,8 +81,10 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 
 def port_free(host: str, port: int) -> bool:
-    """True when nothing listens on host:port (bind succeeds)."""
+    """True when nothing listens on host:port (bind succeeds; SO_REUSEADDR, as the broker binds, so connections
+    of a stopped broker left in TIME-WAIT do not count)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind((host, port))
         except OSError:

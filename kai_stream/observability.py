@@ -140,14 +140,32 @@ def record_queue_share(pool: str, queue: str, resource: str, fair_share: float, 
     QUEUE_ALLOCATED.labels(pool=pool, queue=queue, resource=resource).set(allocated * factor)
 
 
+DEFAULT_HEALTH_PORTS: dict[str, int] = {
+    "connector": 8081,
+    "processor": 8082,
+    "binder": 8083,
+    "gpu-agent": 8084,
+    "history-sink": 8085,
+}
+"""Each component's own default port, so components on one host never collide (a container sets its own)."""
+
+
 class HealthSettings(BaseSettings):
-    """Where the health/metrics server listens (``KAI_STREAM_HEALTH_HOST`` / ``KAI_STREAM_HEALTH_PORT``)."""
+    """Where the health/metrics server listens (``KAI_STREAM_HEALTH_HOST`` / ``KAI_STREAM_HEALTH_PORT``).
+
+    Loopback unless configured: the endpoints have no authentication (the Helm chart sets ``0.0.0.0`` for its
+    probes). No port set: the component's own from ``DEFAULT_HEALTH_PORTS``; port 0 with ``serve_health``: any
+    free port.
+    """
 
     model_config = SettingsConfigDict(env_prefix="KAI_STREAM_HEALTH_", frozen=True, extra="forbid")
 
-    host: str = "0.0.0.0"
-    port: int = 8080
+    host: str = "127.0.0.1"
+    port: int | None = None
     enabled: bool = True
+
+    def port_for(self, component: str) -> int:
+        return self.port if self.port is not None else DEFAULT_HEALTH_PORTS.get(component, 8080)
 
 
 class Health:
@@ -260,7 +278,7 @@ async def serve_health(
     settings = settings or HealthSettings()
     runner = web.AppRunner(make_app(health, registry), access_log=None)
     await runner.setup()
-    await web.TCPSite(runner, settings.host, settings.port).start()
+    await web.TCPSite(runner, settings.host, settings.port_for(health.component)).start()
     return runner
 
 

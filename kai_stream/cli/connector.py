@@ -31,7 +31,8 @@ async def _serve(
     configuration = await load_kube_config(api_url, kubeconfig)
     health = Health("connector")
     health_settings = HealthSettings()
-    runner = await serve_health(health, health_settings) if health_settings.enabled and health_settings.port else None
+    serving = health_settings.enabled and health_settings.port != 0
+    runner = await serve_health(health, health_settings) if serving else None
     async with client.ApiClient(configuration=configuration) as api:
 
         async def run_once() -> None:

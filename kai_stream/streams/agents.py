@@ -141,7 +141,7 @@ async def _commit_offsets() -> None:
 @app.task  # type: ignore[untyped-decorator]
 async def _serve_health() -> None:
     health_settings = HealthSettings()
-    if health_settings.enabled and health_settings.port:
+    if health_settings.enabled and health_settings.port != 0:
         await serve_health(health, health_settings)
 
 

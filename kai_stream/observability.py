@@ -17,6 +17,7 @@ than ``stale_after_s``. Readiness: ``/readyz`` answers 200 when every registered
 from __future__ import annotations
 
 import time
+from collections import deque
 from collections.abc import Callable
 
 from aiohttp import web
@@ -139,18 +140,41 @@ def record_queue_share(pool: str, queue: str, resource: str, fair_share: float, 
     QUEUE_ALLOCATED.labels(pool=pool, queue=queue, resource=resource).set(allocated * factor)
 
 
+DEFAULT_HEALTH_PORTS: dict[str, int] = {
+    "connector": 8081,
+    "processor": 8082,
+    "binder": 8083,
+    "gpu-agent": 8084,
+    "history-sink": 8085,
+}
+"""Each component's own default port, so components on one host never collide (a container sets its own)."""
+
+
 class HealthSettings(BaseSettings):
-    """Where the health/metrics server listens (``KAI_STREAM_HEALTH_HOST`` / ``KAI_STREAM_HEALTH_PORT``)."""
+    """Where the health/metrics server listens (``KAI_STREAM_HEALTH_HOST`` / ``KAI_STREAM_HEALTH_PORT``).
+
+    Loopback unless configured: the endpoints have no authentication (the Helm chart sets ``0.0.0.0`` for its
+    probes). No port set: the component's own from ``DEFAULT_HEALTH_PORTS``; port 0 with ``serve_health``: any
+    free port.
+    """
 
     model_config = SettingsConfigDict(env_prefix="KAI_STREAM_HEALTH_", frozen=True, extra="forbid")
 
-    host: str = "0.0.0.0"
-    port: int = 8080
+    host: str = "127.0.0.1"
+    port: int | None = None
     enabled: bool = True
+
+    def port_for(self, component: str) -> int:
+        return self.port if self.port is not None else DEFAULT_HEALTH_PORTS.get(component, 8080)
 
 
 class Health:
-    """Liveness and readiness of one component, as the component reports them."""
+    """Liveness and readiness of one component, as the component reports them.
+
+    Liveness fails when the main loop made no progress for ``stale_after_s`` (no ``beat``; a unit of work
+    begun with ``working`` and not ``done`` for that long counts as stuck, whatever a timer's ``idle_beat``
+    says), or when it failed (``failed``) ``max_failures`` times within ``failure_window_s``: crash-looping.
+    """
 
     def __init__(
         self,
@@ -158,25 +182,59 @@ class Health:
         *,
         stale_after_s: float | None = None,
         clock: Callable[[], float] = time.monotonic,
+        max_failures: int = 3,
+        failure_window_s: float = 60.0,
     ) -> None:
         self.component = component
         self.stale_after_s = stale_after_s
+        self.max_failures = max_failures
+        self.failure_window_s = failure_window_s
         self._clock = clock
         self._last_beat: float | None = None
+        self._working_since: float | None = None
+        self._failures: deque[tuple[float, str]] = deque()
         self._conditions: dict[str, tuple[bool, str]] = {}
 
     def beat(self) -> None:
         """Record that the component's main loop made progress."""
         self._last_beat = self._clock()
 
+    def working(self) -> None:
+        """A unit of work (a batch) begins: until ``done``, only progress inside it keeps the component alive."""
+        self._working_since = self._clock()
+
+    def done(self) -> None:
+        """The unit of work begun with ``working`` finished (or failed): progress."""
+        self._working_since = None
+        self.beat()
+
+    def idle_beat(self) -> None:
+        """A timer's beat: progress only while no unit of work is under way (waiting for input is fine)."""
+        if self._working_since is None:
+            self.beat()
+
+    def failed(self, reason: str) -> None:
+        """The main loop failed (and will be restarted in the process)."""
+        now = self._clock()
+        self._failures.append((now, reason))
+        while self._failures and now - self._failures[0][0] > self.failure_window_s:
+            self._failures.popleft()
+        self._working_since = None
+
     def set_condition(self, name: str, ok: bool, detail: str = "") -> None:
         """Register or update one readiness condition (e.g. "kafka", "kubernetes", "caught-up")."""
         self._conditions[name] = (ok, detail)
 
     def alive(self) -> tuple[bool, str]:
+        now = self._clock()
+        recent = [reason for at, reason in self._failures if now - at <= self.failure_window_s]
+        if len(recent) >= self.max_failures:
+            return False, f"crash-looping: {len(recent)} failures in {self.failure_window_s:.0f}s, last: {recent[-1]}"
         if self.stale_after_s is None or self._last_beat is None:
             return True, "ok"
-        age = self._clock() - self._last_beat
+        if self._working_since is not None and now - self._working_since > self.stale_after_s:
+            return False, f"stuck: one unit of work for {now - self._working_since:.1f}s"
+        age = now - self._last_beat
         if age > self.stale_after_s:
             return False, f"no progress for {age:.1f}s (limit {self.stale_after_s:.1f}s)"
         return True, "ok"
@@ -220,7 +278,7 @@ async def serve_health(
     settings = settings or HealthSettings()
     runner = web.AppRunner(make_app(health, registry), access_log=None)
     await runner.setup()
-    await web.TCPSite(runner, settings.host, settings.port).start()
+    await web.TCPSite(runner, settings.host, settings.port_for(health.component)).start()
     return runner
 
 

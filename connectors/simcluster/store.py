@@ -22,6 +22,7 @@ import orjson
 
 from connectors.simcluster import rules, selectors
 from connectors.simcluster.errors import ApiError, already_exists, conflict, not_found
+from connectors.simcluster.names import validate_name
 from connectors.simcluster.resources import ResourceType, by_key
 from connectors.simcluster.selectors import Selector
 
@@ -281,8 +282,10 @@ class Store:
                 meta["name"] = meta["generateName"] + uuid.uuid4().hex[:5]
             else:
                 raise ApiError(422, f"{rt.kind}.{rt.api_version} is invalid: metadata.name: Required value")
+        validate_name(rt.kind, str(meta["name"]), label=rt.plural == "namespaces")
         if rt.namespaced:
             meta["namespace"] = meta.get("namespace") or "default"
+            validate_name(rt.kind, str(meta["namespace"]), label=True, field="metadata.namespace")
             self._ensure_namespace(meta["namespace"])
         else:
             meta.pop("namespace", None)

@@ -28,7 +28,6 @@ the outcome of a decision is the same bytes however often it is applied.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -40,6 +39,7 @@ import orjson
 from aiohttp.helpers import get_env_proxy_for_url, netrc_from_env
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt, wait_exponential
 from yarl import URL
 
 from kai_stream.binder.plan import Action, Bind, Evict, MarkUnschedulable
@@ -94,9 +94,6 @@ class RetryPolicy:
     attempts: int = 8
     base_delay_s: float = 0.05
     max_delay_s: float = 2.0
-
-    def delay(self, attempt: int) -> float:
-        return float(min(self.max_delay_s, self.base_delay_s * 2**attempt))
 
 
 DEFAULT_RETRY = RetryPolicy()
@@ -192,17 +189,26 @@ class KubeApplier:
     # ------------------------------------------------------------------ retries
 
     async def _call(self, operation: str, fn: Callable[[], Awaitable[T]]) -> T:
-        for attempt in range(self.retry.attempts):
-            try:
+        """``fn`` with at most ``retry.attempts`` tries, backing off, for transient errors only (connection
+        errors, 429 and 5xx); any other error (a 404, a 409) or the last try's is raised at once."""
+
+        def count(state: RetryCallState) -> None:
+            exc = state.outcome.exception() if state.outcome is not None else None
+            reason = _retry_reason(exc) if exc is not None else None
+            BINDER_RETRIES.labels(operation=operation, reason=reason or "unknown").inc()
+            log.info("retrying %s after %s (attempt %d)", operation, reason, state.attempt_number)
+
+        retrying = AsyncRetrying(
+            stop=stop_after_attempt(self.retry.attempts),
+            wait=wait_exponential(multiplier=self.retry.base_delay_s, max=self.retry.max_delay_s),
+            retry=retry_if_exception(lambda exc: _retry_reason(exc) is not None),
+            before_sleep=count,
+            reraise=True,
+        )
+        async for attempt in retrying:
+            with attempt:
                 return await fn()
-            except Exception as exc:
-                reason = _retry_reason(exc)
-                if reason is None or attempt + 1 == self.retry.attempts:
-                    raise
-                BINDER_RETRIES.labels(operation=operation, reason=reason).inc()
-                log.info("retrying %s after %s (attempt %d)", operation, reason, attempt + 1)
-                await asyncio.sleep(self.retry.delay(attempt))
-        raise AssertionError("unreachable")
+        raise AssertionError("unreachable: the last attempt's error is re-raised")
 
     async def _raw(self, operation: str, fn: Callable[[], Awaitable[Any]]) -> bytes:
         """Call an API method with ``_preload_content=False``; return the 2xx body, raise otherwise."""
@@ -436,16 +442,16 @@ def _bound(decision: BindRequested, *, already: bool) -> PodBound:
     )
 
 
-def _bind_failed(decision: BindRequested, error: str) -> BindFailed:
-    return BindFailed(**_outcome_fields(decision, "BindFailed"), node=decision.node, error=error)
+def _bind_failed(decision: BindRequested, error: str, *, pod_gone: bool = False) -> BindFailed:
+    return BindFailed(**_outcome_fields(decision, "BindFailed"), node=decision.node, error=error, pod_gone=pod_gone)
 
 
 def _check_bindable(decision: BindRequested, pod: Pod | None) -> Outcome | None:
     """The outcome when the pod's current state already decides it (gone, replaced, bound); else None."""
     if pod is None:
-        return _bind_failed(decision, f"pod {decision.namespace}/{decision.name} not found")
+        return _bind_failed(decision, f"pod {decision.namespace}/{decision.name} not found", pod_gone=True)
     if pod.uid != decision.uid:
-        return _bind_failed(decision, f"pod was replaced (uid {pod.uid}, decided for {decision.uid})")
+        return _bind_failed(decision, f"pod was replaced (uid {pod.uid}, decided for {decision.uid})", pod_gone=True)
     node = pod.node_name
     if node == decision.node:
         return _bound(decision, already=True)

@@ -16,6 +16,7 @@ from rich.console import Console
 from kai_stream.binder import DEFAULT_GROUP_ID, run_binder
 from kai_stream.cli import app
 from kai_stream.observability import Health, HealthSettings, serve_health
+from kai_stream.reconnect import keep_running
 from kai_stream.settings import KafkaSettings
 from kai_stream.topics import TopicNames
 
@@ -50,14 +51,18 @@ async def _serve(
     health = Health("binder", stale_after_s=60)
     runner = await serve_health(health, health_settings) if health_settings.enabled else None
     try:
-        await run_binder(
-            settings,
-            configuration,
-            pool_filter=pools or None,
-            stop_event=stop,
-            topics=TopicNames.with_prefix(topic_prefix),
-            group_id=group_id,
-            health=health,
+        await keep_running(
+            "binder",
+            lambda: run_binder(
+                settings,
+                configuration,
+                pool_filter=pools or None,
+                stop_event=stop,
+                topics=TopicNames.with_prefix(topic_prefix),
+                group_id=group_id,
+                health=health,
+            ),
+            health,
         )
     finally:
         if runner is not None:

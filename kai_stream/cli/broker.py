@@ -11,7 +11,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from kai_stream.broker import DEFAULT_DATA_DIR, BrokerStartError, EmbeddedBroker
+from kai_stream.broker import DEFAULT_DATA_DIR, UNSAFE_DURABLE, BrokerStartError, EmbeddedBroker
 from kai_stream.cli import app
 from kai_stream.settings import KafkaSettings
 from kai_stream.topics import create_topics
@@ -19,14 +19,25 @@ from kai_stream.topics import create_topics
 
 @app.command()
 def broker(
-    memory: Annotated[bool, typer.Option("--memory", help="volatile in-memory storage (default: durable s3)")] = False,
+    memory: Annotated[bool, typer.Option("--memory", help="volatile in-memory storage (the default)")] = True,
+    unsafe_durable_s3: Annotated[
+        bool,
+        typer.Option(
+            "--unsafe-durable-s3",
+            help="durable s3 storage under --data-dir: loses acknowledged records with two producers on a "
+            "partition (experiments only; use a real Kafka for durability)",
+        ),
+    ] = False,
     port: Annotated[int | None, typer.Option(help="listen port on 127.0.0.1 (default: a free one)")] = None,
     data_dir: Annotated[Path, typer.Option(help="durable data directory")] = DEFAULT_DATA_DIR,
     topics: Annotated[bool, typer.Option(help="create the kai-stream topics once the broker is up")] = True,
 ) -> None:
     """Run the embedded Kafka-compatible broker until interrupted."""
     console = Console(stderr=True)
-    embedded = EmbeddedBroker(memory=memory, port=port, data_dir=data_dir)
+    memory = not unsafe_durable_s3
+    if unsafe_durable_s3:
+        console.print(f"[yellow]warning:[/yellow] {UNSAFE_DURABLE}")
+    embedded = EmbeddedBroker(memory=memory, port=port, data_dir=data_dir, unsafe_durable=unsafe_durable_s3)
     try:
         bootstrap = embedded.start()
     except BrokerStartError as exc:

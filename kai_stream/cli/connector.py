@@ -15,6 +15,7 @@ from connectors.kubernetes import KubernetesConnector
 from kai_stream.cli import app
 from kai_stream.cli.binder import load_kube_config
 from kai_stream.observability import Health, HealthSettings, serve_health
+from kai_stream.reconnect import keep_running
 from kai_stream.settings import KafkaSettings
 from kai_stream.topics import TopicNames
 
@@ -30,27 +31,39 @@ async def _serve(
     configuration = await load_kube_config(api_url, kubeconfig)
     health = Health("connector")
     health_settings = HealthSettings()
-    runner = await serve_health(health, health_settings) if health_settings.enabled and health_settings.port else None
+    serving = health_settings.enabled and health_settings.port != 0
+    runner = await serve_health(health, health_settings) if serving else None
     async with client.ApiClient(configuration=configuration) as api:
-        connector = KubernetesConnector(
-            api,
-            settings,
-            TopicNames.with_prefix(topic_prefix),
-            scheduler_name=scheduler_name,
-            tick_interval_s=tick_interval or None,
-        )
-        task = asyncio.create_task(connector.run())
+
+        async def run_once() -> None:
+            connector = KubernetesConnector(
+                api,
+                settings,
+                TopicNames.with_prefix(topic_prefix),
+                scheduler_name=scheduler_name,
+                tick_interval_s=tick_interval or None,
+            )
+            health.set_condition("synced", False, "listing")
+            synced = asyncio.create_task(connector.synced.wait())
+
+            def mark_synced(done: asyncio.Task[bool]) -> None:
+                if not done.cancelled():
+                    health.set_condition("synced", True)
+
+            synced.add_done_callback(mark_synced)
+            try:
+                await connector.run()
+            finally:
+                synced.cancel()
+
+        task = asyncio.create_task(keep_running("connector", run_once, health))
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, task.cancel)
-        health.set_condition("synced", False, "listing")
-        synced = asyncio.create_task(connector.synced.wait())
-        synced.add_done_callback(lambda _: health.set_condition("synced", True))
         try:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         finally:
-            synced.cancel()
             if runner is not None:
                 await runner.cleanup()
 

@@ -25,6 +25,7 @@ from rich.table import Table
 
 import kai_stream
 from connectors.simcluster.client import kube_client_config
+from kai_stream.broker import UNSAFE_DURABLE
 from kai_stream.cli import app
 from kai_stream.core.events import ConfigRecorded, DecisionsRecord, PodPending
 from kai_stream.pipeline import Pipeline, PipelineOptions
@@ -157,7 +158,9 @@ async def _run(options: PipelineOptions, duration: float | None, resubmit_s: flo
 @app.command("run")
 def run(
     scenario: Annotated[Path, typer.Option(help="scenario YAML loaded into the simulated cluster")] = DEMO,
-    durable: Annotated[bool, typer.Option("--durable", help="durable broker storage under --data-dir")] = False,
+    durable: Annotated[
+        bool, typer.Option("--durable", help="refused: the embedded durable storage loses acknowledged records")
+    ] = False,
     data_dir: Annotated[Path, typer.Option(help="where --durable keeps the log")] = Path(".kai-stream"),
     duration: Annotated[float | None, typer.Option(help="stop after this many seconds")] = None,
     tick_interval: Annotated[float, typer.Option(help="seconds between Tick events")] = 1.0,
@@ -170,6 +173,9 @@ def run(
     """Run broker + simulated cluster + connector + processor + binder and show decisions live."""
     if not scenario.is_file():
         Console(stderr=True).print(f"[red]scenario not found:[/] {scenario}")
+        raise typer.Exit(2)
+    if durable and bootstrap_servers is None:
+        Console(stderr=True).print(f"[red]--durable refused:[/] {UNSAFE_DURABLE}")
         raise typer.Exit(2)
     options = PipelineOptions(
         scenario=scenario,

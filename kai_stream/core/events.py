@@ -12,6 +12,11 @@ Plus ``DeadLetter``: a record some consumer could not use, with the reason.
 Units everywhere: GPU in milli-devices (``gpu_milli``: 1000 = one whole GPU), CPU in millicores,
 memory in bytes. Time is event time in seconds (``ts``), never the wall clock of the reader.
 
+Values are bounded at the schema, so a record that decodes is one the scheduler can fold: integers fit int64,
+resources and counts are non-negative, times are finite and plausible (``0 <= ts <= MAX_TS``), names and
+texts have Kubernetes-like lengths, lists and maps are bounded. A record outside the bounds fails to decode
+(``MalformedEvent``) and is dead-lettered with the reason.
+
 Every model carries ``type`` (the discriminator) and ``v`` (schema version). Nobody re-declares these
 fields elsewhere: topics/ holds JSON Schemas generated from this module.
 """
@@ -30,6 +35,31 @@ SCHEMA_VERSION = 1
 ID_NAMESPACE = uuid.UUID("6f1c1e0e-4b7a-5b5e-9a51-6b61692d7374")
 DEFAULT_POOL = "default"
 ALL_POOLS = "*"
+
+INT64_MAX = 2**63 - 1
+MAX_TS = 1e11
+"""Latest plausible event time (seconds since the epoch, year 5138); anything above is a poison value."""
+MAX_NAME = 253
+"""A Kubernetes object name (DNS-1123 subdomain) at most; also pools, queues, uids, ids."""
+MAX_TEXT = 8192
+MAX_ITEMS = 1024
+DEAD_LETTER_KEEP = 64 * 1024
+"""Bytes of a dead-lettered record kept: with its text (JSON-escaped, at most 6 bytes a byte) and base64 copies,
+a dead letter stays well under a producer's 1 MiB request limit."""
+
+Int64 = Annotated[int, Field(ge=-INT64_MAX - 1, le=INT64_MAX)]
+Count = Annotated[int, Field(ge=0, le=INT64_MAX)]
+"""A non-negative amount (resources, offsets, sizes)."""
+Limit = Annotated[int, Field(ge=-1, le=INT64_MAX)]
+"""A non-negative amount, or -1 for "unlimited" / "none"."""
+GpuIndex = Annotated[int, Field(ge=0, le=MAX_ITEMS)]
+Ts = Annotated[float, Field(ge=0.0, le=MAX_TS, allow_inf_nan=False)]
+Seconds = Annotated[float, Field(ge=-1.0, le=MAX_TS, allow_inf_nan=False)]
+Percent = Annotated[float, Field(ge=0.0, le=100.0, allow_inf_nan=False)]
+Name = Annotated[str, Field(max_length=MAX_NAME)]
+Text = Annotated[str, Field(max_length=MAX_TEXT)]
+Labels = Annotated[dict[Text, Text], Field(max_length=MAX_ITEMS)]
+GpuIndices = Annotated[tuple[GpuIndex, ...], Field(max_length=MAX_ITEMS)]
 
 
 class Model(BaseModel):
@@ -55,12 +85,21 @@ def stable_id(*parts: str) -> str:
 # --------------------------------------------------------------------------- value objects
 
 
-class Resources(Model):
-    """A resource vector. GPU in milli-devices, CPU in millicores, memory in bytes."""
+class ResourceAmounts(Model):
+    """A resource vector whose fields may be -1 (unlimited), as a queue's deserved share. Units as in
+    ``Resources``."""
 
-    gpu_milli: int = 0
-    cpu_milli: int = 0
-    memory: int = 0
+    gpu_milli: Limit = 0
+    cpu_milli: Limit = 0
+    memory: Limit = 0
+
+
+class Resources(ResourceAmounts):
+    """A resource vector. GPU in milli-devices, CPU in millicores, memory in bytes; never negative."""
+
+    gpu_milli: Count = 0
+    cpu_milli: Count = 0
+    memory: Count = 0
 
 
 class QueueResource(Model):
@@ -69,9 +108,9 @@ class QueueResource(Model):
     Units as in ``Resources`` (GPU milli-devices, CPU millicores, memory bytes).
     """
 
-    quota: int = 0
-    over_quota_weight: int = 1
-    limit: int = -1
+    quota: Limit = 0
+    over_quota_weight: Count = 1
+    limit: Limit = -1
 
 
 class QueueResources(Model):
@@ -81,28 +120,28 @@ class QueueResources(Model):
 
 
 class Toleration(Model):
-    key: str = ""
+    key: Text = ""
     operator: Literal["Equal", "Exists"] = "Equal"
-    value: str = ""
-    effect: str = ""
+    value: Text = ""
+    effect: Text = ""
 
 
 class Taint(Model):
-    key: str
-    value: str = ""
-    effect: str = "NoSchedule"
+    key: Text
+    value: Text = ""
+    effect: Text = "NoSchedule"
 
 
 class NodeSelectorRequirement(Model):
-    key: str
+    key: Text
     operator: Literal["In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"]
-    values: tuple[str, ...] = ()
+    values: Annotated[tuple[Text, ...], Field(max_length=MAX_ITEMS)] = ()
 
 
 class NodeAffinityTerm(Model):
     """One required node-affinity term: all requirements must hold (terms are OR-ed)."""
 
-    match_expressions: tuple[NodeSelectorRequirement, ...] = ()
+    match_expressions: Annotated[tuple[NodeSelectorRequirement, ...], Field(max_length=MAX_ITEMS)] = ()
 
 
 class GpuDevice(Model):
@@ -112,32 +151,32 @@ class GpuDevice(Model):
     that a GPU does not support stay at their defaults (``None`` / 0).
     """
 
-    index: int
-    uuid: str = ""
-    memory_mib: int = 0
+    index: GpuIndex
+    uuid: Name = ""
+    memory_mib: Count = 0
     healthy: bool = True
-    reason: str = ""
-    memory_used_mib: int = 0
-    utilization_pct: float | None = None
-    temperature_c: int | None = None
-    ecc_uncorrectable: int | None = None
-    xids: tuple[int, ...] = ()
+    reason: Text = ""
+    memory_used_mib: Count = 0
+    utilization_pct: Percent | None = None
+    temperature_c: Int64 | None = None
+    ecc_uncorrectable: Count | None = None
+    xids: Annotated[tuple[Int64, ...], Field(max_length=MAX_ITEMS)] = ()
 
 
 # --------------------------------------------------------------------------- object specs
 
 
 class NodeSpec(Model):
-    name: str
-    uid: str = ""
-    pool: str = DEFAULT_POOL
-    labels: dict[str, str] = {}
+    name: Name
+    uid: Name = ""
+    pool: Name = DEFAULT_POOL
+    labels: Labels = {}
     allocatable: Resources = Resources()
-    gpu_memory_mib: int = 0
+    gpu_memory_mib: Count = 0
     ready: bool = True
     unschedulable: bool = False
-    taints: tuple[Taint, ...] = ()
-    created: float = 0.0
+    taints: Annotated[tuple[Taint, ...], Field(max_length=MAX_ITEMS)] = ()
+    created: Ts = 0.0
 
 
 class QueueSpec(Model):
@@ -148,35 +187,35 @@ class QueueSpec(Model):
     of them where that one is unset (histories written before the split carry only it).
     """
 
-    name: str
-    uid: str = ""
-    parent: str | None = None
-    priority: int = 100
+    name: Name
+    uid: Name = ""
+    parent: Name | None = None
+    priority: Int64 = 100
     resources: QueueResources = QueueResources()
-    min_runtime_s: float | None = None
-    preempt_min_runtime_s: float | None = None
-    reclaim_min_runtime_s: float | None = None
-    created: float = 0.0
+    min_runtime_s: Seconds | None = None
+    preempt_min_runtime_s: Seconds | None = None
+    reclaim_min_runtime_s: Seconds | None = None
+    created: Ts = 0.0
 
 
 class TopologyConstraint(Model):
-    required_level: str | None = None
-    preferred_level: str | None = None
-    topology: str | None = None
+    required_level: Text | None = None
+    preferred_level: Text | None = None
+    topology: Name | None = None
 
 
 class PodGroupSpec(Model):
-    namespace: str
-    name: str
-    uid: str = ""
-    queue: str
-    min_member: int = 1
-    priority_class: str | None = None
-    priority: int | None = None
+    namespace: Name
+    name: Name
+    uid: Name = ""
+    queue: Name
+    min_member: Count = 1
+    priority_class: Name | None = None
+    priority: Int64 | None = None
     preemptible: bool | None = None
     topology_constraint: TopologyConstraint | None = None
-    pool: str = DEFAULT_POOL
-    created: float = 0.0
+    pool: Name = DEFAULT_POOL
+    created: Ts = 0.0
 
 
 PodPhase = Literal["Pending", "Running", "Succeeded", "Failed"]
@@ -195,29 +234,29 @@ class PodSpec(Model):
       kubelet and trace simulation only).
     """
 
-    namespace: str
-    name: str
-    uid: str
-    queue: str
-    pod_group: str | None = None
-    pool: str = DEFAULT_POOL
+    namespace: Name
+    name: Name
+    uid: Name
+    queue: Name
+    pod_group: Name | None = None
+    pool: Name = DEFAULT_POOL
     requests: Resources = Resources()
-    gpu_fraction_milli: int | None = None
-    gpu_memory_mib: int | None = None
-    priority_class: str | None = None
-    priority: int | None = None
+    gpu_fraction_milli: Annotated[int, Field(ge=0, le=1000)] | None = None
+    gpu_memory_mib: Count | None = None
+    priority_class: Name | None = None
+    priority: Int64 | None = None
     preemptible: bool | None = None
-    node_name: str | None = None
-    gpu_indices: tuple[int, ...] | None = None
+    node_name: Name | None = None
+    gpu_indices: GpuIndices | None = None
     phase: PodPhase = "Pending"
     terminating: bool = False
-    node_selector: dict[str, str] = {}
-    affinity: tuple[NodeAffinityTerm, ...] = ()
-    tolerations: tuple[Toleration, ...] = ()
-    labels: dict[str, str] = {}
-    duration_s: float | None = None
-    created: float = 0.0
-    started: float | None = None
+    node_selector: Labels = {}
+    affinity: Annotated[tuple[NodeAffinityTerm, ...], Field(max_length=MAX_ITEMS)] = ()
+    tolerations: Annotated[tuple[Toleration, ...], Field(max_length=MAX_ITEMS)] = ()
+    labels: Labels = {}
+    duration_s: Annotated[float, Field(ge=0.0, le=MAX_TS, allow_inf_nan=False)] | None = None
+    created: Ts = 0.0
+    started: Ts | None = None
     managed: bool = True
 
     @property
@@ -226,46 +265,54 @@ class PodSpec(Model):
 
 
 class PriorityClassSpec(Model):
-    name: str
-    value: int
+    name: Name
+    value: Int64
     preemptible: bool | None = None
 
 
 class TopologySpec(Model):
-    name: str
-    levels: tuple[str, ...]
+    name: Name
+    levels: Annotated[tuple[Text, ...], Field(max_length=MAX_ITEMS)]
 
 
 # --------------------------------------------------------------------------- observed events
 
 
 class ObservedBase(Model):
-    v: int = SCHEMA_VERSION
-    event_id: str
-    ts: float
-    pool: str = DEFAULT_POOL
+    v: Int64 = SCHEMA_VERSION
+    event_id: Name
+    ts: Ts
+    pool: Name = DEFAULT_POOL
 
 
 class NodeObserved(ObservedBase):
+    """A node as observed; ``resource_version`` is its Kubernetes ``metadata.resourceVersion`` when the source
+    has one (None for scenarios and traces): the fold ignores an observation not newer than the one it holds."""
+
     type: Literal["NodeObserved"] = "NodeObserved"
     node: NodeSpec
+    resource_version: Count | None = None
 
 
 class NodeRemoved(ObservedBase):
     type: Literal["NodeRemoved"] = "NodeRemoved"
-    name: str
+    name: Name
 
 
 class PodObserved(ObservedBase):
+    """A pod as observed; ``resource_version`` as in ``NodeObserved`` (a re-list's stale copy never undoes a
+    newer observation or a bind)."""
+
     type: Literal["PodObserved"] = "PodObserved"
     pod: PodSpec
+    resource_version: Count | None = None
 
 
 class PodRemoved(ObservedBase):
     type: Literal["PodRemoved"] = "PodRemoved"
-    namespace: str
-    name: str
-    uid: str
+    namespace: Name
+    name: Name
+    uid: Name
 
 
 class QueueObserved(ObservedBase):
@@ -275,7 +322,7 @@ class QueueObserved(ObservedBase):
 
 class QueueRemoved(ObservedBase):
     type: Literal["QueueRemoved"] = "QueueRemoved"
-    name: str
+    name: Name
 
 
 class PodGroupObserved(ObservedBase):
@@ -285,8 +332,8 @@ class PodGroupObserved(ObservedBase):
 
 class PodGroupRemoved(ObservedBase):
     type: Literal["PodGroupRemoved"] = "PodGroupRemoved"
-    namespace: str
-    name: str
+    namespace: Name
+    name: Name
 
 
 class PriorityClassObserved(ObservedBase):
@@ -303,9 +350,9 @@ class GpuHealthObserved(ObservedBase):
     """An NVML reading of one node's GPUs (replaces what was known of that node's devices)."""
 
     type: Literal["GpuHealthObserved"] = "GpuHealthObserved"
-    node: str
-    gpus: tuple[GpuDevice, ...]
-    utilization_pct: tuple[float, ...] = ()
+    node: Name
+    gpus: Annotated[tuple[GpuDevice, ...], Field(max_length=MAX_ITEMS)]
+    utilization_pct: Annotated[tuple[Percent, ...], Field(max_length=MAX_ITEMS)] = ()
 
 
 class Tick(ObservedBase):
@@ -327,42 +374,42 @@ class DecisionBase(Model):
     so the same log prefix always yields the same ids.
     """
 
-    v: int = SCHEMA_VERSION
-    decision_id: str
-    ts: float
-    pool: str = DEFAULT_POOL
-    input_offset: int
-    config_hash: str
-    code_version: str
+    v: Int64 = SCHEMA_VERSION
+    decision_id: Name
+    ts: Ts
+    pool: Name = DEFAULT_POOL
+    input_offset: Int64
+    config_hash: Name
+    code_version: Name
     action: ActionName
-    namespace: str
-    name: str
-    uid: str
-    job: str
-    queue: str
-    reason: str = ""
-    prev_hash: str = ""
+    namespace: Name
+    name: Name
+    uid: Name
+    job: Text
+    queue: Name
+    reason: Text = ""
+    prev_hash: Name = ""
 
 
 class BindRequested(DecisionBase):
     type: Literal["BindRequested"] = "BindRequested"
-    node: str
-    gpu_indices: tuple[int, ...] = ()
-    gpu_fraction_milli: int | None = None
+    node: Name
+    gpu_indices: GpuIndices = ()
+    gpu_fraction_milli: Count | None = None
 
 
 class EvictionRequested(DecisionBase):
     type: Literal["EvictionRequested"] = "EvictionRequested"
-    node: str | None = None
-    preemptor: str | None = None
-    details: dict[str, str] = {}
+    node: Name | None = None
+    preemptor: Text | None = None
+    details: Labels = {}
 
 
 class PodPipelined(DecisionBase):
     type: Literal["PodPipelined"] = "PodPipelined"
-    node: str
-    gpu_indices: tuple[int, ...] = ()
-    waiting_for: tuple[str, ...] = ()
+    node: Name
+    gpu_indices: GpuIndices = ()
+    waiting_for: Annotated[tuple[Text, ...], Field(max_length=MAX_ITEMS * 64)] = ()
 
 
 PendingCode = Literal[
@@ -385,35 +432,40 @@ class PodPending(DecisionBase):
 
     type: Literal["PodPending"] = "PodPending"
     code: PendingCode
-    predicates: dict[str, int] = {}
-    details: dict[str, str] = {}
+    predicates: Annotated[dict[Text, Count], Field(max_length=MAX_ITEMS)] = {}
+    details: Labels = {}
 
 
 # --------------------------------------------------------------------------- outcomes
 
 
 class OutcomeBase(Model):
-    v: int = SCHEMA_VERSION
-    event_id: str
-    ts: float
-    pool: str = DEFAULT_POOL
-    decision_id: str
-    namespace: str
-    name: str
-    uid: str
+    v: Int64 = SCHEMA_VERSION
+    event_id: Name
+    ts: Ts
+    pool: Name = DEFAULT_POOL
+    decision_id: Name
+    namespace: Name
+    name: Name
+    uid: Name
 
 
 class PodBound(OutcomeBase):
     type: Literal["PodBound"] = "PodBound"
-    node: str
-    gpu_indices: tuple[int, ...] = ()
+    node: Name
+    gpu_indices: GpuIndices = ()
     already: bool = False
 
 
 class BindFailed(OutcomeBase):
+    """A bind that did not happen. ``pod_gone``: the API server has no pod of that uid (404, or replaced), so
+    the failure is final: the scheduler forgets the pod until it is observed again, instead of deciding the
+    same bind once more every cycle."""
+
     type: Literal["BindFailed"] = "BindFailed"
-    node: str
-    error: str
+    node: Name
+    error: Text
+    pod_gone: bool = False
 
 
 class PodEvicted(OutcomeBase):
@@ -423,7 +475,7 @@ class PodEvicted(OutcomeBase):
 
 class EvictionFailed(OutcomeBase):
     type: Literal["EvictionFailed"] = "EvictionFailed"
-    error: str
+    error: Text
 
 
 # --------------------------------------------------------------------------- recorded configuration
@@ -439,12 +491,12 @@ class ConfigRecorded(Model):
     """
 
     type: Literal["ConfigRecorded"] = "ConfigRecorded"
-    v: int = SCHEMA_VERSION
-    ts: float
-    pool: str = DEFAULT_POOL
-    config_hash: str
-    code_version: str
-    config: str
+    v: Int64 = SCHEMA_VERSION
+    ts: Ts
+    pool: Name = DEFAULT_POOL
+    config_hash: Name
+    code_version: Name
+    config: Annotated[str, Field(max_length=MAX_TEXT * 64)]
 
 
 class QueueShare(Model):
@@ -453,10 +505,10 @@ class QueueShare(Model):
     Units as in ``Resources``; a deserved of -1 in a field means unlimited quota.
     """
 
-    queue: str
-    fair_share: Resources
-    deserved: Resources
-    allocated: Resources
+    queue: Name
+    fair_share: ResourceAmounts
+    deserved: ResourceAmounts
+    allocated: ResourceAmounts
 
 
 class FairShareRecorded(Model):
@@ -467,12 +519,12 @@ class FairShareRecorded(Model):
     """
 
     type: Literal["FairShareRecorded"] = "FairShareRecorded"
-    v: int = SCHEMA_VERSION
-    ts: float
-    pool: str = DEFAULT_POOL
-    input_offset: int
-    config_hash: str
-    queues: tuple[QueueShare, ...]
+    v: Int64 = SCHEMA_VERSION
+    ts: Ts
+    pool: Name = DEFAULT_POOL
+    input_offset: Int64
+    config_hash: Name
+    queues: Annotated[tuple[QueueShare, ...], Field(max_length=MAX_ITEMS * 64)]
 
 
 # --------------------------------------------------------------------------- dead letters
@@ -481,44 +533,56 @@ class FairShareRecorded(Model):
 class DeadLetter(Model):
     """A record a consumer could not use, parked on the dead-letter topic with the reason.
 
-    ``value_b64`` always holds the exact bytes; ``value_text`` holds them as text when they are UTF-8.
-    ``ts`` is the original record's timestamp (seconds); ``event_id`` is stable for (topic, partition, offset).
+    ``value_b64`` holds the record's bytes, ``value_text`` the same bytes as text when they are UTF-8; both
+    are cut to the first ``DEAD_LETTER_KEEP`` bytes (``truncated`` then set, ``size`` is the original length),
+    and ``reason`` and ``key`` to ``MAX_TEXT`` characters, so a dead letter always fits a producer's request
+    limit whatever it parks. ``ts`` is the original record's timestamp (seconds, clamped to ``[0, MAX_TS]``);
+    ``event_id`` is stable for (topic, partition, offset).
     """
 
-    v: int = SCHEMA_VERSION
+    v: Int64 = SCHEMA_VERSION
     type: Literal["DeadLetter"] = "DeadLetter"
-    event_id: str
-    ts: float
-    topic: str
-    partition: int
-    offset: int
-    key: str | None = None
-    value_text: str | None = None
-    value_b64: str
-    reason: str
+    event_id: Name
+    ts: Ts
+    topic: Name
+    partition: Int64
+    offset: Int64
+    key: Text | None = None
+    value_text: Annotated[str, Field(max_length=DEAD_LETTER_KEEP)] | None = None
+    value_b64: Annotated[str, Field(max_length=4 * DEAD_LETTER_KEEP // 3 + 4)]
+    size: Count = 0
+    truncated: bool = False
+    reason: Text
 
     @classmethod
     def from_raw(
         cls, *, topic: str, partition: int, offset: int, key: bytes | None, value: bytes | None, reason: str, ts: float
     ) -> DeadLetter:
         raw = value or b""
-        try:
-            text: str | None = raw.decode("utf-8")
-        except UnicodeDecodeError:
-            text = None
+        kept = raw[:DEAD_LETTER_KEEP]
+        text: str | None = None
+        for cut in range(4 if len(kept) < len(raw) else 1):
+            try:
+                text = kept[: len(kept) - cut].decode("utf-8")
+                break
+            except UnicodeDecodeError:
+                continue
         return cls(
             event_id=stable_id("dead-letter", topic, str(partition), str(offset)),
-            ts=ts,
-            topic=topic,
+            ts=min(max(ts, 0.0), MAX_TS) if ts == ts else 0.0,
+            topic=topic[:MAX_NAME],
             partition=partition,
             offset=offset,
-            key=key.decode("utf-8", "replace") if key is not None else None,
+            key=key[:MAX_TEXT].decode("utf-8", "replace")[:MAX_TEXT] if key is not None else None,
             value_text=text,
-            value_b64=base64.b64encode(raw).decode("ascii"),
-            reason=reason,
+            value_b64=base64.b64encode(kept).decode("ascii"),
+            size=len(raw),
+            truncated=len(kept) < len(raw),
+            reason=reason[:MAX_TEXT],
         )
 
     def raw_value(self) -> bytes:
+        """The record's bytes (its first ``DEAD_LETTER_KEEP`` when ``truncated``)."""
         return base64.b64decode(self.value_b64)
 
 

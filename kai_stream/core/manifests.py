@@ -193,6 +193,14 @@ class _Obj:
     def uid(self) -> str:
         return str(self.meta.get("uid") or stable_id(self.kind, self.namespace, self.name))
 
+    def resource_version(self) -> int | None:
+        """``metadata.resourceVersion`` as the number the API server (etcd) gives it; None when absent or not
+        a number."""
+        version = str(self.meta.get("resourceVersion", ""))
+        if version.isdigit() and len(version) < 19:
+            return int(version)
+        return None
+
     def event_id(self) -> str:
         version = self.meta.get("resourceVersion")
         if version is not None:
@@ -250,7 +258,7 @@ def _node(o: _Obj, ts: float) -> list[ObservedEvent]:
         taints=tuple(taints),
         created=o.created(ts),
     )
-    return [NodeObserved(event_id=o.event_id(), ts=ts, pool=pool, node=spec)]
+    return [NodeObserved(event_id=o.event_id(), ts=ts, pool=pool, node=spec, resource_version=o.resource_version())]
 
 
 def _queue_resource(o: _Obj, name: str, scale: int) -> QueueResource:
@@ -536,7 +544,7 @@ def _pod(o: _Obj, ts: float, scheduler_name: str) -> list[ObservedEvent]:
         started=_start_time(o) if node_name else None,
         managed=managed,
     )
-    return [PodObserved(event_id=o.event_id(), ts=ts, pool=pool, pod=spec)]
+    return [PodObserved(event_id=o.event_id(), ts=ts, pool=pool, pod=spec, resource_version=o.resource_version())]
 
 
 def object_to_events(

@@ -4,11 +4,20 @@ Rules (everything that changes state lives here):
 
 1. State changes only through ``apply(state, event, offset)``; nothing reads a clock. ``state.now`` is the
    largest event time seen.
-2. An event at an offset not above ``state.offset`` is a re-delivery and changes nothing.
+2. An event at an offset not above ``state.offset`` is a re-delivery and changes nothing. An observation or
+   outcome whose ``event_id`` is one of the last ``SEEN_IDS`` ids this state folded is a duplicate (a producer's
+   retry, a re-published record or a forgery) and changes nothing but ``state.offset``. The window is counted
+   in events, not time, so what a state remembers is a function of its events alone; it bounds memory at
+   ``SEEN_IDS`` ids per state. Decisions carry no event id and are never de-duplicated here.
 3. The scheduler's own decisions are folded too: a ``BindRequested`` is an *assumed* placement until the
-   connector observes the pod on its node (or a ``BindFailed`` withdraws it); an ``EvictionRequested``
+   connector observes the pod on its node (or a ``BindFailed`` withdraws it; one with ``pod_gone`` also
+   forgets the pod, which the API server no longer has); an ``EvictionRequested``
    marks the pod as releasing; a ``PodPending`` records the last reason given, so an unchanged reason is
    not re-emitted.
+   An observed pod or node that carries a ``resource_version`` not above the one the state holds for that
+   object (pods by uid, nodes by name and uid) is stale (a re-list's or a re-delivered copy) and is ignored, so
+   it can never undo a newer observation or a bind folded from ``PodBound``. The version is forgotten with the
+   object.
 4. Iteration order is never taken from a dict: readers sort (creation time, then uid / name).
 5. ``ClusterState.derived`` holds what the fold keeps beside the state for the scheduler (``Derived``): the live
    pods per job, Succeeded counts, and which jobs changed since a pool's snapshot was parked. It is a cache:
@@ -17,6 +26,7 @@ Rules (everything that changes state lives here):
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -74,6 +84,30 @@ class Pipelined:
     node: str
     gpu_indices: tuple[int, ...]
     decision_id: str
+
+
+SEEN_IDS = 32_768
+"""How many of the most recent event ids a state remembers to drop duplicates (rule 2)."""
+
+
+class SeenIds:
+    """The last ``SEEN_IDS`` event ids folded, oldest first (a deque for the order, a set to look up)."""
+
+    __slots__ = ("ids", "order")
+
+    def __init__(self) -> None:
+        self.order: deque[str] = deque()
+        self.ids: set[str] = set()
+
+    def add(self, event_id: str) -> bool:
+        """Remember ``event_id``; False when it is already remembered (a duplicate)."""
+        if event_id in self.ids:
+            return False
+        self.ids.add(event_id)
+        self.order.append(event_id)
+        if len(self.order) > SEEN_IDS:
+            self.ids.discard(self.order.popleft())
+        return True
 
 
 STRUCTURAL = None
@@ -221,6 +255,10 @@ class ClusterState:
     evicting_for: dict[str, str] = field(default_factory=dict)
     """Per releasing pod (uid) evicted for a preemptor: that preemptor's job key, until the pod is gone."""
     """Per job key ("ns/podgroup", or "ns/pod" for a lone pod): event time its set of pods last changed."""
+    versions: dict[str, int] = field(default_factory=dict)
+    """The resourceVersion of the last observation folded, per pod (``pod/<uid>``) and node (``node/<name>/<uid>``)."""
+    seen: SeenIds = field(default_factory=SeenIds, compare=False, repr=False)
+    """Recent event ids (rule 2); excluded from equality: it changes no decision, only which records count."""
     derived: Derived = field(default_factory=Derived, compare=False, repr=False)
 
     def pod_by_key(self, namespace: str, name: str) -> PodSpec | None:
@@ -284,7 +322,24 @@ def _observe_pod(state: ClusterState, pod: PodSpec, ts: float) -> None:
         state.evicting_for.pop(pod.uid, None)
 
 
+def _newer(state: ClusterState, key: str, version: int | None) -> bool:
+    """Whether an observation at ``version`` of object ``key`` is newer than the one held (rule 2), and if so
+    hold it."""
+    if version is None:
+        return True
+    held = state.versions.get(key)
+    if held is not None and version <= held:
+        return False
+    state.versions[key] = version
+    return True
+
+
+def _node_key(node: NodeSpec) -> str:
+    return f"node/{node.name}/{node.uid}"
+
+
 def _forget_pod(state: ClusterState, uid: str) -> None:
+    state.versions.pop(f"pod/{uid}", None)
     previous = state.pods.pop(uid, None)
     if previous is not None:
         state.derived.pod_changed(previous, None)
@@ -308,22 +363,34 @@ def apply(state: ClusterState, event: AnyEvent, offset: int | None = None) -> bo
         if offset <= state.offset:
             return False
         state.offset = offset
+    event_id: str | None = getattr(event, "event_id", None)
+    if event_id is not None and not state.seen.add(event_id):
+        return False
     state.now = max(state.now, event.ts)
     derived = state.derived
     match event:
-        case NodeObserved(node=node):
+        case NodeObserved(node=node, resource_version=version):
+            if not _newer(state, _node_key(node), version):
+                return False
+            held = state.nodes.get(node.name)
+            if held is not None and held.uid != node.uid:
+                state.versions.pop(_node_key(held), None)
             if derived.dirty and state.nodes.get(node.name) != node:
                 derived.mark(NODE_MARK + node.name)
             state.nodes[node.name] = node
         case NodeRemoved(name=name):
-            state.nodes.pop(name, None)
+            removed = state.nodes.pop(name, None)
+            if removed is not None:
+                state.versions.pop(_node_key(removed), None)
             state.gpus.pop(name, None)
             derived.mark(NODE_MARK + name)
         case GpuHealthObserved(node=node_name, gpus=gpus):
             if derived.dirty and _gpu_view(state.gpus.get(node_name)) != _gpu_view(gpus):
                 derived.mark(NODE_MARK + node_name)
             state.gpus[node_name] = gpus
-        case PodObserved(pod=pod):
+        case PodObserved(pod=pod, resource_version=version):
+            if not _newer(state, f"pod/{pod.uid}", version):
+                return False
             _observe_pod(state, pod, event.ts)
         case PodRemoved(uid=uid):
             _group_changed(state, uid, event.ts)
@@ -385,9 +452,12 @@ def apply(state: ClusterState, event: AnyEvent, offset: int | None = None) -> bo
                 _group_changed(state, uid, event.ts)
             if state.assumed.pop(uid, None) is not None:
                 _pod_touched(state, uid)
-        case BindFailed(uid=uid):
+        case BindFailed(uid=uid, pod_gone=gone):
             if state.assumed.pop(uid, None) is not None:
                 _pod_touched(state, uid)
+            if gone:
+                _group_changed(state, uid, event.ts)
+                _forget_pod(state, uid)
         case PodEvicted(uid=uid, decision_id=decision_id):
             state.evicted[uid] = decision_id
             _group_changed(state, uid, event.ts)

@@ -101,9 +101,9 @@ def record_row(record: Record, logical: str | None = None) -> tuple[dict[str, An
     raw = record.value or b""
     try:
         event = _decode(logical or record.topic, raw)
-    except ValueError:
+        return event_row(record.topic, record.partition, record.offset, event, record.timestamp), False
+    except Exception:  # any record, whatever its bytes, is archived (as Malformed when it must be)
         return malformed_row(record.topic, record.partition, record.offset, raw, record.timestamp), True
-    return event_row(record.topic, record.partition, record.offset, event, record.timestamp), False
 
 
 @dataclass

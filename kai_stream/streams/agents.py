@@ -120,14 +120,16 @@ health.set_condition("assigned", False, "waiting for partitions")
 @app.agent(topics.cluster_events)
 async def schedule(stream: Any) -> AsyncIterator[None]:
     async for batch in stream.take_events(settings.batch_max, within=settings.batch_within_s):
+        health.working()
         try:
             await runtime.process([_record(event) for event in batch], _backlog)
-        except Exception:
+        except Exception as exc:
             # state may hold decisions that never reached the topic: rebuild from the log on the next record
             runtime.forget(sorted(runtime.engines))
+            health.failed(repr(exc)[:500])
             raise
         committer.add(batch)
-        health.beat()
+        health.done()
         yield None
 
 
@@ -139,13 +141,13 @@ async def _commit_offsets() -> None:
 @app.task  # type: ignore[untyped-decorator]
 async def _serve_health() -> None:
     health_settings = HealthSettings()
-    if health_settings.enabled and health_settings.port:
+    if health_settings.enabled and health_settings.port != 0:
         await serve_health(health, health_settings)
 
 
 @app.timer(5.0)  # type: ignore[untyped-decorator]
 async def _alive() -> None:
-    health.beat()
+    health.idle_beat()
 
 
 _orphaned = False

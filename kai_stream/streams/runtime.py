@@ -33,6 +33,7 @@ import kai_stream
 from kai_stream.core.config import SchedulerConfig, load_config
 from kai_stream.core.events import (
     ALL_POOLS,
+    MAX_NAME,
     ClusterEvent,
     DeadLetter,
     DecisionsRecord,
@@ -145,12 +146,12 @@ class SchedulerRuntime:
         letters: list[Awaitable[Any]] = []
         for record in await self._read_partition(self.names.cluster_events, partition):
             last = record.offset
+            raw = InRecord(partition, record.offset, record.key, record.value, record.timestamp)
             try:
-                events.append((record.offset, loads_cluster_event(record.value or b"")))
+                events.append((record.offset, self.decode(raw)))
             except MalformedEvent as exc:
                 if record.offset >= before:  # not delivered to an earlier instance, so not dead-lettered yet
-                    raw = InRecord(partition, record.offset, record.key, record.value, record.timestamp)
-                    letters.append(await self._dead_letter(raw, f"malformed cluster event: {exc}"))
+                    letters.append(await self._dead_letter(raw, str(exc)))
         if letters:
             await asyncio.gather(*letters)
         engine.rebuild(events, recorded)
@@ -177,6 +178,23 @@ class SchedulerRuntime:
         gc.freeze()
         self._frozen_at = time.monotonic()
 
+    def decode(self, record: InRecord) -> ClusterEvent:
+        """The event of one cluster-events record; ``MalformedEvent`` (the dead letter's reason) when it does not
+        decode within the schema's bounds or names a pool whose partition is not the record's (a pool has one
+        chain, on its own partition)."""
+        try:
+            event = loads_cluster_event(record.value or b"")
+        except MalformedEvent as exc:
+            raise MalformedEvent(f"malformed cluster event: {exc}") from exc
+        if event.pool != ALL_POOLS:
+            home = partition_for(event.pool, self.partitions)
+            if home != record.partition:
+                raise MalformedEvent(
+                    f"misrouted cluster event: pool {event.pool!r} belongs to partition {home}, "
+                    f"found on partition {record.partition}"
+                )
+        return event
+
     async def _dead_letter(self, record: InRecord, reason: str) -> Awaitable[Any]:
         letter = DeadLetter.from_raw(
             topic=self.names.cluster_events,
@@ -188,7 +206,7 @@ class SchedulerRuntime:
             ts=record.timestamp_ms / 1000,
         )
         DEAD_LETTERS.labels(component=COMPONENT, topic=self.names.cluster_events).inc()
-        return await self.send(self.names.dead_letter, 0, record.key or b"", letter)
+        return await self.send(self.names.dead_letter, 0, (record.key or b"")[:MAX_NAME], letter)
 
     def _defer(self, partition: int, pools: set[str], backlog: Callable[[int, int], int] | None) -> bool:
         """Under a backlog, fold more before deciding: for as long as the last cycle took (so at most about half
@@ -237,10 +255,10 @@ class SchedulerRuntime:
             if record.offset <= engine.offset:
                 continue
             try:
-                event = loads_cluster_event(record.value or b"")
+                event = self.decode(record)
             except MalformedEvent as exc:
                 engine.offset = record.offset
-                deliveries.append(await self._dead_letter(record, f"malformed cluster event: {exc}"))
+                deliveries.append(await self._dead_letter(record, str(exc)))
                 continue
             EVENTS_CONSUMED.labels(component=COMPONENT, topic=self.names.cluster_events, type=event.type).inc()
             folded = engine.fold(record.offset, event)

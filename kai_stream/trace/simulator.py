@@ -71,6 +71,7 @@ from kai_stream.core.events import (
     PodSpec,
     QueueShare,
     QueueSpec,
+    ResourceAmounts,
     Resources,
     Tick,
     chain_encoded,
@@ -497,19 +498,19 @@ class _Simulation:
                 continue
             gpu, cpu, mem, a_gpu, a_cpu, a_mem = values
             deserved = (
-                Resources(
+                ResourceAmounts(
                     gpu_milli=spec.resources.gpu.quota,
                     cpu_milli=spec.resources.cpu.quota,
                     memory=spec.resources.memory.quota,
                 )
                 if spec is not None
-                else Resources()
+                else ResourceAmounts()
             )
             record = QueueShare(
                 queue=name,
-                fair_share=Resources(gpu_milli=gpu, cpu_milli=cpu, memory=mem),
+                fair_share=ResourceAmounts(gpu_milli=gpu, cpu_milli=cpu, memory=mem),
                 deserved=deserved,
-                allocated=Resources(gpu_milli=a_gpu, cpu_milli=a_cpu, memory=a_mem),
+                allocated=ResourceAmounts(gpu_milli=a_gpu, cpu_milli=a_cpu, memory=a_mem),
             )
             self.share_records[name] = (values, spec, record)
             records.append(record)

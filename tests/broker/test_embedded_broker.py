@@ -95,13 +95,13 @@ async def _next_value(settings: KafkaSettings, topic: str, group: str) -> bytes:
 
 async def test_durable_broker_keeps_records_and_group_offsets_across_restart(tmp_path: Path) -> None:
     values = [f"v{i}".encode() for i in range(5)]
-    async with EmbeddedBroker(memory=False, data_dir=tmp_path) as first:
+    async with EmbeddedBroker(memory=False, data_dir=tmp_path, unsafe_durable=True) as first:
         settings = KafkaSettings(bootstrap_servers=first.bootstrap_servers, session_timeout_ms=2000,
                                  heartbeat_interval_ms=300)
         await _produce(settings, "durable", values)
         await _commit_first(settings, "durable", "g1", 2)
     assert (tmp_path / "s3" / "tansu").is_dir()
-    async with EmbeddedBroker(memory=False, data_dir=tmp_path) as second:
+    async with EmbeddedBroker(memory=False, data_dir=tmp_path, unsafe_durable=True) as second:
         settings = KafkaSettings(bootstrap_servers=second.bootstrap_servers, session_timeout_ms=2000,
                                  heartbeat_interval_ms=300)
         records = await asyncio.wait_for(read_topic(settings, "durable"), 20)

@@ -140,6 +140,7 @@ def test_every_component_runs_its_command_with_probes_resources_and_scrape_annot
         assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "http"}
         assert {"name": "http", "containerPort": 8080, "protocol": "TCP"} in container["ports"]
         assert _env(container)["KAI_STREAM_HEALTH_PORT"] == "8080"
+        assert _env(container)["KAI_STREAM_HEALTH_HOST"] == "0.0.0.0"  # the default is loopback: probes need this
         assert container["resources"]["requests"]["cpu"] and container["resources"]["requests"]["memory"]
         annotations = template["metadata"]["annotations"]
         assert annotations == {

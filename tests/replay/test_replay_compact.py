@@ -135,7 +135,7 @@ def test_rows_off_the_fast_path_are_validated_and_bad_ones_counted(tmp_path: Pat
     good: list[ClusterEvent] = [
         Tick(event_id='t"quoted"', ts=1.0),
         Tick(event_id="tü", ts=1.5e-3, pool="p2"),
-        Tick(event_id="big", ts=1.0e16),
+        Tick(event_id="tiny", ts=1.5e-7),
         GpuHealthObserved(event_id="h\\1", ts=2.0, node="n", gpus=GPUS),
         GpuHealthObserved(event_id="h2", ts=3.25, node="n", gpus=GPUS, utilization_pct=(1.5,)),
         GpuHealthObserved(event_id="h3", ts=4.0, node="n", gpus=GPUS),

@@ -82,6 +82,8 @@ app.kubernetes.io/component: {{ .component }}
       name: {{ required "kafka.sasl.secretName is required with sasl" .Values.kafka.sasl.secretName }}
       key: {{ .Values.kafka.sasl.passwordKey }}
 {{- end }}
+- name: KAI_STREAM_HEALTH_HOST
+  value: "0.0.0.0"
 - name: KAI_STREAM_HEALTH_PORT
   value: {{ .Values.health.port | quote }}
 {{- end -}}

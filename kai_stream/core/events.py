@@ -352,9 +352,13 @@ class BindRequested(DecisionBase):
 
 
 class EvictionRequested(DecisionBase):
+    """An eviction; ``preemptor`` is the job (``ns/group``, or ``ns/pod`` for a lone pod) it makes room for and
+    ``preemptor_queue`` that job's queue (both None for a stale-gang eviction)."""
+
     type: Literal["EvictionRequested"] = "EvictionRequested"
     node: str | None = None
     preemptor: str | None = None
+    preemptor_queue: str | None = None
     details: dict[str, str] = {}
 
 

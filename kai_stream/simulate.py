@@ -17,7 +17,8 @@ does (``kai_stream/streams/engine.py``):
   decide once the binder and the connector are done, so rounds are the same on both sides): per decision, in
   order, what the binder and the connector publish into cluster-events (``follow_ups``):
   ``BindRequested`` -> ``PodBound`` then the pod observed on its node, ``Running``;
-  ``EvictionRequested`` -> ``PodEvicted`` then ``PodRemoved``, then, for a pod that comes back
+  ``EvictionRequested`` -> the pod observed again (the binder's ``DisruptionTarget`` condition), ``PodEvicted``
+  then ``PodRemoved``, then, for a pod that comes back
   (``recreated_after_eviction``), its replacement observed pending: same name, uid
   ``stable_id("recreated", old uid)``; ``PodPending`` -> the pod observed again when the binder's
   ``PodScheduled=False`` message for it changes, and its PodGroup observed when the group's
@@ -276,6 +277,8 @@ def follow_ups(decision: Decision, state: ClusterState, marks: Marks | None = No
         return events
     if pod is None:
         return events
+    if isinstance(decision, EvictionRequested):
+        events.insert(0, _observed(pod, "PodDisrupted", decision))
     removed = PodRemoved(
         event_id=stable_id("PodRemoved", decision.decision_id),
         ts=decision.ts,

@@ -14,6 +14,12 @@
   The PodGroup comes from the decision's job (``namespace/group``); a group named exactly like its only pod
   looks like no group there and is cleared only if this binder marked it.
 * Evict: POST ``pods/eviction``; 404 (or a different uid) means the pod is already gone (``already=True``).
+  Before it, as kube-scheduler does, the pod gets the status condition ``DisruptionTarget=True`` reason
+  ``PreemptionByScheduler`` whose message names the action, the preemptor job and its queue (``disruption``);
+  once the eviction is accepted the condition is set again (an apiserver's eviction API replaces it with its
+  own ``EvictionByEvictionAPI``) and a core/v1 Event is written on the pod and on its PodGroup (named from the
+  decision id, so re-applying a decision writes no second Event). The condition and the Events are logged, not
+  raised, when they fail: they explain the eviction, they do not decide it.
 * Mark unschedulable (autoscaler signal): pod status condition ``PodScheduled=False`` reason
   ``Unschedulable`` with the pending reason as message (strategic merge on ``/status``, merged by condition
   type), and the PodGroup's ``status.schedulingConditions`` entry ``UnschedulableOnNodePool`` for the pool.
@@ -309,6 +315,8 @@ class KubeApplier:
             metadata=client.V1ObjectMeta(name=decision.name, namespace=decision.namespace),
             delete_options=client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=decision.uid)),
         )
+        condition = disruption(decision)
+        await self._set_disruption(decision, condition)
         try:
             await self._raw(
                 "evict",
@@ -320,7 +328,55 @@ class KubeApplier:
             if exc.status != 404:
                 raise
             return PodEvicted(**_outcome_fields(decision, "PodEvicted"), already=True)
+        await self._set_disruption(decision, condition)
+        await self._record_eviction(decision, pod.annotations.get(ANNOTATION_POD_GROUP), condition["message"])
         return PodEvicted(**_outcome_fields(decision, "PodEvicted"), already=False)
+
+    async def _set_disruption(self, decision: EvictionRequested, condition: dict[str, Any]) -> None:
+        """Patch the DisruptionTarget condition onto the pod's status (merged by condition type)."""
+        try:
+            await self._raw(
+                "patch",
+                lambda: self.core.patch_namespaced_pod_status(
+                    decision.name, decision.namespace, {"status": {"conditions": [condition]}}, _preload_content=False
+                ),
+            )
+        except HttpStatusError as exc:
+            if exc.status != 404:
+                log.warning("could not set DisruptionTarget on %s/%s: %s", decision.namespace, decision.name, exc)
+        except Exception as exc:
+            log.warning("could not set DisruptionTarget on %s/%s: %s", decision.namespace, decision.name, exc)
+
+    async def _record_eviction(self, decision: EvictionRequested, group: str | None, message: str) -> None:
+        """One Event on the evicted pod and one on its PodGroup (if it has one)."""
+        involved = [
+            client.V1ObjectReference(
+                api_version="v1", kind="Pod", namespace=decision.namespace, name=decision.name, uid=decision.uid
+            )
+        ]
+        if group:
+            involved.append(
+                client.V1ObjectReference(
+                    api_version=f"{PODGROUP_GROUP}/{PODGROUP_VERSION}",
+                    kind="PodGroup",
+                    namespace=decision.namespace,
+                    name=group,
+                )
+            )
+        for target in involved:
+            event = eviction_event(decision, target, message)
+            try:
+                await self._raw(
+                    "event",
+                    lambda e=event: self.core.create_namespaced_event(  # type: ignore[misc]
+                        decision.namespace, e, _preload_content=False
+                    ),
+                )
+            except HttpStatusError as exc:
+                if exc.status != 409:
+                    log.warning("could not record the eviction of %s/%s: %s", decision.namespace, decision.name, exc)
+            except Exception as exc:
+                log.warning("could not record the eviction of %s/%s: %s", decision.namespace, decision.name, exc)
 
     # ------------------------------------------------------------------ autoscaler signal
 
@@ -412,6 +468,60 @@ class KubeApplier:
             ),
         )
         self._marked_groups[(namespace, group)] = message is not None
+
+
+DISRUPTION_TARGET = "DisruptionTarget"
+REASON_PREEMPTION = "PreemptionByScheduler"
+SCHEDULER_COMPONENT = "kai-scheduler"
+EVENT_REASONS = {
+    "reclaim": "Reclaimed",
+    "preempt": "Preempted",
+    "consolidation": "Consolidated",
+    "stalegangeviction": "StaleGangEvicted",
+    "allocate": "Evicted",
+}
+
+
+def disruption_message(decision: EvictionRequested) -> str:
+    """Who evicted the pod: the action, the preemptor job and its queue, and the scheduler's reason."""
+    head = f"{SCHEDULER_COMPONENT}: {decision.action}"
+    if decision.preemptor:
+        head += f" for {decision.preemptor}"
+        if decision.preemptor_queue:
+            head += f" (queue {decision.preemptor_queue})"
+    return f"{head}: {decision.reason}" if decision.reason else head
+
+
+def disruption(decision: EvictionRequested) -> dict[str, Any]:
+    """The pod condition an eviction sets, as kube-scheduler sets it on its victims."""
+    return {
+        "type": DISRUPTION_TARGET,
+        "status": "True",
+        "reason": REASON_PREEMPTION,
+        "message": disruption_message(decision),
+        "lastTransitionTime": rfc3339(decision.ts),
+    }
+
+
+def eviction_event(decision: EvictionRequested, target: client.V1ObjectReference, message: str) -> client.CoreV1Event:
+    """The core/v1 Event telling ``target`` (the pod or its PodGroup) about the eviction; its name derives from the
+    decision, so writing it again is a 409, not a second Event."""
+    stamp = datetime.fromtimestamp(decision.ts, UTC)
+    suffix = stable_id("eviction-event", decision.decision_id, target.kind or "")[:8]
+    return client.CoreV1Event(
+        metadata=client.V1ObjectMeta(name=f"{target.name}.{suffix}", namespace=decision.namespace),
+        involved_object=target,
+        reason=EVENT_REASONS.get(decision.action, "Evicted"),
+        message=message,
+        type="Normal",
+        count=1,
+        first_timestamp=stamp,
+        last_timestamp=stamp,
+        source=client.V1EventSource(component=SCHEDULER_COMPONENT),
+        reporting_component=SCHEDULER_COMPONENT,
+        reporting_instance="kai-stream-binder",
+        action="Evict",
+    )
 
 
 def pending_message(decision: PodPending) -> str:

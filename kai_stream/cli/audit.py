@@ -1,4 +1,4 @@
-"""`kai-stream audit verify`: check every pool's decision hash chain and report the first broken link."""
+"""`kai-stream audit verify` (the decision hash chain) and `audit invariants` (every promise of a whole log)."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from rich.table import Table
 from kai_stream.audit import verify_chain
 from kai_stream.cli import app
 from kai_stream.history.reader import SOURCE_ERRORS, open_history
+from kai_stream.invariants import check_history
 
 audit_app = typer.Typer(no_args_is_help=True, help="Tamper evidence over the decisions log")
 app.add_typer(audit_app, name="audit")
@@ -62,4 +63,64 @@ def verify(
         else:
             console.print(f"[bold red]broken link[/]: {broken.describe()}")
     if broken is not None:
+        raise typer.Exit(1)
+
+
+@audit_app.command("invariants")
+def invariants(
+    history_dir: Annotated[
+        Path | None, typer.Argument(help="Parquet history directory (default: .kai-stream/history, or the broker)")
+    ] = None,
+    bootstrap_servers: Annotated[str | None, typer.Option(help="read the log from this broker")] = None,
+    topic_prefix: Annotated[str, typer.Option(help="topic name prefix of the deployment")] = "",
+    as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
+) -> None:
+    """Exit 1 naming the first broken promise: capacity, double bind, partial gang, unaccounted pod, chain."""
+    try:
+        history = open_history(history_dir, bootstrap_servers=bootstrap_servers, topic_prefix=topic_prefix)
+    except SOURCE_ERRORS as exc:
+        Console(stderr=True).print(f"[red]error:[/] {exc}")
+        raise typer.Exit(2) from None
+    report = check_history(history)
+    found = report.violation
+    if as_json:
+        out: dict[str, object] = {
+            "ok": report.ok,
+            "records": report.records,
+            "decisions": report.decisions,
+            "pools": report.pools,
+            "pods": dict(report.pods),
+        }
+        if found is not None:
+            position = found.position
+            out["violation"] = {
+                "kind": found.kind,
+                "pool": position.pool if position else None,
+                "topic": position.topic if position else None,
+                "offset": position.offset if position else None,
+                "ts": position.ts if position else None,
+                "node": found.node,
+                "pod": found.pod,
+                "resource": found.resource,
+                "used": found.used,
+                "capacity": found.capacity,
+                "message": found.describe(),
+            }
+        typer.echo(orjson.dumps(out, option=orjson.OPT_SORT_KEYS).decode())
+    else:
+        console = Console()
+        if found is not None:
+            console.print(f"[bold red]violation[/]: {found.describe()}", soft_wrap=True)
+        else:
+            table = Table("pool", "records checked", title=f"invariants in {history.source}")
+            for pool in sorted(report.pools):
+                table.add_row(pool, str(report.pools[pool]))
+            console.print(table)
+            pods = ", ".join(f"{state} {count}" for state, count in sorted(report.pods.items())) or "none"
+            console.print(
+                f"[bold green]all invariants hold[/]: {report.records} records ({report.decisions} decisions); "
+                f"pods at the end: {pods}",
+                soft_wrap=True,
+            )
+    if found is not None:
         raise typer.Exit(1)

@@ -399,9 +399,13 @@ class BindRequested(DecisionBase):
 
 
 class EvictionRequested(DecisionBase):
+    """An eviction; ``preemptor`` is the job (``ns/group``, or ``ns/pod`` for a lone pod) it makes room for and
+    ``preemptor_queue`` that job's queue (both None for a stale-gang eviction)."""
+
     type: Literal["EvictionRequested"] = "EvictionRequested"
     node: Name | None = None
     preemptor: Text | None = None
+    preemptor_queue: Name | None = None
     details: Labels = {}
 
 

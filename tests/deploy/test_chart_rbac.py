@@ -27,7 +27,8 @@ BINDER: set[Grant] = {
     ("", "pods/eviction", "create"),
     ("", "pods", "patch"),
     ("", "pods", "get"),
-    ("", "pods/status", "patch"),
+    ("", "pods/status", "patch"),  # PodScheduled=False, DisruptionTarget
+    ("", "events", "create"),  # an Event on each evicted pod and its PodGroup
     ("scheduling.run.ai", "podgroups", "get"),  # read-modify-write of status.schedulingConditions
     ("scheduling.run.ai", "podgroups/status", "patch"),
 }

@@ -24,6 +24,7 @@ from kai_stream.core.config import SchedulerConfig
 from kai_stream.core.events import BindRequested, decision_hash
 from kai_stream.core.manifests import load_scenario
 from kai_stream.history.reader import read_broker
+from kai_stream.invariants import check_history
 from kai_stream.pipeline import Pipeline, PipelineOptions
 from kai_stream.simulate import simulate
 from replay.testing import assert_replays_identically
@@ -164,5 +165,7 @@ async def test_pods_bound_as_simulate_decides_across_processor_and_binder_kills(
         # ---- the recorded log (processor and binder restarts included) replays identically
         assert pipeline.kafka is not None
         history = await read_broker(pipeline.kafka, pipeline.names)
+        invariants = check_history(history)
+        assert invariants.ok, invariants.violation.describe() if invariants.violation else ""
         report = assert_replays_identically(history)
         assert report.identical == history.decisions == len(decisions)

@@ -16,6 +16,7 @@ from kubernetes_asyncio import client
 from connectors.simcluster.client import api_client
 from kai_stream.core.events import BindRequested, decision_hash
 from kai_stream.history.reader import read_broker
+from kai_stream.invariants import check_history
 from kai_stream.kafka import partition_for
 from kai_stream.pipeline import Pipeline, PipelineOptions
 from replay.testing import assert_replays_identically
@@ -106,5 +107,7 @@ async def test_two_processors_share_pools_and_survive_one_dying(broker: str, top
         # ---- the recorded log (both processors, one SIGKILLed) replays identically
         assert pipeline.kafka is not None
         history = await read_broker(pipeline.kafka, pipeline.names)
+        invariants = check_history(history)
+        assert invariants.ok, invariants.violation.describe() if invariants.violation else ""
         report = assert_replays_identically(history)
         assert report.identical == history.decisions == len(decisions)

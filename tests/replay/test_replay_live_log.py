@@ -5,7 +5,10 @@ its hash chain verifies."""
 from __future__ import annotations
 
 import asyncio
+import sys
 from pathlib import Path
+
+import orjson
 
 from kai_stream.audit import verify_chain
 from kai_stream.history.reader import ALL_TOPICS, read_broker, read_history
@@ -14,6 +17,19 @@ from kai_stream.pipeline import Pipeline, PipelineOptions
 from replay.testing import assert_replays_identically
 
 ROOT = Path(__file__).resolve().parents[2]
+CLI = [sys.executable, "-c", "from kai_stream.cli import main; main()"]
+
+
+async def _audit_invariants(*source: str) -> tuple[int, dict[str, object]]:
+    """`kai-stream audit invariants SOURCE --json` in its own process: exit code and report."""
+    proc = await asyncio.create_subprocess_exec(
+        *CLI, "audit", "invariants", *source, "--json",
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, cwd=ROOT,
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), 120)
+    assert out, err.decode()[-2000:]
+    report: dict[str, object] = orjson.loads(out)
+    return proc.returncode or 0, report
 
 
 async def test_live_pipeline_log_replays_identically(broker: str, topic_prefix: str, tmp_path: Path) -> None:
@@ -39,6 +55,11 @@ async def test_live_pipeline_log_replays_identically(broker: str, topic_prefix: 
                 break
         stop.set()
         await asyncio.wait_for(sink, 30)
+        live = await _audit_invariants("--bootstrap-servers", broker, "--topic-prefix", topic_prefix)
+    from_dir = await _audit_invariants(str(tmp_path))
+    for code, report in (live, from_dir):
+        assert code == 0 and report["ok"], report.get("violation")
+    assert from_dir[1]["records"] >= live[1]["records"] > history.decisions
 
     assert history.decisions > 0 and any(log.configs for log in history.pools.values())
     from_broker = assert_replays_identically(history)

@@ -32,6 +32,7 @@ class Operation:
     previous: str = ""
     waiting_for: tuple[str, ...] = ()
     preemptor: str | None = None
+    preemptor_queue: str | None = None
     reason: str = ""
     details: dict[str, str] = field(default_factory=dict)
 
@@ -45,9 +46,11 @@ class Operation:
         preemptor: str | None = None,
         reason: str = "",
         details: dict[str, str] | None = None,
+        preemptor_queue: str | None = None,
     ) -> None:
         self.kind, self.task, self.before, self.previous, self.waiting_for = kind, task, before, previous, waiting_for
         self.preemptor, self.reason, self.details = preemptor, reason, {} if details is None else details
+        self.preemptor_queue = preemptor_queue
 
 
 class Statement:
@@ -73,13 +76,20 @@ class Statement:
         self.ops.append(Operation("pipeline", task, before, waiting_for=placement.waiting_for, reason=reason))
 
     def evict(
-        self, task: TaskInfo, *, preemptor: str | None = None, reason: str = "", details: dict[str, str] | None = None
+        self,
+        task: TaskInfo,
+        *,
+        preemptor: str | None = None,
+        reason: str = "",
+        details: dict[str, str] | None = None,
+        preemptor_queue: str | None = None,
     ) -> None:
         before = self.ssn.state_id
         previous = self.ssn.release(task)
         self.ops.append(
             Operation(
-                "evict", task, before, previous=previous, preemptor=preemptor, reason=reason, details=details or {}
+                "evict", task, before, previous=previous, preemptor=preemptor, reason=reason, details=details or {},
+                preemptor_queue=preemptor_queue,
             )
         )
 
@@ -181,6 +191,7 @@ class Statement:
                     decision_id=stable_id(ctx.pool, str(ctx.input_offset), task.uid, "EvictionRequested"),
                     node=node.name,
                     preemptor=op.preemptor,
+                    preemptor_queue=op.preemptor_queue,
                     details=op.details,
                     **common,
                 )

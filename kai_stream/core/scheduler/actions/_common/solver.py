@@ -135,7 +135,13 @@ class _Search:
     def evict(self, unit: VictimUnit) -> None:
         spec = self.spec
         for task in unit.tasks:
-            self.stmt.evict(task, preemptor=spec.preemptor.key, reason=spec.reason, details=spec.details(task))
+            self.stmt.evict(
+                task,
+                preemptor=spec.preemptor.key,
+                preemptor_queue=spec.preemptor.queue_name,
+                reason=spec.reason,
+                details=spec.details(task),
+            )
             if task.node is not None:
                 self.near.setdefault(task.node.name, task.node)
 

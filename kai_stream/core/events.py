@@ -29,7 +29,7 @@ import uuid
 from typing import Annotated, Literal
 
 import orjson
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator
 
 SCHEMA_VERSION = 1
 ID_NAMESPACE = uuid.UUID("6f1c1e0e-4b7a-5b5e-9a51-6b61692d7374")
@@ -177,6 +177,14 @@ class NodeSpec(Model):
     unschedulable: bool = False
     taints: Annotated[tuple[Taint, ...], Field(max_length=MAX_ITEMS)] = ()
     created: Ts = 0.0
+
+    @field_validator("allocatable")
+    @classmethod
+    def _plausible_gpus(cls, allocatable: Resources) -> Resources:
+        """A node has at most ``MAX_ITEMS`` GPUs (the scheduler keeps one entry per device)."""
+        if allocatable.gpu_milli > MAX_ITEMS * 1000:
+            raise ValueError(f"allocatable gpu_milli {allocatable.gpu_milli} is over {MAX_ITEMS} GPUs")
+        return allocatable
 
 
 class QueueSpec(Model):

@@ -74,6 +74,8 @@ def hostile_values() -> list[bytes]:
     values.append(b'{"type":"Tick","event_id":"\\ud800","ts":1}')
     values.append(orjson.dumps({"type": "Tick", "event_id": "t", "ts": 1.0, "pool": "p" * 1000}))
     values.append(orjson.dumps({"type": "DeadLetter", "garbage": "x" * 900_000}))
+    node = {"name": "n-huge", "allocatable": {"gpu_milli": 2**62, "cpu_milli": 1000, "memory": 1}}
+    values.append(orjson.dumps({"type": "NodeObserved", "event_id": "nh", "ts": 1.0, "node": node}))
     return values
 
 

@@ -576,7 +576,7 @@ class DeadLetter(Model):
             except UnicodeDecodeError:
                 continue
         return cls(
-            event_id=stable_id("dead-letter", topic, str(partition), str(offset)),
+            event_id=cls.id_for(topic, partition, offset),
             ts=min(max(ts, 0.0), MAX_TS) if ts == ts else 0.0,
             topic=topic[:MAX_NAME],
             partition=partition,
@@ -588,6 +588,11 @@ class DeadLetter(Model):
             truncated=len(kept) < len(raw),
             reason=reason[:MAX_TEXT],
         )
+
+    @staticmethod
+    def id_for(topic: str, partition: int, offset: int) -> str:
+        """The ``event_id`` of the dead letter of the record at (topic, partition, offset)."""
+        return stable_id("dead-letter", topic[:MAX_NAME], str(partition), str(offset))
 
     def raw_value(self) -> bytes:
         """The record's bytes (its first ``DEAD_LETTER_KEEP`` when ``truncated``)."""

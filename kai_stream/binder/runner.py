@@ -34,6 +34,7 @@ from kubernetes_asyncio import client
 from kai_stream.binder.kube import DEFAULT_RETRY, KubeApplier, RetryPolicy, api_client
 from kai_stream.binder.plan import Action, lanes, plan, pod_key
 from kai_stream.core.events import (
+    MAX_NAME,
     DeadLetter,
     DecisionsRecord,
     MalformedEvent,
@@ -335,7 +336,7 @@ class Binder:
                 reason=f"binder: not a decisions record: {exc}",
                 ts=record.timestamp / 1000,
             )
-            pool = record.key.decode(errors="replace") if record.key else "default"
+            pool = record.key[:MAX_NAME].decode(errors="replace") if record.key else "default"
             await (await send_keyed(self.producer, self.topics.dead_letter, pool, dumps(letter), urgent=True))
             DEAD_LETTERS.labels(component=COMPONENT, topic=record.topic).inc()
             return None

@@ -29,7 +29,7 @@ import uuid
 from typing import Annotated, Literal
 
 import orjson
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator
 
 SCHEMA_VERSION = 1
 ID_NAMESPACE = uuid.UUID("6f1c1e0e-4b7a-5b5e-9a51-6b61692d7374")
@@ -177,6 +177,14 @@ class NodeSpec(Model):
     unschedulable: bool = False
     taints: Annotated[tuple[Taint, ...], Field(max_length=MAX_ITEMS)] = ()
     created: Ts = 0.0
+
+    @field_validator("allocatable")
+    @classmethod
+    def _plausible_gpus(cls, allocatable: Resources) -> Resources:
+        """A node has at most ``MAX_ITEMS`` GPUs (the scheduler keeps one entry per device)."""
+        if allocatable.gpu_milli > MAX_ITEMS * 1000:
+            raise ValueError(f"allocatable gpu_milli {allocatable.gpu_milli} is over {MAX_ITEMS} GPUs")
+        return allocatable
 
 
 class QueueSpec(Model):
@@ -572,7 +580,7 @@ class DeadLetter(Model):
             except UnicodeDecodeError:
                 continue
         return cls(
-            event_id=stable_id("dead-letter", topic, str(partition), str(offset)),
+            event_id=cls.id_for(topic, partition, offset),
             ts=min(max(ts, 0.0), MAX_TS) if ts == ts else 0.0,
             topic=topic[:MAX_NAME],
             partition=partition,
@@ -584,6 +592,11 @@ class DeadLetter(Model):
             truncated=len(kept) < len(raw),
             reason=reason[:MAX_TEXT],
         )
+
+    @staticmethod
+    def id_for(topic: str, partition: int, offset: int) -> str:
+        """The ``event_id`` of the dead letter of the record at (topic, partition, offset)."""
+        return stable_id("dead-letter", topic[:MAX_NAME], str(partition), str(offset))
 
     def raw_value(self) -> bytes:
         """The record's bytes (its first ``DEAD_LETTER_KEEP`` when ``truncated``)."""

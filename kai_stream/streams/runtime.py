@@ -43,7 +43,7 @@ from kai_stream.core.events import (
     loads_cluster_event,
     loads_decisions_record,
 )
-from kai_stream.kafka import make_consumer, partition_for, read_to_end
+from kai_stream.kafka import make_consumer, partition_for, read_to_end, read_topic
 from kai_stream.observability import CYCLE_DURATION, DEAD_LETTERS, DECISIONS, EVENTS_CONSUMED, EVENTS_PUBLISHED
 from kai_stream.settings import KafkaSettings
 from kai_stream.streams.engine import Outgoing, PartitionEngine
@@ -143,17 +143,16 @@ class SchedulerRuntime:
                 continue
         events: list[tuple[int, ClusterEvent]] = []
         last = -1
-        letters: list[Awaitable[Any]] = []
+        malformed: list[tuple[InRecord, str]] = []
         for record in await self._read_partition(self.names.cluster_events, partition):
             last = record.offset
             raw = InRecord(partition, record.offset, record.key, record.value, record.timestamp)
             try:
                 events.append((record.offset, self.decode(raw)))
             except MalformedEvent as exc:
-                if record.offset >= before:  # not delivered to an earlier instance, so not dead-lettered yet
-                    letters.append(await self._dead_letter(raw, str(exc)))
-        if letters:
-            await asyncio.gather(*letters)
+                malformed.append((raw, str(exc)))
+        if malformed:
+            await self._dead_letter_missing(malformed)
         engine.rebuild(events, recorded)
         engine.offset = max(engine.offset, last, before - 1, engine.needed_until(recorded))
         self._rebuilt_ticks[partition] = {
@@ -194,6 +193,25 @@ class SchedulerRuntime:
                     f"found on partition {record.partition}"
                 )
         return event
+
+    async def _dead_letter_missing(self, malformed: Sequence[tuple[InRecord, str]]) -> None:
+        """Dead-letter the malformed records that have no dead letter yet. Whether an earlier instance sent one
+        cannot be told from the committed offset: the consumer may commit what it fetched before a kill let the
+        letters out, so the dead-letter topic itself is asked (letters have stable ids)."""
+        parked: set[str] = set()
+        for record in await read_topic(self.kafka, self.names.dead_letter, timeout_s=60.0):
+            try:
+                parked.add(DeadLetter.model_validate_json(record.value or b"").event_id)
+            except ValueError:
+                continue
+        topic = self.names.cluster_events
+        letters = [
+            await self._dead_letter(raw, reason)
+            for raw, reason in malformed
+            if DeadLetter.id_for(topic, raw.partition, raw.offset) not in parked
+        ]
+        if letters:
+            await asyncio.gather(*letters)
 
     async def _dead_letter(self, record: InRecord, reason: str) -> Awaitable[Any]:
         letter = DeadLetter.from_raw(

@@ -26,7 +26,7 @@ from kai_stream.core.events import (
 from kai_stream.core.manifests import load_scenario
 from kai_stream.history.schema import write_segment
 from kai_stream.history.sink import record_row
-from kai_stream.kafka import partition_for
+from kai_stream.kafka import make_producer, partition_for, read_topic
 from kai_stream.settings import KafkaSettings
 from kai_stream.streams.runtime import InRecord, SchedulerRuntime
 from kai_stream.topics import TopicNames
@@ -74,6 +74,8 @@ def hostile_values() -> list[bytes]:
     values.append(b'{"type":"Tick","event_id":"\\ud800","ts":1}')
     values.append(orjson.dumps({"type": "Tick", "event_id": "t", "ts": 1.0, "pool": "p" * 1000}))
     values.append(orjson.dumps({"type": "DeadLetter", "garbage": "x" * 900_000}))
+    node = {"name": "n-huge", "allocatable": {"gpu_milli": 2**62, "cpu_milli": 1000, "memory": 1}}
+    values.append(orjson.dumps({"type": "NodeObserved", "event_id": "nh", "ts": 1.0, "node": node}))
     return values
 
 
@@ -162,3 +164,29 @@ def test_history_sink_archives_any_bytes(tmp_path: Path) -> None:
             rows.append(row)
     written = write_segment(rows, tmp_path / "cluster-events" / "0", "00-99")
     assert written.is_file()
+
+
+async def test_a_rebuild_dead_letters_what_a_killed_instance_left_unlettered(
+    kafka_settings: KafkaSettings, topics: TopicNames
+) -> None:
+    """The consumer may have committed past malformed records whose dead letters a killed instance never sent:
+    the next rebuild letters them (once: a second rebuild finds them on the dead-letter topic)."""
+    producer = make_producer(kafka_settings)
+    await producer.start()
+
+    async def send(topic: str, partition: int, key: bytes, record: Model) -> Any:
+        return await producer.send(topic, dumps(record), key=key, partition=partition)
+
+    try:
+        values = [*_valid()[:3], b"\x00garbage", *_valid()[3:6], b'{"type":"Tick","event_id":"t","ts":1e999}']
+        for value in values:
+            await producer.send_and_wait(topics.cluster_events, value, key=b"default", partition=HOME)
+        for _ in range(2):
+            runtime = SchedulerRuntime(kafka_settings, topics, SchedulerConfig(), send, partitions=PARTITIONS)
+            await runtime.rebuild(HOME, before=len(values))
+    finally:
+        await producer.stop()
+    stored = await read_topic(kafka_settings, topics.dead_letter)
+    letters = [DeadLetter.model_validate_json(r.value or b"") for r in stored]
+    assert sorted(letter.offset for letter in letters) == [3, 7]
+    assert all(letter.reason.startswith("malformed cluster event") for letter in letters)

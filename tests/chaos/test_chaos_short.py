@@ -1,0 +1,161 @@
+"""Chaos, short form (bounded to about a minute): processor and binder run as separate processes on the
+embedded broker and the simulated cluster; while pods arrive in waves they are each killed with SIGKILL three
+times and restarted, and hostile records (garbage bytes, negative GPUs, a misrouted pool, a forged duplicate of
+a pod's Pending observation) are written to cluster-events. At the end: every pod bound exactly once, no node
+over its GPUs (no device given twice), every hostile record dead-lettered with a reason, and the recorded log
+replays identically. Prints kills, recovery times and records sent / dead-lettered."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import Counter, defaultdict
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import orjson
+from kubernetes_asyncio import client
+
+from connectors.simcluster.client import api_client
+from kai_stream.core.events import DeadLetter, PodObserved, loads_cluster_event
+from kai_stream.core.manifests import ANNOTATION_GPU_INDICES
+from kai_stream.history.reader import read_broker
+from kai_stream.kafka import make_producer, partition_for, read_topic
+from kai_stream.pipeline import Pipeline, PipelineOptions
+from replay.testing import assert_replays_identically
+
+NODES, GPUS_PER_NODE, WAVES, PODS_PER_WAVE = 6, 4, 3, 5  # 22 GPUs asked of 24: every pod fits
+CLUSTER = "".join(
+    f"""---
+apiVersion: v1
+kind: Node
+metadata: {{name: node-{n}}}
+status: {{allocatable: {{nvidia.com/gpu: "{GPUS_PER_NODE}", cpu: "64", memory: 256Gi}}}}
+"""
+    for n in range(NODES)
+) + """---
+apiVersion: scheduling.run.ai/v2
+kind: Queue
+metadata: {name: q}
+spec:
+  resources:
+    gpu: {quota: -1, overQuotaWeight: 1, limit: -1}
+    cpu: {quota: -1, overQuotaWeight: 1, limit: -1}
+    memory: {quota: -1, overQuotaWeight: 1, limit: -1}
+"""
+
+
+def _pod(name: str, gpus: int) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": "chaos", "labels": {"kai.scheduler/queue": "q"}},
+        "spec": {
+            "schedulerName": "kai-scheduler",
+            "containers": [{"name": "m", "image": "x", "resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}],
+        },
+    }
+
+
+async def _until(predicate: Callable[[], bool], what: str, pipeline: Pipeline, timeout: float = 45.0) -> float:
+    started = time.monotonic()
+    while not predicate():
+        failure = pipeline.failed()
+        assert failure is None, failure
+        assert time.monotonic() - started < timeout, f"timed out waiting for {what}\n{pipeline.processor_output()}"
+        await asyncio.sleep(0.05)
+    return time.monotonic() - started
+
+
+def _hostile(pool_partition: int, partitions: int, forged: bytes) -> list[tuple[int, bytes]]:
+    other = next(f"p{i}" for i in range(100) if partition_for(f"p{i}", partitions) != pool_partition)
+    negative = orjson.loads(forged)
+    negative["event_id"] = "chaos-negative"
+    negative["pod"]["requests"]["gpu_milli"] = -8000
+    misrouted = {"type": "Tick", "event_id": "chaos-misrouted", "ts": 1.0, "pool": other}
+    return [
+        (pool_partition, b"\x00\xff garbage \xfe" * 50),
+        (pool_partition, b"{" * 5000),
+        (pool_partition, orjson.dumps(negative)),
+        (pool_partition, orjson.dumps(misrouted)),
+        (pool_partition, b'{"type":"Tick","event_id":"chaos-inf","ts":1e999}'),
+        (pool_partition, forged),  # a re-sent (forged duplicate) Pending observation of a pod bound since
+    ]
+
+
+async def test_kills_and_hostile_records_lose_nothing_and_overcommit_nothing(
+    broker: str, topic_prefix: str, tmp_path: Path
+) -> None:
+    scenario = tmp_path / "cluster.yaml"
+    scenario.write_text(CLUSTER)
+    options = PipelineOptions(
+        scenario=scenario, bootstrap_servers=broker, topic_prefix=topic_prefix, tick_interval_s=0.5,
+        binder_subprocess=True,
+    )
+    names: list[str] = []
+    recoveries: dict[str, list[float]] = defaultdict(list)
+    kills = Counter[str]()
+    sent_hostile = 0
+    async with Pipeline(options) as pipeline, api_client(pipeline.cluster.url or "") as api:
+        core = client.CoreV1Api(api)
+        assert pipeline.kafka is not None
+        bound = lambda: {b.name for b in pipeline.cluster.bindings if b.code == 201}  # noqa: E731
+        for wave in range(WAVES):
+            batch = [f"w{wave}-{i}" for i in range(PODS_PER_WAVE)]
+            names += batch
+            for i, name in enumerate(batch):
+                await core.create_namespaced_pod("chaos", _pod(name, 1 + (i + wave) % 2))
+                if i == 1:
+                    pipeline.stop_processor(kill=True)
+                    kills["processor"] += 1
+                    started = time.monotonic()
+                    pipeline.start_processor()
+                if i == 3:
+                    await pipeline.stop_binder(kill=True)
+                    kills["binder"] += 1
+                    pipeline.start_binder()
+            await _until(lambda b=batch: bound() >= set(b), f"wave {wave} bound", pipeline)  # type: ignore[misc]
+            recoveries["processor+binder"].append(time.monotonic() - started)
+            if wave == 0:
+                events = await read_topic(pipeline.kafka, pipeline.names.cluster_events)
+                pending = next(
+                    r for r in events
+                    if isinstance(e := loads_cluster_event(r.value or b""), PodObserved)
+                    and e.pod.name == batch[0] and e.pod.node_name is None
+                )
+                producer = make_producer(pipeline.kafka)
+                await producer.start()
+                try:
+                    for partition, value in _hostile(pending.partition, len(await producer.partitions_for(
+                            pipeline.names.cluster_events)), pending.value or b""):
+                        await producer.send_and_wait(pipeline.names.cluster_events, value, partition=partition)
+                        sent_hostile += 1
+                finally:
+                    await producer.stop()
+        await pipeline.wait_caught_up(timeout_s=60)
+
+        posts = Counter(b.name for b in pipeline.cluster.bindings if b.code == 201)
+        assert set(posts) == set(names) and set(posts.values()) == {1}, posts
+        used: dict[str, list[int]] = defaultdict(list)
+        for pod in pipeline.cluster.objects("Pod", "chaos"):
+            node = pod["spec"].get("nodeName")
+            indices = (pod["metadata"].get("annotations") or {}).get(ANNOTATION_GPU_INDICES, "")
+            assert node is not None
+            used[node] += [int(i) for i in indices.split(",") if i]
+        for node, devices in used.items():
+            assert len(devices) == len(set(devices)) <= GPUS_PER_NODE, (node, devices)
+
+        letters = [DeadLetter.model_validate_json(r.value or b"")
+                   for r in await read_topic(pipeline.kafka, pipeline.names.dead_letter)]
+        # every hostile record but the forged duplicate (folded as a no-op) is dead-lettered with a reason
+        assert len(letters) == sent_hostile - 1, pipeline.processor_output()[-4000:]
+        assert all(letter.reason for letter in letters)
+
+        history = await read_broker(pipeline.kafka, pipeline.names)
+        report = assert_replays_identically(history)
+        print(
+            f"\nchaos: kills {dict(kills)}, pods {len(names)} bound once, hostile sent {sent_hostile}, "
+            f"dead-lettered {len(letters)}, wave recovery s {[round(r, 2) for r in recoveries['processor+binder']]}, "
+            f"replayed {report.identical} decisions identically"
+        )

@@ -66,7 +66,7 @@ def explain(
         config = load_config(assume_config) if assume_config is not None else None
         stories = explain_pod(history, pod, config=config)
     except SOURCE_ERRORS as exc:  # PodNotFound is a LookupError
-        Console(stderr=True).print(f"[red]error:[/] {exc}")
+        Console(stderr=True, soft_wrap=True).print(f"[red]error:[/] {exc}")
         raise typer.Exit(1) from None
     if as_json:
         typer.echo(stories_json(stories).decode())

@@ -26,7 +26,10 @@ from rich.table import Table
 import kai_stream
 from connectors.simcluster.client import kube_client_config
 from kai_stream.cli import app
+from kai_stream.cli.errors import UserError
+from kai_stream.core.config import SchedulerConfig, load_config
 from kai_stream.core.events import ConfigRecorded, DecisionsRecord, PodPending
+from kai_stream.core.manifests import ManifestError, load_scenario
 from kai_stream.pipeline import Pipeline, PipelineOptions
 
 DEMO = Path(kai_stream.__file__).resolve().parent.parent / "examples" / "demo.yaml"
@@ -75,6 +78,20 @@ class Board:
             color = _COLORS.get(kind, "white")
             table.add_row(pool, f"[{color}]{kind}[/]", pod, node, detail)
         return Group(table, self.summary(bindings, running) + "  | Ctrl-C stops")
+
+
+def check_scenario(scenario: Path, settings: SchedulerConfig) -> None:
+    """Fail before anything starts when the scenario cannot be read or does not validate."""
+    try:
+        text = scenario.read_text()
+    except OSError as exc:
+        raise UserError(f"{scenario}: cannot read scenario: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise UserError(f"{scenario}: not a text file (UTF-8 YAML expected)") from None
+    try:
+        load_scenario(text, scheduler_name=settings.scheduler_name, default_queue=settings.default_queue)
+    except ManifestError as exc:
+        raise UserError(f"{scenario}: {exc}") from None
 
 
 async def _resubmit(pipeline: Pipeline, api: client.ApiClient, every_s: float) -> None:
@@ -168,9 +185,8 @@ def run(
     ] = None,
 ) -> None:
     """Run broker + simulated cluster + connector + processor + binder and show decisions live."""
-    if not scenario.is_file():
-        Console(stderr=True).print(f"[red]scenario not found:[/] {scenario}")
-        raise typer.Exit(2)
+    settings = load_config(config) if config is not None else SchedulerConfig()
+    check_scenario(scenario, settings)
     options = PipelineOptions(
         scenario=scenario,
         durable=durable,

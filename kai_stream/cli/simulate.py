@@ -65,7 +65,7 @@ def simulate_command(
     ] = False,
 ) -> None:
     """Schedule a scenario in-process until nothing changes; print pods, queues and every decision."""
-    err = Console(stderr=True)
+    err = Console(stderr=True, soft_wrap=True)
     try:
         settings = load_config(config) if config is not None else SchedulerConfig()
     except ValueError as exc:
@@ -75,6 +75,9 @@ def simulate_command(
         text = scenario.read_text()
     except OSError as exc:
         err.print(f"[red]cannot read scenario {scenario}:[/] {exc.strerror}")
+        raise typer.Exit(2) from None
+    except UnicodeDecodeError:
+        err.print(f"[red]cannot read scenario {scenario}:[/] not a text file (UTF-8 YAML expected)")
         raise typer.Exit(2) from None
     try:
         events = load_scenario(text, scheduler_name=settings.scheduler_name, default_queue=settings.default_queue)

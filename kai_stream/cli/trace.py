@@ -31,7 +31,7 @@ TeamsOpt = Annotated[int, typer.Option("--teams", help="teams to hash jobs into 
 
 
 def _fail(console: Console, message: str) -> typer.Exit:
-    console.print(f"[red]error:[/red] {message}")
+    Console(stderr=True, soft_wrap=True).print(f"[red]error:[/red] {message}")
     return typer.Exit(2)
 
 

@@ -63,6 +63,7 @@ def simulate_command(
     live: Annotated[
         bool, typer.Option("--live", help="run it through the real broker, simulated cluster, connector and binder")
     ] = False,
+    lenient: Annotated[bool, typer.Option("--lenient", help="accept unknown fields in the manifests")] = False,
 ) -> None:
     """Schedule a scenario in-process until nothing changes; print pods, queues and every decision."""
     err = Console(stderr=True, soft_wrap=True)
@@ -80,7 +81,9 @@ def simulate_command(
         err.print(f"[red]cannot read scenario {scenario}:[/] not a text file (UTF-8 YAML expected)")
         raise typer.Exit(2) from None
     try:
-        events = load_scenario(text, scheduler_name=settings.scheduler_name, default_queue=settings.default_queue)
+        events = load_scenario(
+            text, scheduler_name=settings.scheduler_name, default_queue=settings.default_queue, lenient=lenient
+        )
     except ManifestError as exc:
         err.print(f"[red]invalid scenario {scenario}:[/] {exc}")
         raise typer.Exit(2) from None

@@ -168,3 +168,31 @@ def test_processor_outside_the_repository_creates_its_data_dir(tmp_path: Path) -
         _, err = proc.communicate(timeout=30)
     assert (tmp_path / ".kai-stream" / "faust").is_dir(), err
     assert "FileNotFoundError" not in err
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "field"),
+    [
+        ("overQuotaWeight: 2", "overQuotaWieght: 2", "spec.resources.gpu.overQuotaWieght"),
+        ("schedulerName: kai-scheduler", "schedulerNmae: kai-scheduler", "spec.schedulerNmae"),
+        ("limits:", "limtis:", "spec.containers[0].resources.limtis"),
+    ],
+)
+def test_manifest_typos_name_the_field(
+    old: str, new: str, field: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    scenario = tmp_path / "typo.yaml"
+    scenario.write_text(DEMO.read_text().replace(old, new, 1))
+    for argv in (["simulate", str(scenario)], ["run", "--scenario", str(scenario)], ["cluster", "-s", str(scenario)]):
+        code, err = kai(argv, capsys)
+        one_line(code, err, "typo.yaml", field, "unknown field")
+    code, _ = kai(["simulate", "--lenient", "--json", str(scenario)], capsys)
+    assert code == 0
+
+
+def test_empty_scenario(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    scenario = tmp_path / "empty.yaml"
+    scenario.write_text("")
+    for argv in (["simulate", str(scenario)], ["run", "--scenario", str(scenario)], ["cluster", "-s", str(scenario)]):
+        code, err = kai(argv, capsys)
+        one_line(code, err, "empty.yaml", "no Kubernetes objects")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -11,8 +12,9 @@ from rich.console import Console
 
 from kai_stream.cli import app
 from kai_stream.core.events import BindRequested, Decision, EvictionRequested, PodPending, PodPipelined, dumps
+from kai_stream.history.reader import DEFAULT_HISTORY_DIR, History, default_history, read_history
 from kai_stream.settings import KafkaSettings
-from kai_stream.subscribe import Kind, subscribe
+from kai_stream.subscribe import DecisionFilter, Kind, subscribe
 from kai_stream.topics import TopicNames
 
 _KINDS: dict[str, Kind] = {"bind": "bind", "evict": "evict", "pending": "pending", "pipeline": "pipeline"}
@@ -35,6 +37,20 @@ def describe(decision: Decision) -> str:
     return head
 
 
+def _print_recorded(history: History, wanted: DecisionFilter, limit: int | None, as_json: bool) -> None:
+    console = Console(highlight=False)
+    decisions = sorted((d for log in history.pools.values() for d in log.decisions), key=lambda d: (d.ts, d.pool))
+    shown = [d for d in decisions if wanted.matches(d)][:limit]
+    for decision in shown:
+        if as_json:
+            typer.echo(dumps(decision).decode())
+        else:
+            console.print(describe(decision))
+    if not as_json:
+        note = f"{len(shown)} decisions from {history.source} (--bootstrap-servers follows a broker)"
+        Console(stderr=True, soft_wrap=True).print(note)
+
+
 @tail_app.command("decisions")
 def decisions(
     queue: Annotated[str | None, typer.Option(help="only this queue")] = None,
@@ -49,12 +65,23 @@ def decisions(
         str | None, typer.Option(help="Kafka bootstrap servers (default: KAI_STREAM_KAFKA_BOOTSTRAP_SERVERS)")
     ] = None,
     topic_prefix: Annotated[str, typer.Option(help="topic name prefix of the deployment")] = "",
+    from_history: Annotated[
+        Path | None,
+        typer.Option("--from-history", help="print a recorded history's decisions (default without a broker: "
+                     f"{DEFAULT_HISTORY_DIR})"),
+    ] = None,
 ) -> None:
-    """Print decisions as they are made (Ctrl-C to stop)."""
+    """Print decisions as they are made (Ctrl-C to stop); without a broker, those of the recorded history."""
     bad = sorted(set(kind or ()) - set(_KINDS))
     if bad:
         raise typer.BadParameter(f"unknown kind(s) {bad}; choose from {sorted(_KINDS)}", param_hint="--kind")
     kinds = [_KINDS[k] for k in kind or ()]
+    if from_history is None and bootstrap_servers is None:
+        from_history = default_history()
+    if from_history is not None:
+        wanted = DecisionFilter(queue=queue, namespace=namespace, kinds=tuple(kinds), pool=pool)
+        _print_recorded(read_history(from_history), wanted, limit, as_json)
+        return
     settings = KafkaSettings() if bootstrap_servers is None else KafkaSettings(bootstrap_servers=bootstrap_servers)
     console = Console(highlight=False)
 

@@ -21,8 +21,12 @@ class UserError(Exception):
     """A mistake in what the user gave us (a file, a flag, a field); the message says which."""
 
 
+def _env_debug() -> bool:
+    return os.environ.get("KAI_STREAM_DEBUG", "") not in ("", "0")
+
+
 class _State:
-    debug = os.environ.get("KAI_STREAM_DEBUG", "") not in ("", "0")
+    debug = _env_debug()
 
 
 def _not_bootstrap_noise(record: logging.LogRecord) -> bool:
@@ -35,7 +39,7 @@ def quiet_duplicates() -> None:
 
 
 def set_debug(on: bool) -> None:
-    _State.debug = _State.debug or on
+    _State.debug = on or _env_debug()
 
 
 def debug_enabled() -> bool:

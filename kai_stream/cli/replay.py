@@ -85,4 +85,4 @@ def _whatif(history: History, path: Path, fallback: SchedulerConfig | None, as_j
     if as_json:
         typer.echo(orjson.dumps(report.as_dict(), option=orjson.OPT_SORT_KEYS).decode())
     else:
-        Console(width=160).print(render_whatif(report))
+        Console().print(render_whatif(report))

@@ -81,7 +81,7 @@ class Board:
     def render(self, bindings: int, running: int) -> Group:
         table = Table(title="kai-stream: decisions (latest last)", header_style="bold", expand=True)
         for column in ("pool", "decision", "pod", "node", "detail"):
-            table.add_column(column)
+            table.add_column(column, overflow="fold")
         for pool, kind, pod, node, detail in self.recent:
             color = _COLORS.get(kind, "white")
             table.add_row(pool, f"[{color}]{kind}[/]", pod, node, detail)

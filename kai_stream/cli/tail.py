@@ -10,6 +10,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
+from kai_stream.analytics.render import moment
 from kai_stream.cli import app
 from kai_stream.core.events import BindRequested, Decision, EvictionRequested, PodPending, PodPipelined, dumps
 from kai_stream.history.reader import DEFAULT_HISTORY_DIR, History, default_history, read_history
@@ -24,7 +25,7 @@ app.add_typer(tail_app, name="tail")
 
 def describe(decision: Decision) -> str:
     """One line per decision, for people."""
-    head = f"{decision.ts:>10.1f}s {decision.pool}/{decision.queue} {decision.namespace}/{decision.name}"
+    head = f"{moment(decision.ts)} {decision.pool}/{decision.queue} {decision.namespace}/{decision.name}"
     match decision:
         case BindRequested(node=node, gpu_indices=gpus):
             return f"{head} [green]bind[/] -> {node} gpus={list(gpus)} ({decision.action})"
@@ -38,7 +39,7 @@ def describe(decision: Decision) -> str:
 
 
 def _print_recorded(history: History, wanted: DecisionFilter, limit: int | None, as_json: bool) -> None:
-    console = Console(highlight=False)
+    console = Console(highlight=False, soft_wrap=True)
     decisions = sorted((d for log in history.pools.values() for d in log.decisions), key=lambda d: (d.ts, d.pool))
     shown = [d for d in decisions if wanted.matches(d)][:limit]
     for decision in shown:
@@ -83,7 +84,7 @@ def decisions(
         _print_recorded(read_history(from_history), wanted, limit, as_json)
         return
     settings = KafkaSettings() if bootstrap_servers is None else KafkaSettings(bootstrap_servers=bootstrap_servers)
-    console = Console(highlight=False)
+    console = Console(highlight=False, soft_wrap=True)
 
     async def main() -> None:
         seen = 0

@@ -93,7 +93,7 @@ def test_invalid_kafka_setting_names_the_variable(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.setenv("KAI_STREAM_KAFKA_SECURITY_PROTOCOL", "TLS")
-    code, err = kai(["tail", "decisions", "--limit", "1"], capsys)
+    code, err = kai(["tail", "decisions", "--limit", "1", "--bootstrap-servers", "127.0.0.1:1"], capsys)
     one_line(code, err, "KAI_STREAM_KAFKA_SECURITY_PROTOCOL", "'TLS'")
 
 

@@ -182,7 +182,7 @@ def compare_command(
         )
         return
     names = ("policy", "done", "JCT avg", "JCT p99", "delay p50", "delay p99", "util", "Jain", "evictions", "wall")
-    columns: list[Column] = [(name, "left" if name == "policy" else "right") for name in names]
+    headers: list[Column] = [(name, "left" if name == "policy" else "right") for name in names]
     cells = [
         [
             r["policy"],
@@ -198,7 +198,7 @@ def compare_command(
         ]
         for r in rows
     ]
-    for table in fitted_tables(f"{trace.name}: {jobs.jobs.height:,} jobs", columns, cells, console.width):
+    for table in fitted_tables(f"{trace.name}: {jobs.jobs.height:,} jobs", headers, cells, console.width):
         console.print(table)
     for note in jobs.notes:
         console.print(f"[dim]note: {note}[/dim]")

@@ -4,17 +4,22 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint typecheck bench clean
+.PHONY: run test lint typecheck bench clean constraints
 
 # The scheduler core is compiled by mypyc when the package is installed (setup.py): a changed core source
 # reinstalls, so what runs is never older than the sources.
 CORE_SOURCES := $(shell find kai_stream/core/scheduler -name '*.py')
 
-$(STAMP): pyproject.toml setup.py $(CORE_SOURCES)
+# Ranges live in pyproject.toml; the exact versions installed come from constraints.txt.
+$(STAMP): pyproject.toml constraints.txt setup.py $(CORE_SOURCES)
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[dev]'
+	$(BIN)/pip install -q -c constraints.txt -e '.[embedded,dev]'
 	touch $(STAMP)
+
+# Re-pin constraints.txt to what the current .venv has installed (after widening or upgrading a dependency).
+constraints:
+	$(BIN)/python .ci/constraints.py
 
 run: $(STAMP)
 	$(BIN)/kai-stream run

@@ -5,7 +5,8 @@
    with ``properties`` are ``type: object``.
 2. Custom resources (e.g. the Queue / PodGroup / Topology objects in examples/) validate against the CRD
    schema of their ``apiVersion`` + ``kind``: types, enums, required fields, minimums, and unknown fields
-   (rejected unless the node preserves them, as the API server would prune them).
+   (rejected unless the node preserves them, as the API server would prune them), with the validator
+   ``kai-stream simulate`` / ``run`` / ``cluster`` apply to scenarios (``kai_stream.core.schema``).
 
     python deploy/check_crds.py RENDERED.yaml [RESOURCES.yaml ...]     # exit 1 on any error
 """
@@ -19,16 +20,9 @@ from typing import Any
 
 import yaml
 
+from kai_stream.core.schema import instance_errors as validate
+
 Schema = dict[str, Any]
-TYPES: dict[str, tuple[type, ...]] = {
-    "object": (dict,),
-    "array": (list,),
-    "string": (str,),
-    "integer": (int,),
-    "number": (int, float),
-    "boolean": (bool,),
-}
-ROOT_FIELDS = {"apiVersion", "kind", "metadata", "spec", "status"}
 
 
 def load_documents(paths: Iterable[Path]) -> list[tuple[str, dict[str, Any]]]:
@@ -87,38 +81,8 @@ def crd_errors(crd: dict[str, Any]) -> list[str]:
 
 
 def instance_errors(value: Any, schema: Schema, where: str) -> list[str]:
-    """Where ``value`` breaks ``schema`` (the OpenAPI v3 subset CRDs use)."""
-    if schema.get("x-kubernetes-int-or-string"):
-        return [] if isinstance(value, (int, str)) and not isinstance(value, bool) else [f"{where}: int or string"]
-    kind = schema.get("type")
-    if kind is not None:
-        allowed = TYPES[kind]
-        wrong = (isinstance(value, bool) and kind != "boolean") or not isinstance(value, allowed)
-        if wrong and not (value is None and schema.get("nullable")):
-            return [f"{where}: expected {kind}, got {type(value).__name__} {value!r}"]
-    errors: list[str] = []
-    if "enum" in schema and value not in schema["enum"]:
-        errors.append(f"{where}: {value!r} not one of {schema['enum']}")
-    if "minimum" in schema and isinstance(value, (int, float)) and value < schema["minimum"]:
-        errors.append(f"{where}: {value} < minimum {schema['minimum']}")
-    if isinstance(value, dict):
-        props: dict[str, Schema] = schema.get("properties") or {}
-        errors.extend(f"{where}.{req}: required" for req in schema.get("required", []) if req not in value)
-        extra = schema.get("additionalProperties")
-        for key, item in value.items():
-            if key in props:
-                errors.extend(instance_errors(item, props[key], f"{where}.{key}"))
-            elif isinstance(extra, dict):
-                errors.extend(instance_errors(item, extra, f"{where}.{key}"))
-            elif props and not schema.get("x-kubernetes-preserve-unknown-fields") and where.count(".") > 0:
-                errors.append(f"{where}.{key}: unknown field (the API server would drop it)")
-    if isinstance(value, list):
-        if "minItems" in schema and len(value) < schema["minItems"]:
-            errors.append(f"{where}: fewer than {schema['minItems']} items")
-        if isinstance(schema.get("items"), dict):
-            for i, item in enumerate(value):
-                errors.extend(instance_errors(item, schema["items"], f"{where}[{i}]"))
-    return errors
+    """Where ``value`` breaks ``schema``: the validator scenario loading uses (``kai_stream.core.schema``)."""
+    return [f"{where}.{e.path}: {e.problem}" if e.path else f"{where}: {e.problem}" for e in validate(value, schema)]
 
 
 def schemas_by_kind(crds: list[dict[str, Any]]) -> dict[tuple[str, str], Schema]:
@@ -139,8 +103,7 @@ def resource_errors(doc: dict[str, Any], schemas: dict[tuple[str, str], Schema])
     schema = schemas.get((api_version, kind))
     if schema is None:
         return [f"{where}: no CRD serves {api_version} {kind}"]
-    errors = [f"{where}.{key}: unknown top-level field" for key in doc if key not in ROOT_FIELDS]
-    return errors + instance_errors(doc, schema, where)
+    return instance_errors(doc, schema, where)
 
 
 def check(rendered: list[Path], resources: list[Path]) -> tuple[list[str], int]:

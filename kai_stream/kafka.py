@@ -179,10 +179,19 @@ async def assign_from_start(consumer: AIOKafkaConsumer, topic: str) -> list[Topi
     return tps
 
 
+async def start_consumer(consumer: AIOKafkaConsumer) -> None:
+    """Start ``consumer``; when it cannot (no broker), close it before the error goes up."""
+    try:
+        await consumer.start()
+    except BaseException:
+        await consumer.stop()
+        raise
+
+
 async def read_topic(settings: KafkaSettings, topic: str, *, timeout_s: float = 30.0) -> list[Record]:
     """Every record currently in ``topic``, read without a consumer group (all partitions, from the start)."""
     consumer = make_consumer(settings, group_id=None)
-    await consumer.start()
+    await start_consumer(consumer)
     try:
         await assign_from_start(consumer, topic)
         return await read_to_end(consumer, timeout_s=timeout_s)

@@ -24,7 +24,7 @@ from kai_stream.core.events import (
     PodPending,
     PodPipelined,
 )
-from kai_stream.kafka import assign_from_start, make_consumer
+from kai_stream.kafka import assign_from_start, make_consumer, start_consumer
 from kai_stream.settings import KafkaSettings
 from kai_stream.topics import TopicNames
 
@@ -66,7 +66,7 @@ class DecisionFilter:
 async def high_watermarks(settings: KafkaSettings, topic: str, *, timeout_s: float = 10.0) -> dict[int, int]:
     """The current end offset of every partition of ``topic``, learned from one fetch per partition."""
     consumer = make_consumer(settings, group_id=None, max_partition_fetch_bytes=1024)
-    await consumer.start()
+    await start_consumer(consumer)
     try:
         tps = await assign_from_start(consumer, topic)
         ends: dict[int, int] = {}
@@ -128,7 +128,7 @@ async def subscribe(
     group = group_id or f"kai-stream-subscriber-{uuid.uuid4().hex[:12]}"
     consumer = make_consumer(settings, topic, group_id=group, listener=listener)
     listener.consumer = consumer
-    await consumer.start()
+    await start_consumer(consumer)
     try:
         while True:
             batches = await consumer.getmany(timeout_ms=poll_ms)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from rich.console import Group, RenderableType
 from rich.table import Table
 
+from kai_stream.analytics.render import moment
 from replay.diff import render_divergence
 from replay.runner import ReplayReport
 from replay.whatif import PodOutcome, QueueMetrics, WhatIfReport
@@ -52,7 +53,7 @@ def _delta(before: float, after: float, unit: str = "s", lower_is_better: bool =
 def _side(outcome: PodOutcome | None) -> str:
     if outcome is None:
         return "(absent)"
-    at = f" @{outcome.bound_at:.0f}s" if outcome.bound_at is not None else ""
+    at = f" at {moment(outcome.bound_at)}" if outcome.bound_at is not None else ""
     return f"{outcome.status} {outcome.node or ''}{at}"
 
 
@@ -65,7 +66,7 @@ def render_whatif(report: WhatIfReport, *, max_pods: int = 20) -> RenderableType
     for name, pool in sorted(report.pools.items()):
         table = Table(title=f"pool {name}: per queue, baseline | what-if", show_lines=True)
         for column in ("queue", "pods", "mean wait", "p50 wait", "max wait", "GPU·h", "evictions", "pending at end"):
-            table.add_column(column, justify="left" if column == "queue" else "right")
+            table.add_column(column, justify="left" if column == "queue" else "right", overflow="fold")
         empty = QueueMetrics(0, 0, 0, 0.0, 0.0, 0.0, 0.0, 0)
         for queue in sorted(set(pool.baseline_queues) | set(pool.whatif_queues)):
             b = pool.baseline_queues.get(queue, empty)
@@ -84,7 +85,7 @@ def render_whatif(report: WhatIfReport, *, max_pods: int = 20) -> RenderableType
         changed = pool.changed_pods()
         pods = Table(title=f"pool {name}: {len(changed)} pod(s) with a different outcome (largest wait change first)")
         for column in ("pod", "queue", "baseline", "what-if", "wait change"):
-            pods.add_column(column)
+            pods.add_column(column, overflow="fold")
         for before, after in changed[:max_pods]:
             delta = "" if after is None else _delta(before.wait(pool.end), after.wait(pool.end))
             pods.add_row(before.key, before.queue, _side(before), _side(after), delta)

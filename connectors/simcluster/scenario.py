@@ -23,7 +23,10 @@ class ScenarioError(ValueError):
 
 
 def read_documents(path: str | Path) -> list[Obj]:
-    text = Path(path).read_text(encoding="utf-8")
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise ScenarioError(f"{path}: not a text file (UTF-8 YAML expected)") from None
     try:
         docs = [d for d in yaml.safe_load_all(text) if d is not None]
     except yaml.YAMLError as err:

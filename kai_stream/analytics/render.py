@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
+from kai_stream.analytics.fit import Column, fitted_tables
 from kai_stream.analytics.summary import Summary
 
-__all__ = ["duration", "number", "print_summary"]
+__all__ = ["duration", "moment", "number", "print_summary"]
+
+_EPOCH_FLOOR = 1e9  # 2001-09-09: a smaller timestamp is simulated time from 0 (a trace), not the wall clock
 
 
 def number(value: float | None, digits: int = 1) -> str:
@@ -24,6 +28,14 @@ def duration(seconds: float | None) -> str:
         if abs(seconds) >= size:
             return f"{seconds / size:.1f}{unit}"
     return f"{seconds:.0f}s"
+
+
+def moment(ts: float) -> str:
+    """An event time for people: ISO 8601 UTC for wall-clock times, ``t+<seconds>`` for simulated ones."""
+    if ts < _EPOCH_FLOOR:
+        return f"t+{ts:,.1f}s"
+    stamp = datetime.fromtimestamp(ts, UTC)
+    return stamp.strftime("%Y-%m-%d %H:%M:%S.") + f"{stamp.microsecond // 100_000}Z"
 
 
 def _evictions(counts: dict[str, int]) -> str:
@@ -56,12 +68,11 @@ def print_summary(summary: Summary, console: Console | None = None) -> None:
         cluster.add_row(name, value)
     out.print(cluster)
 
-    queues = Table(title="Queues (GPUs are time-weighted averages)")
-    for name, justify in (
+    columns: list[Column] = [
         ("queue", "left"),
         ("pods", "right"),
         ("jobs", "right"),
-        ("alloc", "right"),
+        ("alloc GPUs", "right"),
         ("fair share", "right"),
         ("deserved", "right"),
         ("delay p50", "right"),
@@ -70,25 +81,28 @@ def print_summary(summary: Summary, console: Console | None = None) -> None:
         ("JCT avg", "right"),
         ("evicted", "right"),
         ("caused", "right"),
-    ):
-        queues.add_column(name, justify=justify)  # type: ignore[arg-type]
+    ]
+    queue_rows: list[list[str]] = []
     for q in summary.queues:
         d = q["queueing_delay_s"]
-        queues.add_row(
-            q["queue"],
-            f"{q['pods']:,}",
-            f"{q['jobs_completed']:,}",
-            number(q["avg_allocated_gpus"]),
-            number(q["avg_fair_share_gpus"]),
-            number(q["avg_deserved_gpus"]),
-            duration(d["p50"]),
-            duration(d["p90"]),
-            duration(d["p99"]),
-            duration(q["jct_s"]["avg"]),
-            str(sum(q["evictions_suffered"].values())),
-            str(sum(q["evictions_caused"].values())),
+        queue_rows.append(
+            [
+                q["queue"],
+                f"{q['pods']:,}",
+                f"{q['jobs_completed']:,}",
+                number(q["avg_allocated_gpus"]),
+                number(q["avg_fair_share_gpus"]),
+                number(q["avg_deserved_gpus"]),
+                duration(d["p50"]),
+                duration(d["p90"]),
+                duration(d["p99"]),
+                duration(q["jct_s"]["avg"]),
+                str(sum(q["evictions_suffered"].values())),
+                str(sum(q["evictions_caused"].values())),
+            ]
         )
-    out.print(queues)
+    for table in fitted_tables("Queues (GPUs are time-weighted averages)", columns, queue_rows, out.width):
+        out.print(table)
 
     if summary.pending_reasons:
         reasons = Table(title="Pending reasons")
@@ -99,4 +113,4 @@ def print_summary(summary: Summary, console: Console | None = None) -> None:
             reasons.add_row(r["code"], f"{r['decisions']:,}", f"{r['pods']:,}")
         out.print(reasons)
     for note in summary.notes:
-        out.print(f"[dim]note: {note}[/dim]")
+        out.print(f"[dim]note: {note}[/dim]", soft_wrap=True)

@@ -1,10 +1,58 @@
-"""The `kai-stream` command line: one typer app; each sub-command lives in its own module here."""
+"""The `kai-stream` command line: one typer app; each sub-command lives in its own module here.
+
+``main`` is the error boundary (``kai_stream.cli.errors``): a failing command prints one line and exits
+non-zero; ``--debug`` shows the traceback."""
 
 from __future__ import annotations
 
-import typer
+from importlib.metadata import PackageNotFoundError, version
+from typing import Annotated, Any
 
-app = typer.Typer(no_args_is_help=True, add_completion=False, help="kai-stream: event-sourced GPU scheduler")
+import typer
+from typer.core import TyperOption
+
+from kai_stream.cli.errors import exit_on, quiet_duplicates, set_debug
+
+app = typer.Typer(
+    no_args_is_help=True,
+    help="kai-stream: event-sourced GPU scheduler",
+    context_settings={"help_option_names": ["-h", "--help"]},
+    pretty_exceptions_enable=False,
+)
+
+
+def _version() -> str:
+    try:
+        return version("kai-stream")
+    except PackageNotFoundError:
+        return "unknown (not installed)"
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(f"kai-stream {_version()}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    debug: Annotated[bool, typer.Option("--debug", help="show the full traceback when a command fails")] = False,
+    show_version: Annotated[
+        bool, typer.Option("--version", callback=_print_version, is_eager=True, help="print the version and exit")
+    ] = False,
+) -> None:
+    """kai-stream: event-sourced GPU scheduler (KAI Scheduler compatible)."""
+    set_debug(debug)
+
+
+def _flags_without_type() -> None:
+    """typer prints ``<bool>`` as the type of an on/off flag, which takes no value: show no type for flags."""
+    shown = TyperOption.display_type_rich
+
+    def display_type_rich(self: TyperOption, ctx: Any) -> str | None:
+        return None if self.is_flag else shown(self, ctx)
+
+    TyperOption.display_type_rich = display_type_rich  # type: ignore[method-assign]
 
 
 def _register() -> None:
@@ -31,4 +79,9 @@ def _register() -> None:
 
 def main() -> None:
     _register()
-    app()
+    _flags_without_type()
+    quiet_duplicates()
+    try:
+        app(prog_name="kai-stream")
+    except Exception as exc:
+        exit_on(exc)

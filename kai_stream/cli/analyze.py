@@ -10,11 +10,14 @@ import typer
 from rich.console import Console
 
 from kai_stream.cli import app
+from kai_stream.history.reader import DEFAULT_HISTORY_DIR, NO_HISTORY
 
 
 @app.command("analyze")
 def analyze_command(
-    history: Annotated[Path, typer.Argument(help="history directory (Parquet segments of a live or trace run)")],
+    history: Annotated[
+        Path, typer.Argument(help="history directory (Parquet segments of a live or trace run)")
+    ] = DEFAULT_HISTORY_DIR,
     json_out: Annotated[bool, typer.Option("--json", help="print the summary as one JSON object")] = False,
     report: Annotated[
         Path | None, typer.Option("--report", help="write PNG plots and report.html (images embedded) here")
@@ -26,6 +29,8 @@ def analyze_command(
     from kai_stream.analytics.summary import summarize
 
     console = Console(stderr=json_out)
+    if history == DEFAULT_HISTORY_DIR and not history.is_dir():
+        raise LookupError(NO_HISTORY)
     try:
         summary = summarize(history)
     except FileNotFoundError as exc:

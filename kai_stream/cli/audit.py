@@ -32,7 +32,7 @@ def verify(
     try:
         history = open_history(from_history, bootstrap_servers=bootstrap_servers, topic_prefix=topic_prefix)
     except SOURCE_ERRORS as exc:
-        Console(stderr=True).print(f"[red]error:[/] {exc}")
+        Console(stderr=True, soft_wrap=True).print(f"[red]error:[/] {exc}")
         raise typer.Exit(2) from None
     decisions = [d for log in history.pools.values() for d in log.decisions]
     offsets = [o for log in history.pools.values() for o in log.decision_offsets]

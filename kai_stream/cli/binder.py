@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
+import warnings
 from pathlib import Path
 from typing import Annotated
 
@@ -30,7 +31,14 @@ async def load_kube_config(api_url: str | None, kubeconfig: Path | None) -> clie
     elif kubeconfig is not None:
         await kube_config_loader.load_kube_config(config_file=str(kubeconfig), client_configuration=configuration)
     else:
-        await kube_config_loader.load_config(client_configuration=configuration)
+        with warnings.catch_warnings():  # its "Using inCluster Config" warning precedes the error that says so
+            warnings.simplefilter("ignore", UserWarning)
+            try:
+                await kube_config_loader.load_config(client_configuration=configuration)
+            except kube_config_loader.ConfigException as exc:
+                raise kube_config_loader.ConfigException(
+                    f"no kubeconfig (~/.kube/config, $KUBECONFIG) and not inside a cluster ({exc})"
+                ) from None
     return configuration
 
 

@@ -13,6 +13,7 @@ from rich.console import Console
 
 from connectors.simcluster import ScenarioError, SimCluster
 from kai_stream.cli import app
+from kai_stream.cli.scenario import validate_scenario_file
 
 
 async def _serve(
@@ -55,8 +56,11 @@ def cluster(
     enforce_capacity: Annotated[
         bool, typer.Option("--enforce-capacity", help="kubelets reject pods that do not fit (Failed, OutOf<resource>)")
     ] = False,
+    lenient: Annotated[bool, typer.Option("--lenient", help="accept unknown fields in the manifests")] = False,
 ) -> None:
     """Serve the Kubernetes REST API with simulated kubelets; prints the base URL on stdout."""
+    if scenario is not None:
+        validate_scenario_file(scenario, lenient=lenient)
     try:
         asyncio.run(_serve(scenario, host, port, time_scale, termination_grace, enforce_capacity))
     except ScenarioError as err:

@@ -9,6 +9,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from kai_stream.analytics.render import moment
 from kai_stream.cli import app
 from kai_stream.core.config import load_config
 from kai_stream.explain import QueueStanding, Story, explain_pod, stories_json
@@ -35,14 +36,18 @@ def _standing_table(standing: dict[str, QueueStanding], own: str) -> Table:
 
 def _print(console: Console, story: Story) -> None:
     gpu = story.gpu_milli / 1000
-    console.rule(f"[bold]{story.pod}[/] uid={story.uid} pool={story.pool} queue={story.queue} gpu={gpu:g}")
-    table = Table("time (s)", "what", "story", show_lines=False)
+    console.print(
+        f"[bold]{story.pod}[/]  queue={story.queue} pool={story.pool} gpu={gpu:g} uid={story.uid}", soft_wrap=True
+    )
+    table = Table("time (UTC)", "what", "story", show_lines=False)
+    table.columns[0].no_wrap = True
     for step in story.steps:
-        table.add_row(f"{step.ts:.1f}", step.kind, step.summary)
+        table.add_row(moment(step.ts), step.kind, step.summary)
     console.print(table)
     for step in story.steps:
         if step.standing is not None:
-            console.print(f"queues at {step.ts:.1f}s ({step.kind}, cycle at offset {step.data.get('input_offset')}):")
+            offset = step.data.get("input_offset")
+            console.print(f"queues at {moment(step.ts)} ({step.kind}, cycle at offset {offset}):", soft_wrap=True)
             console.print(_standing_table(step.standing, story.queue))
     blocking = story.blocking_queues()
     over = f"; queues over their fair share: {', '.join(blocking)}" if blocking else ""
@@ -66,11 +71,11 @@ def explain(
         config = load_config(assume_config) if assume_config is not None else None
         stories = explain_pod(history, pod, config=config)
     except SOURCE_ERRORS as exc:  # PodNotFound is a LookupError
-        Console(stderr=True).print(f"[red]error:[/] {exc}")
+        Console(stderr=True, soft_wrap=True).print(f"[red]error:[/] {exc}")
         raise typer.Exit(1) from None
     if as_json:
         typer.echo(stories_json(stories).decode())
         return
-    console = Console(width=max(Console().width, 140))
+    console = Console()
     for story in stories:
         _print(console, story)

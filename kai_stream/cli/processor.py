@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 
 from kai_stream.cli import app
+from kai_stream.core.config import load_config
 
 
 @app.command()
@@ -21,6 +22,8 @@ def processor(
     app_id: Annotated[str | None, typer.Option(help="faust app id = Kafka consumer group")] = None,
 ) -> None:
     """Fold cluster-events per pool, run the scheduler, publish decisions; instances share pools via Kafka."""
+    if config is not None:
+        load_config(config)
     overrides = {
         "KAI_STREAM_KAFKA_BOOTSTRAP_SERVERS": bootstrap_servers,
         "KAI_STREAM_PROCESSOR_CONFIG_PATH": str(config) if config is not None else None,

@@ -49,7 +49,7 @@ def replay(
         history = open_history(from_history, bootstrap_servers=bootstrap_servers, topic_prefix=topic_prefix)
         fallback = load_config(assume_config) if assume_config is not None else None
     except SOURCE_ERRORS as exc:
-        Console(stderr=True).print(f"[red]error:[/] {exc}")
+        Console(stderr=True, soft_wrap=True).print(f"[red]error:[/] {exc}")
         raise typer.Exit(2) from None
     if config is not None:
         _whatif(history, config, fallback, as_json)
@@ -79,10 +79,10 @@ def _whatif(history: History, path: Path, fallback: SchedulerConfig | None, as_j
     try:
         spec = load_whatif(path)
     except ValueError as exc:
-        Console(stderr=True).print(f"[red]error:[/] {exc}")
+        Console(stderr=True, soft_wrap=True).print(f"[red]error:[/] {exc}")
         raise typer.Exit(2) from None
     report = run_whatif(history, spec, baseline=fallback)
     if as_json:
         typer.echo(orjson.dumps(report.as_dict(), option=orjson.OPT_SORT_KEYS).decode())
     else:
-        Console(width=160).print(render_whatif(report))
+        Console().print(render_whatif(report))

@@ -11,7 +11,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
+import shlex
+import shutil
 import signal
+import sys
 import time
 from collections import Counter, deque
 from pathlib import Path
@@ -27,8 +30,13 @@ import kai_stream
 from connectors.simcluster.client import kube_client_config
 from kai_stream.broker import UNSAFE_DURABLE
 from kai_stream.cli import app
+from kai_stream.cli.scenario import load_scenario_file
+from kai_stream.core.config import SchedulerConfig, load_config
 from kai_stream.core.events import ConfigRecorded, DecisionsRecord, PodPending
+from kai_stream.history.reader import ALL_TOPICS, DEFAULT_HISTORY_DIR
+from kai_stream.history.sink import SinkStats, run_sink
 from kai_stream.pipeline import Pipeline, PipelineOptions
+from kai_stream.settings import KafkaSettings
 
 DEMO = Path(kai_stream.__file__).resolve().parent.parent / "examples" / "demo.yaml"
 _RESUBMITTED = re.compile(r"-r\d+$")
@@ -53,9 +61,12 @@ class Board:
         self.counts: Counter[str] = Counter()
         self.started = time.monotonic()
         self.live = console.is_terminal
+        self.example_pod: str | None = None
 
     def add(self, record: DecisionsRecord) -> None:
         row = _describe(record)
+        if self.example_pod is None and row[1] == "BindRequested":
+            self.example_pod = row[2]
         self.counts[row[1]] += 1
         self.recent.append(row)
         if not self.live:
@@ -71,7 +82,7 @@ class Board:
     def render(self, bindings: int, running: int) -> Group:
         table = Table(title="kai-stream: decisions (latest last)", header_style="bold", expand=True)
         for column in ("pool", "decision", "pod", "node", "detail"):
-            table.add_column(column)
+            table.add_column(column, overflow="fold")
         for pool, kind, pod, node, detail in self.recent:
             color = _COLORS.get(kind, "white")
             table.add_row(pool, f"[{color}]{kind}[/]", pod, node, detail)
@@ -107,7 +118,47 @@ async def _resubmit(pipeline: Pipeline, api: client.ApiClient, every_s: float) -
             await core.create_namespaced_pod(meta.get("namespace", "default"), fresh)
 
 
-async def _run(options: PipelineOptions, duration: float | None, resubmit_s: float | None, console: Console) -> int:
+def _next_steps(history: Path, board: Board) -> str:
+    """The commands that look at what this run recorded."""
+    program = sys.argv[0] if Path(sys.argv[0]).name == "kai-stream" else "python -m kai_stream"
+    source = "" if history == DEFAULT_HISTORY_DIR else f" --from-history {shlex.quote(str(history))}"
+    analyze_dir = "" if history == DEFAULT_HISTORY_DIR else f" {shlex.quote(str(history))}"
+    pod = shlex.quote(board.example_pod or "NAMESPACE/POD")
+    return "\n".join(
+        [
+            f"recorded in {history}; look at what just ran:",
+            f"  {program} replay{source}              # rebuild every decision from the log, byte for byte",
+            f"  {program} audit verify{source}        # check the decisions' hash chain",
+            f"  {program} explain {pod}{source}  # one pod's story",
+            f"  {program} analyze{analyze_dir}             # fair share, queueing delay, JCT per queue",
+            f"  {program} tail decisions{source}      # the decisions, one per line",
+        ]
+    )
+
+
+async def _record(pipeline: Pipeline, history: Path, stop: asyncio.Event) -> SinkStats:
+    """The embedded history sink: every topic of this run archived under ``history`` until ``stop``."""
+    assert pipeline.kafka is not None
+    settings = KafkaSettings(bootstrap_servers=pipeline.kafka.bootstrap_servers)
+    return await run_sink(settings, history, ALL_TOPICS, stop, names=pipeline.names, segment_seconds=1.0)
+
+
+def _fresh_history(history: Path, console: Console) -> None:
+    """Keep the previous run's history as ``<dir>.previous`` (one generation) so this run starts empty."""
+    if history.exists() and any(history.iterdir()):
+        previous = history.with_name(history.name + ".previous")
+        shutil.rmtree(previous, ignore_errors=True)
+        history.rename(previous)
+        console.print(f"previous history moved to {previous}")
+
+
+async def _run(
+    options: PipelineOptions,
+    duration: float | None,
+    resubmit_s: float | None,
+    console: Console,
+    history: Path | None = None,
+) -> int:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -123,6 +174,8 @@ async def _run(options: PipelineOptions, duration: float | None, resubmit_s: flo
         helpers: list[asyncio.Task[None]] = []
         if resubmit_s:
             helpers.append(asyncio.create_task(_resubmit(pipeline, api, resubmit_s)))
+        stop_recording = asyncio.Event()
+        recorder = asyncio.create_task(_record(pipeline, history, stop_recording)) if history is not None else None
         deadline = time.monotonic() + duration if duration is not None else None
         failure: str | None = None
 
@@ -147,11 +200,18 @@ async def _run(options: PipelineOptions, duration: float | None, resubmit_s: flo
         await asyncio.gather(*helpers, return_exceptions=True)
         await api.close()
         console.print(board.summary(pipeline.cluster.binding_count, running()), soft_wrap=True)
+        if recorder is not None:
+            await asyncio.sleep(1.0)  # the last decisions reach the sink
+            stop_recording.set()
+            stats = await recorder
+            console.print(f"history: {stats.rows} records in {stats.segments} segments")
         console.print("stopping …")
     if failure is not None:
         console.print(f"[red]a component failed:[/] {failure}")
         return 1
     console.print("stopped cleanly")
+    if history is not None:
+        console.print(_next_steps(history, board), soft_wrap=True, highlight=False, markup=False)
     return 0
 
 
@@ -169,14 +229,17 @@ def run(
     bootstrap_servers: Annotated[
         str | None, typer.Option(help="use this Kafka instead of starting the embedded broker")
     ] = None,
+    history: Annotated[
+        Path, typer.Option(help="record every topic here (Parquet) for replay, audit, explain, analyze")
+    ] = DEFAULT_HISTORY_DIR,
+    no_history: Annotated[bool, typer.Option("--no-history", help="record nothing")] = False,
 ) -> None:
     """Run broker + simulated cluster + connector + processor + binder and show decisions live."""
-    if not scenario.is_file():
-        Console(stderr=True).print(f"[red]scenario not found:[/] {scenario}")
-        raise typer.Exit(2)
     if durable and bootstrap_servers is None:
         Console(stderr=True).print(f"[red]--durable refused:[/] {UNSAFE_DURABLE}")
         raise typer.Exit(2)
+    settings = load_config(config) if config is not None else SchedulerConfig()
+    load_scenario_file(scenario, settings)
     options = PipelineOptions(
         scenario=scenario,
         durable=durable,
@@ -185,5 +248,8 @@ def run(
         config_path=config,
         tick_interval_s=tick_interval,
     )
-    code = asyncio.run(_run(options, duration, resubmit or None, Console()))
+    console = Console()
+    if not no_history:
+        _fresh_history(history, console)
+    code = asyncio.run(_run(options, duration, resubmit or None, console, None if no_history else history))
     raise typer.Exit(code)

@@ -18,13 +18,14 @@ from kai_stream.simulate import simulate as run_simulation
 
 
 def _fmt_gpus(indices: list[int] | None) -> str:
-    return ",".join(str(i) for i in indices) if indices else "-"
+    """How many GPUs, and which (device indices on the node)."""
+    return f"{len(indices)} ({','.join(str(i) for i in indices)})" if indices else "-"
 
 
 def _render(result: dict[str, Any], console: Console) -> None:
     pods = Table(title="Pods", header_style="bold")
-    for column in ("pod", "queue", "status", "node", "gpus"):
-        pods.add_column(column)
+    for column in ("pod", "queue", "status", "node", "GPUs (indices)"):
+        pods.add_column(column, overflow="fold")
     colors = {"Running": "green", "Pending": "yellow", "Pipelined": "cyan", "Evicted": "red"}
     for key, pod in result["pods"].items():
         status = pod["status"]
@@ -33,7 +34,7 @@ def _render(result: dict[str, Any], console: Console) -> None:
         )
     queues = Table(title="Queues (GPU devices, CPU millicores, memory MB)", header_style="bold")
     for column in ("queue", "fair GPU", "alloc GPU", "fair CPU", "alloc CPU", "fair mem", "alloc mem"):
-        queues.add_column(column, justify="left" if column == "queue" else "right")
+        queues.add_column(column, justify="left" if column == "queue" else "right", overflow="fold")
     for name, q in result["queues"].items():
         fair, alloc = q["fair_share"], q["allocated"]
         queues.add_row(
@@ -63,9 +64,11 @@ def simulate_command(
     live: Annotated[
         bool, typer.Option("--live", help="run it through the real broker, simulated cluster, connector and binder")
     ] = False,
+    lenient: Annotated[bool, typer.Option("--lenient", help="accept unknown fields in the manifests")] = False,
 ) -> None:
-    """Schedule a scenario in-process until nothing changes; print pods, queues and every decision."""
-    err = Console(stderr=True)
+    """Schedule a scenario in-process until nothing changes; print pods, queues and decision counts (--json: every
+    decision)."""
+    err = Console(stderr=True, soft_wrap=True)
     try:
         settings = load_config(config) if config is not None else SchedulerConfig()
     except ValueError as exc:
@@ -76,8 +79,13 @@ def simulate_command(
     except OSError as exc:
         err.print(f"[red]cannot read scenario {scenario}:[/] {exc.strerror}")
         raise typer.Exit(2) from None
+    except UnicodeDecodeError:
+        err.print(f"[red]cannot read scenario {scenario}:[/] not a text file (UTF-8 YAML expected)")
+        raise typer.Exit(2) from None
     try:
-        events = load_scenario(text, scheduler_name=settings.scheduler_name, default_queue=settings.default_queue)
+        events = load_scenario(
+            text, scheduler_name=settings.scheduler_name, default_queue=settings.default_queue, lenient=lenient
+        )
     except ManifestError as exc:
         err.print(f"[red]invalid scenario {scenario}:[/] {exc}")
         raise typer.Exit(2) from None

@@ -8,8 +8,9 @@ from typing import Annotated, Any
 import orjson
 import typer
 from rich.console import Console
-from rich.table import Table
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from kai_stream.analytics.fit import Column, fitted_tables
 from kai_stream.cli import app
 
 trace_app = typer.Typer(no_args_is_help=True, help="trace-driven simulation (ITP, Alibaba openb, generic CSV)")
@@ -31,7 +32,7 @@ TeamsOpt = Annotated[int, typer.Option("--teams", help="teams to hash jobs into 
 
 
 def _fail(console: Console, message: str) -> typer.Exit:
-    console.print(f"[red]error:[/red] {message}")
+    Console(stderr=True, soft_wrap=True).print(f"[red]error:[/red] {message}")
     return typer.Exit(2)
 
 
@@ -97,8 +98,25 @@ def run_command(
         if added:
             jobs.notes.append(f"--queues auto: {len(added)} queues with equal GPU quota ({', '.join(jobs.teams)})")
         base += added
-    with console.status(f"simulating {jobs.jobs.height:,} jobs"):
-        stats = simulate_trace(jobs, base, scheduler_config, history, cycle_every=cycle_every)
+    with Progress(
+        TextColumn("simulating"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("jobs submitted"),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
+        disable=not console.is_terminal,
+    ) as bar:
+        task = bar.add_task("simulate", total=jobs.jobs.height)
+        stats = simulate_trace(
+            jobs,
+            base,
+            scheduler_config,
+            history,
+            cycle_every=cycle_every,
+            progress=lambda done, total: bar.update(task, completed=done, total=total),
+        )
     summary = summarize(history)
     summary.notes = [*stats.notes, *summary.notes]
     if report is not None:
@@ -163,11 +181,10 @@ def compare_command(
             ).decode()
         )
         return
-    table = Table(title=f"{trace.name}: {jobs.jobs.height:,} jobs")
-    for name in ("policy", "done", "JCT avg", "JCT p99", "delay p50", "delay p99", "util", "Jain", "evictions", "wall"):
-        table.add_column(name, justify="left" if name == "policy" else "right")
-    for r in rows:
-        table.add_row(
+    names = ("policy", "done", "JCT avg", "JCT p99", "delay p50", "delay p99", "util", "Jain", "evictions", "wall")
+    headers: list[Column] = [(name, "left" if name == "policy" else "right") for name in names]
+    cells = [
+        [
             r["policy"],
             f"{r['jobs_completed']:,}",
             _duration(r["jct_avg_s"]),
@@ -178,8 +195,11 @@ def compare_command(
             "-" if r["jain"] is None else f"{r['jain']:.3f}",
             str(r["evictions"]),
             f"{r['wall_s']:.1f} s",
-        )
-    console.print(table)
+        ]
+        for r in rows
+    ]
+    for table in fitted_tables(f"{trace.name}: {jobs.jobs.height:,} jobs", headers, cells, console.width):
+        console.print(table)
     for note in jobs.notes:
         console.print(f"[dim]note: {note}[/dim]")
 

@@ -123,6 +123,8 @@ def load_config(path: str | Path) -> SchedulerConfig:
         text = file.read_text()
     except OSError as exc:
         raise ValueError(f"{file}: cannot read config: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise ValueError(f"{file}: cannot read config: not a text file (UTF-8 YAML expected)") from None
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:

@@ -59,6 +59,8 @@ from kai_stream.core.events import (
     stable_id,
 )
 from kai_stream.core.quantities import parse_quantity, to_bytes, to_milli
+from kai_stream.core.schema import instance_errors
+from kai_stream.core.schemas import SCHEMAS
 
 __all__ = [
     "ANNOTATION_DURATION",
@@ -71,6 +73,7 @@ __all__ = [
     "ManifestError",
     "load_scenario",
     "object_to_events",
+    "validate_manifests",
 ]
 
 LABEL_QUEUE = "kai.scheduler/queue"
@@ -669,19 +672,54 @@ def _validate(events: list[ObservedEvent], default_queue: str) -> None:
             raise ManifestError("Pod", pod.key, field, f"queue {queue!r} is not a leaf queue")
 
 
+def _check_schema(o: _Obj, lenient: bool) -> None:
+    """Validate against the kind's schema (``core.schemas``); ``lenient`` lets unknown fields pass, as an API
+    server with non-strict field validation would (it drops them)."""
+    schema = SCHEMAS.get((str(o.obj.get("apiVersion", "")), o.kind))
+    if schema is None:
+        return
+    errors = [e for e in instance_errors(dict(o.obj), schema) if not (lenient and e.unknown)]
+    if errors:
+        more = f" (and {len(errors) - 1} more: {'; '.join(map(str, errors[1:4]))})" if len(errors) > 1 else ""
+        hint = "; --lenient accepts unknown fields" if errors[0].unknown else ""
+        raise o.error(errors[0].path, f"{errors[0].problem}{hint}{more}")
+
+
+def validate_manifests(text: str, *, lenient: bool = False) -> int:
+    """Check every manifest of a multi-document YAML against its kind's schema (kinds without one pass);
+    ``ManifestError`` for the first that does not validate, or for a file without objects. The object count."""
+    docs = _documents(text)
+    if not docs:
+        raise ManifestError("Scenario", "(empty)", "documents", "no Kubernetes objects in the file")
+    for doc in docs:
+        _check_schema(_Obj(doc), lenient)
+    return len(docs)
+
+
 def load_scenario(
-    text: str, *, scheduler_name: str = "kai-scheduler", default_queue: str = "default-queue", ts: float = 0.0
+    text: str,
+    *,
+    scheduler_name: str = "kai-scheduler",
+    default_queue: str = "default-queue",
+    ts: float = 0.0,
+    lenient: bool = False,
 ) -> list[ObservedEvent]:
     """Parse a multi-document YAML scenario into observed events, validating the file as a whole.
 
-    Events come out in a canonical order (priority classes, topologies, queues, nodes, pod groups, pods;
-    each by namespace/name), so the order of manifests in the file never changes the result.
+    Every manifest is checked against its kind's schema first (unknown fields are errors unless ``lenient``), and
+    a file without any object is an error. Events come out in a canonical order (priority classes, topologies,
+    queues, nodes, pod groups, pods; each by namespace/name), so the order of manifests in the file never
+    changes the result.
     """
     events: list[ObservedEvent] = []
     seen: dict[tuple[str, str, str], int] = {}
-    for i, doc in enumerate(_documents(text)):
-        produced = object_to_events(doc, ts=ts, scheduler_name=scheduler_name)
+    docs = _documents(text)
+    if not docs:
+        raise ManifestError("Scenario", "(empty)", "documents", "no Kubernetes objects in the file")
+    for i, doc in enumerate(docs):
         o = _Obj(doc)
+        _check_schema(o, lenient)
+        produced = object_to_events(doc, ts=ts, scheduler_name=scheduler_name)
         ident = (o.kind, o.namespace if o.kind in ("Pod", "PodGroup") else "", o.name)
         if ident in seen:
             raise o.error("metadata.name", f"duplicate {o.kind} (documents #{seen[ident]} and #{i})")

@@ -8,6 +8,7 @@ ones, with their offsets) plus its records on the decisions topic (decisions, ``
 from __future__ import annotations
 
 import asyncio
+import os
 import re
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
@@ -45,12 +46,14 @@ __all__ = [
     "DEAD_LETTER_TOPIC",
     "DECISIONS_TOPIC",
     "DEFAULT_HISTORY_DIR",
+    "NO_HISTORY",
     "SOURCE_ERRORS",
     "History",
     "PoolLog",
     "build_history",
     "decode_cluster_events",
     "decode_decisions_records",
+    "default_history",
     "open_history",
     "read_broker",
     "read_history",
@@ -409,6 +412,22 @@ async def read_broker(
     )
 
 
+NO_HISTORY = (
+    f"no history at {DEFAULT_HISTORY_DIR} and no broker named: run `kai-stream run` here first (it records one), "
+    "or pass --from-history DIR or --bootstrap-servers HOST:PORT"
+)
+
+
+def default_history() -> Path | None:
+    """The default history dir when it exists; None when the environment names a broker to read instead.
+    ``LookupError`` (``NO_HISTORY``) when there is neither."""
+    if DEFAULT_HISTORY_DIR.is_dir():
+        return DEFAULT_HISTORY_DIR
+    if os.environ.get("KAI_STREAM_KAFKA_BOOTSTRAP_SERVERS"):
+        return None
+    raise LookupError(NO_HISTORY)
+
+
 def open_history(
     from_history: str | Path | None = None,
     *,
@@ -416,11 +435,14 @@ def open_history(
     topic_prefix: str = "",
     timeout_s: float = 60.0,
 ) -> History:
-    """The log a command should read: a Parquet history dir, else the broker (settings from the environment,
-    ``bootstrap_servers`` overriding), else the default history dir when it exists and no broker was named."""
+    """The log a command should read: ``from_history``; else the broker ``bootstrap_servers`` names; else the
+    default history dir (what ``kai-stream run`` writes) when it exists; else the broker the environment names
+    (``KAI_STREAM_KAFKA_BOOTSTRAP_SERVERS``). ``LookupError`` when none of them is there."""
     if from_history is not None:
         return read_history(from_history)
-    if bootstrap_servers is None and DEFAULT_HISTORY_DIR.is_dir():
-        return read_history(DEFAULT_HISTORY_DIR)
+    if bootstrap_servers is None:
+        default = default_history()
+        if default is not None:
+            return read_history(default)
     settings = KafkaSettings() if bootstrap_servers is None else KafkaSettings(bootstrap_servers=bootstrap_servers)
     return asyncio.run(read_broker(settings, TopicNames.with_prefix(topic_prefix), timeout_s=timeout_s))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 from kai_stream.streams import agents  # noqa: F401  (registers the agent)
 from kai_stream.streams.app import app, settings
@@ -10,6 +11,8 @@ from kai_stream.streams.app import app, settings
 
 def main() -> None:
     from faust.worker import Worker
+
+    Path(settings.data_dir).mkdir(parents=True, exist_ok=True)  # faust creates only the last level
 
     logging.getLogger("faust").setLevel(settings.log_level)
     worker = Worker(app, loglevel=settings.log_level, quiet=True)

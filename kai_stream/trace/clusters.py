@@ -19,6 +19,8 @@ from kai_stream.core.events import (
     ALL_POOLS,
     NodeObserved,
     ObservedEvent,
+    PodGroupObserved,
+    PodObserved,
     QueueObserved,
     QueueResource,
     QueueResources,
@@ -40,12 +42,22 @@ def cluster_events(path: str | Path) -> list[ObservedEvent]:
         text = file.read_text()
     except OSError as exc:
         raise TraceError(f"{file}: cannot read cluster file: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise TraceError(f"{file}: not a text file (UTF-8 YAML expected)") from None
     try:
         events = load_scenario(text)
     except ValueError as exc:
         raise TraceError(f"{file}: {exc}") from None
     if not any(isinstance(e, NodeObserved) for e in events):
         raise TraceError(f"{file}: no Node in the cluster file")
+    workload = [e for e in events if isinstance(e, PodObserved | PodGroupObserved)]
+    if workload:
+        first = workload[0]
+        kind, what = ("Pod", first.pod) if isinstance(first, PodObserved) else ("PodGroup", first.pod_group)
+        raise TraceError(
+            f"{file}: a cluster file holds Nodes and Queues (the trace brings the workload); found "
+            f"{len(workload)} Pod/PodGroup document(s), first {kind} {what.namespace}/{what.name}"
+        )
     return list(events)
 
 

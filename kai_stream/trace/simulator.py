@@ -39,7 +39,7 @@ import gc
 import heapq
 import math
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -521,10 +521,12 @@ class _Simulation:
 
     # ------------------------------------------------------------------ the loop
 
-    def run(self, trace: Trace, cycle_every: float = 0.0) -> None:
+    def run(
+        self, trace: Trace, cycle_every: float = 0.0, progress: Callable[[int, int], None] | None = None
+    ) -> None:
         """Event-driven: a batch per distinct timestamp. With ``cycle_every`` > 0, the events up to the next
         multiple of it are folded at their own times, then a ``Tick`` at that boundary and one cycle (KAI's
-        periodic scheduling, at a coarser period)."""
+        periodic scheduling, at a coarser period). ``progress(submitted, jobs)`` is called every 64 batches."""
         jobs = trace.jobs.to_dicts()
         t0 = float(jobs[0]["submit"]) if jobs else 0.0
         self.stats.t0 = t0
@@ -558,6 +560,10 @@ class _Simulation:
                 continue
             self.stats.batches += 1
             self.cycle(now)
+            if progress is not None and self.stats.batches % 64 == 0:
+                progress(nxt, len(jobs))
+        if progress is not None:
+            progress(nxt, len(jobs))
         self.stats.simulated_s = now
         self.stats.unfinished_pods = len(self.pods)
 
@@ -572,12 +578,13 @@ def simulate_trace(
     max_cycles_per_batch: int = 8,
     cycle_every: float = 0.0,
     skip_cycles: bool = True,
+    progress: Callable[[int, int], None] | None = None,
 ) -> SimulationStats:
     """Run ``trace`` on the cluster ``base`` (Nodes, Queues … as observed events) and write the history.
     ``skip_cycles=False`` runs every cycle (the history is the same; see rule 5)."""
     started = time.perf_counter()
     sim = _Simulation(base, config, pool=pool, max_cycles=max_cycles_per_batch, skip=skip_cycles)
-    sim.run(trace, cycle_every)
+    sim.run(trace, cycle_every, progress)
     stats = sim.stats
     write_started = time.perf_counter()
     sim.log.write(Path(history))

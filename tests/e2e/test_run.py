@@ -12,7 +12,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 async def test_run_for_twenty_seconds_binds_pods_and_stops_cleanly() -> None:
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-c", "from kai_stream.cli import main; main()", "run", "--duration", "20",
+        sys.executable, "-c", "from kai_stream.cli import main; main()", "run", "--duration", "20", "--no-history",
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, cwd=ROOT,
     )
     out, _ = await asyncio.wait_for(proc.communicate(), 90)

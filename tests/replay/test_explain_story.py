@@ -60,7 +60,7 @@ def test_explain_reclaimed_pod(tmp_path: Path) -> None:
     (doc,) = orjson.loads(result.output)
     assert doc["status"] == "Evicted" and doc["steps"][3]["data"]["preemptor"] == "ml/a-0"
     assert doc["steps"][3]["queues"]["team-b"]["over_fair_share"] is True
-    human = CliRunner().invoke(app, ["explain", story.pod, "--from-history", str(directory)])
+    human = CliRunner().invoke(app, ["explain", story.pod, "--from-history", str(directory)], env={"COLUMNS": "200"})
     assert human.exit_code == 0 and "reclaim: eviction decided for ml/a-0 (queue team-a)" in human.output
     assert "over fair share" in human.output
 
@@ -81,7 +81,7 @@ def test_explain_pod_pending_on_full_cluster(tmp_path: Path) -> None:
     assert story.steps[0].kind == "Arrived" and story.steps[0].ts == 10.0
 
     _register()
-    result = CliRunner().invoke(app, ["explain", "ml/a-0", "--from-history", str(directory)])
+    result = CliRunner().invoke(app, ["explain", "ml/a-0", "--from-history", str(directory)], env={"COLUMNS": "200"})
     assert result.exit_code == 0, result.output
     assert "pending: NoNodeFits: no node fits the pod (InsufficientGPU: 1)" in result.output
     assert "[InsufficientGPU on 1 node(s)]" in result.output
@@ -118,7 +118,7 @@ def test_explain_pending_pod_names_the_predicates_and_the_queue_holding_the_gpus
     assert story.blocking_queues() == ["team-b"]
 
     _register()
-    human = CliRunner().invoke(app, ["explain", "ml/a-0", "--from-history", str(directory)])
+    human = CliRunner().invoke(app, ["explain", "ml/a-0", "--from-history", str(directory)], env={"COLUMNS": "200"})
     assert human.exit_code == 0, human.output
     assert "pending: NoNodeFits: no node fits the pod (InsufficientGPU: 2) [InsufficientGPU on 2 node(s)]" in (
         " ".join(human.output.split())

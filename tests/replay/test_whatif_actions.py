@@ -65,7 +65,8 @@ def test_turning_reclaim_off_removes_evictions_and_lengthens_the_wait(tmp_path: 
 def test_whatif_cli_shows_evictions_and_wait_side_by_side(tmp_path: Path) -> None:
     directory, other = _history(tmp_path)
     _register()
-    result = CliRunner().invoke(app, ["replay", "--from-history", str(directory), "--config", str(other)])
+    argv = ["replay", "--from-history", str(directory), "--config", str(other)]
+    result = CliRunner().invoke(app, argv, env={"COLUMNS": "160"})
     assert result.exit_code == 0, result.output
     rows = {line.split("│")[1].strip(): line for line in result.output.splitlines() if line.count("│") > 5}
     assert "0.0 | 900.0" in rows["qa"]  # mean wait of qa, baseline | what-if

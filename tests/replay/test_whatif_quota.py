@@ -49,7 +49,9 @@ def test_whatif_cli_prints_side_by_side(tmp_path: Path) -> None:
     directory = _history(tmp_path)
     _register()
     result = CliRunner().invoke(
-        app, ["replay", "--from-history", str(directory), "--config", str(tmp_path / "more-quota.yaml")]
+        app,
+        ["replay", "--from-history", str(directory), "--config", str(tmp_path / "more-quota.yaml")],
+        env={"COLUMNS": "160"},
     )
     assert result.exit_code == 0, result.output
     assert "team-a" in result.output and "150.0 | 0.0" in result.output

@@ -51,7 +51,7 @@ def itp_history(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def _cli(*args: str) -> tuple[int, str]:
     _register()
-    result = CliRunner().invoke(app, list(args))
+    result = CliRunner().invoke(app, list(args), env={"COLUMNS": "200"})
     return result.exit_code, result.output
 
 

@@ -1,0 +1,67 @@
+"""A newcomer's path: `kai-stream run` records a history by default and says how to look at it; replay, audit
+verify, explain, analyze and tail then read that history with no flags and exit 0; without one they say so."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from kai_stream.cli import main
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def kai(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    saved = sys.argv
+    sys.argv = ["kai-stream", *argv]
+    try:
+        main()
+        code = 0
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 1
+    finally:
+        sys.argv = saved
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_run_records_a_history_the_next_commands_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("KAI_STREAM_KAFKA_BOOTSTRAP_SERVERS", raising=False)
+    code, _, err = kai(["replay"], capsys)
+    assert code != 0 and "no history at .kai-stream/history" in err and "kai-stream run" in err
+
+    run = subprocess.run(
+        [sys.executable, "-m", "kai_stream", "run", "--duration", "20"],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "200"},
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    assert "recorded in .kai-stream/history" in run.stdout
+    for command in ("replay", "audit verify", "explain", "analyze", "tail decisions"):
+        assert f"python -m kai_stream {command}" in run.stdout, command
+    pod = re.search(r"kai_stream explain (\S+)", run.stdout)
+    assert pod is not None and pod.group(1).startswith("demo/")
+
+    code, out, err = kai(["replay", "--json"], capsys)
+    assert code == 0, err
+    assert '"divergent":0' in out.replace(" ", "")
+    code, out, err = kai(["audit", "verify", "--json"], capsys)
+    assert code == 0 and '"ok":true' in out, err
+    code, out, err = kai(["explain", pod.group(1), "--json"], capsys)
+    assert code == 0 and pod.group(1).split("/")[1] in out, err
+    code, out, err = kai(["analyze", "--json"], capsys)
+    assert code == 0 and "team-a" in out, err
+    code, out, err = kai(["tail", "decisions", "--kind", "bind", "--limit", "2", "--json"], capsys)
+    assert code == 0 and out.count("BindRequested") == 2, err

@@ -9,8 +9,11 @@ Rules (everything that changes state lives here):
    connector observes the pod on its node (or a ``BindFailed`` withdraws it); an ``EvictionRequested``
    marks the pod as releasing; a ``PodPending`` records the last reason given, so an unchanged reason is
    not re-emitted.
-4. Iteration order is never taken from a dict: readers sort (creation time, then uid / name).
-5. ``ClusterState.derived`` holds what the fold keeps beside the state for the scheduler (``Derived``): the live
+4. An evicted pod keeps its resources until it is gone: ``PodEvicted`` (the API accepted the eviction) leaves
+   it releasing, as does a ``deletionTimestamp`` (``PodSpec.terminating``); only ``PodRemoved`` (or a terminal
+   phase) frees them. A preemptor placed on them stays pipelined until then.
+5. Iteration order is never taken from a dict: readers sort (creation time, then uid / name).
+6. ``ClusterState.derived`` holds what the fold keeps beside the state for the scheduler (``Derived``): the live
    pods per job, Succeeded counts, and which jobs changed since a pool's snapshot was parked. It is a cache:
    excluded from equality, dropped on copy or pickle (then rebuilt from ``pods``), never a source of decisions.
 """
@@ -390,8 +393,9 @@ def apply(state: ClusterState, event: AnyEvent, offset: int | None = None) -> bo
                 _pod_touched(state, uid)
         case PodEvicted(uid=uid, decision_id=decision_id):
             state.evicted[uid] = decision_id
-            _group_changed(state, uid, event.ts)
-            _forget_pod(state, uid)
+            if uid in state.pods and state.evicting.get(uid) is None:
+                state.evicting[uid] = decision_id
+                _pod_touched(state, uid)
         case EvictionFailed(uid=uid):
             if state.evicting.pop(uid, None) is not None:
                 _pod_touched(state, uid)

@@ -154,7 +154,7 @@ class SchedulerRuntime:
         if letters:
             await asyncio.gather(*letters)
         engine.rebuild(events, recorded)
-        engine.offset = max(engine.offset, last, before - 1, engine.needed_until(recorded))
+        engine.offset = max(engine.offset, last, before - 1)
         self._rebuilt_ticks[partition] = {
             pool
             for offset, event in events

@@ -42,9 +42,12 @@ def _log() -> list[ClusterEvent]:
     return [*events, _tick(5.0)]
 
 
+@pytest.mark.parametrize("skipped", [0, 1])
 async def test_rebuild_from_a_short_read_skips_no_event_and_folds_decisions_after_their_input(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, skipped: int
 ) -> None:
+    """``skipped``: events after the short end that the earlier instance consumed and committed, so they are
+    not delivered again: the rebuild must read them."""
     events = _log()
     last = len(events) - 1
     earlier = PartitionEngine.for_config(0, SchedulerConfig(), CODE)
@@ -56,10 +59,14 @@ async def test_rebuild_from_a_short_read_skips_no_event_and_folds_decisions_afte
     short = last - 3
     topics = TopicNames.with_prefix("short-")
 
-    async def read(self: SchedulerRuntime, topic: str, partition: int) -> list[Any]:
+    reads: list[int] = []
+
+    async def read(self: SchedulerRuntime, topic: str, partition: int, start: int = 0) -> list[Any]:
         if topic == topics.decisions:
             return [_Record(i, dumps(r)) for i, r in enumerate(recorded)]
-        return [_Record(i, dumps(e)) for i, e in enumerate(events[: short + 1])]
+        reads.append(start)
+        end = short + 1 if len(reads) == 1 else len(events)
+        return [_Record(i, dumps(e)) for i, e in enumerate(events[:end]) if i >= start]
 
     sent: list[Model] = []
 
@@ -74,7 +81,8 @@ async def test_rebuild_from_a_short_read_skips_no_event_and_folds_decisions_afte
     monkeypatch.setattr(SchedulerRuntime, "_read_partition", read)
     runtime = SchedulerRuntime(KafkaSettings(), topics, SchedulerConfig(), send, partitions=1, code_version=CODE)
     later = [*events, _tick(9.0)]
-    batch = [InRecord(0, offset, b"default", dumps(later[offset]), 0) for offset in range(short + 1, len(later))]
+    delivered_from = short + 1 + skipped
+    batch = [InRecord(0, offset, b"default", dumps(later[offset]), 0) for offset in range(delivered_from, len(later))]
     published: list[Outgoing] = await runtime.process(batch)
 
     reference = ClusterState()
@@ -87,6 +95,7 @@ async def test_rebuild_from_a_short_read_skips_no_event_and_folds_decisions_afte
     assert rebuilt.offset == reference.offset == len(later) - 1
     assert rebuilt.pods == reference.pods, "events after the short read were skipped"
     assert rebuilt.assumed == reference.assumed and rebuilt.now == reference.now
+    assert reads == ([0] if not skipped else [0, short + 1])
     for item in published:
         decision = item.record
         assert getattr(decision, "input_offset", len(later) - 1) == len(later) - 1

@@ -282,7 +282,7 @@ def _observe_pod(state: ClusterState, pod: PodSpec, ts: float) -> None:
         state.assumed.pop(pod.uid, None)
         state.pipelined.pop(pod.uid, None)
         state.last_pending.pop(pod.uid, None)
-    if pod.phase in ("Succeeded", "Failed"):
+    if pod.phase in ("Succeeded", "Failed") or (pod.node_name is None and previous is not None):
         state.evicting.pop(pod.uid, None)
         state.evicting_for.pop(pod.uid, None)
 

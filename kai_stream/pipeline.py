@@ -737,7 +737,9 @@ class Pipeline:
         assert self.tail is not None
         self.scenario_now += self.options.termination_grace
         uids, self._terminating = self._terminating, set()
-        evictions = [d for d in self.tail.all_decisions() if isinstance(d, EvictionRequested) and d.uid in uids]
+        evictions: list[Decision] = [
+            d for d in self.tail.all_decisions() if isinstance(d, EvictionRequested) and d.uid in uids
+        ]
         self.cluster.kubelets.finish_deletions(uids)
         await self._until_reaction_observed(evictions, deadline, quiet_s)
 

@@ -75,8 +75,8 @@ def replay_simulation(
 
     round_number = 0
     for round_ in _rounds(decisions):
-        first = decisions[round_[0][0]]
-        while cluster.terminating and cluster.log.offset_of(first.pool) + 1 != first.input_offset:
+        opening = decisions[round_[0][0]]
+        while cluster.terminating and cluster.log.offset_of(opening.pool) + 1 != opening.input_offset:
             round_number += 1
             cluster.start_round(round_number)
             cluster.end_grace()

@@ -127,7 +127,10 @@ class Story:
             "Removed": "Removed",
             "Pipelined": "Pipelined",
         }
+        evicted = any(step.kind == "Evicted" for step in self.steps)
         for step in reversed(self.steps):
+            if step.kind == "Removed" and evicted:
+                return "Evicted"
             if step.kind in final:
                 return final[step.kind]
         return "Observed"

@@ -59,7 +59,7 @@ from kai_stream.core.manifests import ManifestError, object_to_events
 from kai_stream.core.state import ClusterState, apply
 from kai_stream.kafka import make_consumer
 from kai_stream.settings import KafkaSettings
-from kai_stream.simulate import SimulationResult, round_barrier
+from kai_stream.simulate import DEFAULT_TERMINATION_GRACE_S, SimulationResult, round_barrier
 from kai_stream.streams.engine import is_decision
 from kai_stream.subscribe import high_watermarks
 from kai_stream.topics import TopicNames, create_topics
@@ -74,8 +74,10 @@ class PipelineOptions:
     """What to run. ``scenario``: YAML loaded into the simulated cluster before the connector starts.
 
     ``scenario_time`` + ``pin_scenario_identity`` + no ticks is how ``simulate --live`` runs a scenario
-    "at one instant" as the in-process simulate does: observed events carry event time 0 and the pods the
+    "at one instant" as the in-process simulate does: observed events carry the scenario clock
+    (``Pipeline.scenario_now``: 0, advanced only by the rounds' grace-period jumps) and the pods the
     uid/creation time ``load_scenario`` gives them; every component still runs for real.
+    ``termination_grace``: simulated seconds an evicted pod stays terminating (× ``time_scale`` wall seconds).
     """
 
     scenario: Path | None = None
@@ -88,6 +90,7 @@ class PipelineOptions:
     scenario_time: bool = False
     scheduler_name: str = "kai-scheduler"
     time_scale: float = 1.0
+    termination_grace: float = DEFAULT_TERMINATION_GRACE_S
     pin_scenario_identity: bool = False
     processor_app_id: str | None = None
     binder_group_id: str | None = None
@@ -220,7 +223,9 @@ class Pipeline:
         self.binder_group_id = options.binder_group_id or f"{prefix}kai-stream-binder"
         self.broker: EmbeddedBroker | None = None
         self.kafka: KafkaSettings | None = None
-        self.cluster = SimCluster(time_scale=options.time_scale)
+        self.cluster = SimCluster(time_scale=options.time_scale, termination_grace=options.termination_grace)
+        self.scenario_now = 0.0
+        """The scenario clock (event time with ``scenario_time``): moved only by ``run_rounds``."""
         self.connector: KubernetesConnector | None = None
         self.tail: LogTail | None = None
         self._api: client.ApiClient | None = None
@@ -231,6 +236,7 @@ class Pipeline:
         self._extra_processors: list[subprocess.Popen[bytes]] = []
         self._workdir = tempfile.TemporaryDirectory(prefix="kai-stream-pipeline-")
         self._processor_log: Any = None
+        self._terminating: set[str] = set()
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -342,7 +348,7 @@ class Pipeline:
             self.names,
             scheduler_name=self.options.scheduler_name,
             tick_interval_s=self.options.tick_interval_s,
-            clock=(lambda: 0.0) if self.options.scenario_time else time.time,
+            clock=(lambda: self.scenario_now) if self.options.scenario_time else time.time,
         )
         self._tasks["connector"] = asyncio.create_task(self.connector.run(), name="connector")
 
@@ -585,12 +591,15 @@ class Pipeline:
         running: set[str] = set()
         removed: set[str] = set()
         observed: set[str] = set()
+        terminating: set[str] = set()
         for events in self.tail.events.values():
             for _, event in events:
                 if isinstance(event, PodObserved):
                     observed.add(event.pod.uid)
                     if event.pod.node_name is not None and event.pod.phase == "Running":
                         running.add(event.pod.uid)
+                    if event.pod.terminating:
+                        terminating.add(event.pod.uid)
                 elif isinstance(event, PodRemoved):
                     removed.add(event.uid)
         live_uids = {str(p["metadata"].get("uid", "")) for p in self.cluster.objects("pods")}
@@ -599,7 +608,10 @@ class Pipeline:
             if isinstance(decision, BindRequested) and decision.uid not in running:
                 missing.append(f"{decision.namespace}/{decision.name} running")
             elif isinstance(decision, EvictionRequested):
-                if decision.uid not in removed:
+                if decision.uid in self._terminating:
+                    if decision.uid not in terminating and decision.uid not in removed:
+                        missing.append(f"{decision.namespace}/{decision.name} terminating")
+                elif decision.uid not in removed:
                     missing.append(f"{decision.namespace}/{decision.name} removed")
                 replacement = recreated_uid(decision.uid)
                 if replacement in live_uids and replacement not in observed:
@@ -663,7 +675,9 @@ class Pipeline:
         observations of what it did land in cluster-events until the whole reaction is observed and
         everything is committed and quiet; the pods a consolidation moved are re-created (standing in for their
         workload controllers, as the in-process simulate does); (3) writes are held again. A round that decides
-        nothing ends the run. Where a cycle lands depends only on the barriers, never on timing.
+        nothing ends the run, unless evicted pods are still terminating: then the scenario clock jumps by the
+        termination grace, they are removed (``_end_grace``) and rounds go on, as in the in-process simulate.
+        Where a cycle lands depends only on the barriers, never on timing.
         """
         assert self.tail is not None and self.connector is not None
         deadline = time.monotonic() + timeout_s
@@ -672,7 +686,8 @@ class Pipeline:
         rounds = 0
         while True:
             rounds += 1
-            await self.connector.publish(round_barrier(rounds, 0.0 if self.options.scenario_time else time.time()))
+            now = self.scenario_now if self.options.scenario_time else time.time()
+            await self.connector.publish(round_barrier(rounds, now))
             assert self.kafka is not None
             barrier_end = sum((await high_watermarks(self.kafka, self.names.cluster_events)).values())
             await self._until_quiet(
@@ -682,7 +697,10 @@ class Pipeline:
             made = self.tail.all_decisions()
             round_decisions = made[seen:]
             if not round_decisions:
-                return rounds
+                if not self._terminating:
+                    return rounds
+                await self._end_grace(deadline, quiet_s)
+                continue
             seen = len(made)
             self.cluster.release_writes()
             try:
@@ -690,6 +708,7 @@ class Pipeline:
                     self.binder_group_id, self.names.decisions, deadline, quiet_s,
                     at_least=self.tail_position(self.names.decisions),
                 )
+                self._terminating.update(self._still_terminating(round_decisions))
                 moved = [
                     d.uid for d in round_decisions if isinstance(d, EvictionRequested) and d.details.get("move_to")
                 ]
@@ -702,9 +721,36 @@ class Pipeline:
             finally:
                 self.cluster.hold_writes()
 
+    def _still_terminating(self, decisions: list[Decision]) -> set[str]:
+        """Uids of the pods these decisions evicted that the cluster keeps terminating (grace period running)."""
+        evicted = {d.uid for d in decisions if isinstance(d, EvictionRequested)}
+        return {
+            str(p["metadata"].get("uid"))
+            for p in self.cluster.objects("pods")
+            if p["metadata"].get("uid") in evicted and p["metadata"].get("deletionTimestamp")
+        }
+
+    async def _end_grace(self, deadline: float, quiet_s: float) -> None:
+        """The clock jump of ``simulate``'s rounds: the scenario clock advances by the termination grace and every
+        terminating evicted pod is removed now (its replacement, if any, created); returns once the connector
+        published all of it."""
+        assert self.tail is not None
+        self.scenario_now += self.options.termination_grace
+        uids, self._terminating = self._terminating, set()
+        evictions: list[Decision] = [
+            d for d in self.tail.all_decisions() if isinstance(d, EvictionRequested) and d.uid in uids
+        ]
+        self.cluster.kubelets.finish_deletions(uids)
+        await self._until_reaction_observed(evictions, deadline, quiet_s)
+
 
 async def simulate_live(
-    scenario: Path, config: SchedulerConfig, *, config_path: Path | None = None, timeout_s: float = 120.0
+    scenario: Path,
+    config: SchedulerConfig,
+    *,
+    config_path: Path | None = None,
+    timeout_s: float = 120.0,
+    termination_grace: float = DEFAULT_TERMINATION_GRACE_S,
 ) -> SimulationResult:
     """Run ``scenario`` through the real pipeline in rounds (``Pipeline.run_rounds``); report it as
     ``simulate`` does.
@@ -720,6 +766,7 @@ async def simulate_live(
         scheduler_name=config.scheduler_name,
         tick_interval_s=None,
         time_scale=1e9,
+        termination_grace=termination_grace,
         scenario_time=True,
         pin_scenario_identity=True,
         topic_prefix=f"live-{os.getpid()}-{int(time.time() * 1000)}-",

@@ -17,15 +17,21 @@ does (``kai_stream/streams/engine.py``):
   decide once the binder and the connector are done, so rounds are the same on both sides): per decision, in
   order, what the binder and the connector publish into cluster-events (``follow_ups``):
   ``BindRequested`` -> ``PodBound`` then the pod observed on its node, ``Running``;
-  ``EvictionRequested`` -> the pod observed again (the binder's ``DisruptionTarget`` condition), ``PodEvicted``
-  then ``PodRemoved``, then, for a pod that comes back
+  ``EvictionRequested`` -> the pod observed again (the binder's ``DisruptionTarget`` condition), ``PodEvicted``,
+  then the pod observed terminating (``deletionTimestamp``); with a termination grace of 0 instead ``PodRemoved``
+  at once, then, for a pod that comes back
   (``recreated_after_eviction``), its replacement observed pending: same name, uid
   ``stable_id("recreated", old uid)``; ``PodPending`` -> the pod observed again when the binder's
   ``PodScheduled=False`` message for it changes, and its PodGroup observed when the group's
   ``UnschedulableOnNodePool`` message changes (a bind that follows clears the group's mark: observed again);
   ``PodPipelined`` -> nothing;
-* it stops after the first round that decides nothing (or after ``cycles`` rounds). Time does not advance,
-  so ``duration_s`` is not played out here.
+* the clock: rounds take no time. After a round that decides nothing, if evicted pods are still terminating,
+  the clock jumps by the termination grace (``termination_grace``, default 30 s as Kubernetes'): each of them
+  is removed (``PodRemoved`` at the new time, pods by uid) and its replacement, if any, observed; the next
+  round's barrier carries that time. A preemptor placed on a terminating pod's resources is therefore
+  ``Pipelined`` until this jump and bound in the round after it;
+* it stops after the first round that decides nothing with no pod terminating (or after ``cycles`` rounds).
+  ``duration_s`` is not played out here.
 
 Evicted pods: a pod moved by consolidation (its eviction names ``move_to``; KAI only moves pods whose
 workload controller restarts them), or labelled ``kai.scheduler/recreate-on-evict: "true"``, comes back
@@ -84,6 +90,7 @@ __all__ = [
     "pools_of",
     "recreated_after_eviction",
     "recreated_uid",
+    "removal",
     "round_barrier",
     "simulate",
 ]
@@ -238,10 +245,13 @@ def _group_observed(state: ClusterState, pod: PodSpec, decision: Decision) -> li
     return [PodGroupObserved(event_id=why, ts=decision.ts, pool=group.pool, pod_group=group)]
 
 
-def follow_ups(decision: Decision, state: ClusterState, marks: Marks | None = None) -> list[ClusterEvent]:
+def follow_ups(
+    decision: Decision, state: ClusterState, marks: Marks | None = None, termination_grace: float = 0.0
+) -> list[ClusterEvent]:
     """What the binder and the connector put into cluster-events after ``decision`` is applied (module doc);
     ``state`` is the state the decision was made on (before any of these events); ``marks`` what the binder
-    has marked so far (updated here)."""
+    has marked so far (updated here). With a ``termination_grace`` an evicted pod is only observed terminating
+    here; its removal comes from ``removal``, once the grace period is over."""
     marks = marks if marks is not None else Marks()
     pod = state.pods.get(decision.uid)
     if isinstance(decision, PodPending):
@@ -279,16 +289,26 @@ def follow_ups(decision: Decision, state: ClusterState, marks: Marks | None = No
         return events
     if isinstance(decision, EvictionRequested):
         events.insert(0, _observed(pod, "PodDisrupted", decision))
-    removed = PodRemoved(
-        event_id=stable_id("PodRemoved", decision.decision_id),
-        ts=decision.ts,
-        pool=pod.pool,
-        namespace=pod.namespace,
-        name=pod.name,
-        uid=pod.uid,
-    )
-    events.append(removed)
     marks.pods.pop(pod.uid, None)
+    if termination_grace > 0 and pod.node_name is not None and isinstance(decision, EvictionRequested):
+        events.append(_observed(pod.model_copy(update={"terminating": True}), "PodTerminating", decision))
+        return events
+    events.extend(removal(decision, pod, decision.ts))
+    return events
+
+
+def removal(decision: Decision, pod: PodSpec, ts: float) -> list[ClusterEvent]:
+    """The evicted ``pod`` gone at ``ts``: its removal, then its replacement if a controller re-creates it."""
+    events: list[ClusterEvent] = [
+        PodRemoved(
+            event_id=stable_id("PodRemoved", decision.decision_id),
+            ts=ts,
+            pool=pod.pool,
+            namespace=pod.namespace,
+            name=pod.name,
+            uid=pod.uid,
+        )
+    ]
     if isinstance(decision, EvictionRequested) and recreated_after_eviction(decision, pod.labels):
         again = {
             "uid": recreated_uid(pod.uid),
@@ -298,7 +318,9 @@ def follow_ups(decision: Decision, state: ClusterState, marks: Marks | None = No
             "started": None,
             "terminating": False,
         }
-        events.append(_observed(pod.model_copy(update=again), "PodRecreated", decision))
+        recreated = pod.model_copy(update=again)
+        events.append(PodObserved(event_id=stable_id("PodRecreated", decision.decision_id), ts=ts, pool=pod.pool,
+                                  pod=recreated))
     return events
 
 
@@ -337,6 +359,9 @@ class EmulatedCluster:
     log: ClusterLog
     state: ClusterState = field(default_factory=ClusterState)
     marks: Marks = field(default_factory=Marks)
+    termination_grace: float = 0.0
+    terminating: dict[str, tuple[PodSpec, EvictionRequested]] = field(default_factory=dict)
+    """Evicted pods still terminating (by uid): removed by ``end_grace``."""
 
     def observe(self, event: ClusterEvent) -> None:
         """Append ``event`` to cluster-events and fold it."""
@@ -349,16 +374,46 @@ class EmulatedCluster:
 
     def decide(self, decision: Decision) -> list[ClusterEvent]:
         """Fold ``decision`` (no offset: it is not in cluster-events) and return the events it will cause."""
-        caused = follow_ups(decision, self.state, self.marks)
+        caused = follow_ups(decision, self.state, self.marks, self.termination_grace)
+        pod = self.state.pods.get(decision.uid)
+        if isinstance(decision, EvictionRequested) and pod is not None and not any(
+            isinstance(e, PodRemoved) for e in caused
+        ):
+            self.terminating[pod.uid] = (pod, decision)
         apply(self.state, decision)
         return caused
 
+    def end_grace(self) -> bool:
+        """Advance the clock by the grace period: every terminating evicted pod is removed (pods sorted by
+        uid), its replacement observed. False when none was terminating."""
+        if not self.terminating:
+            return False
+        ts = self.state.now + self.termination_grace
+        for uid in sorted(self.terminating):
+            pod, decision = self.terminating[uid]
+            for event in removal(decision, pod, ts):
+                self.observe(event)
+        self.terminating.clear()
+        return True
+
+
+DEFAULT_TERMINATION_GRACE_S = 30.0
+"""Kubernetes' default ``terminationGracePeriodSeconds``."""
+
 
 def simulate(
-    events: list[ObservedEvent], config: SchedulerConfig, *, cycles: int = 50, partitions: int | None = None
+    events: list[ObservedEvent],
+    config: SchedulerConfig,
+    *,
+    cycles: int = 50,
+    partitions: int | None = None,
+    termination_grace: float = DEFAULT_TERMINATION_GRACE_S,
 ) -> SimulationResult:
     """Fold ``events``, then run rounds with the emulated cluster until nothing changes (see module doc)."""
-    cluster = EmulatedCluster(ClusterLog(partitions if partitions is not None else cluster_events_partitions()))
+    cluster = EmulatedCluster(
+        ClusterLog(partitions if partitions is not None else cluster_events_partitions()),
+        termination_grace=termination_grace,
+    )
     state = cluster.state
     for event in events:
         cluster.observe(event)
@@ -387,6 +442,8 @@ def simulate(
             decided.extend(linked)
         result.cycles += 1
         if not decided:
+            if cluster.end_grace():
+                continue
             result.settled = True
             break
         for reaction in reactions:

@@ -6,7 +6,7 @@ each decision as the live binder, kubelets and watch would:
 
 * ``BindRequested`` -> a ``PodBound`` outcome, then the pod observed ``Running`` on its node; a pod with
   ``duration_s`` is observed ``Succeeded`` that much later and then deleted (as a Job's TTL controller does);
-* ``EvictionRequested`` -> a ``PodEvicted`` outcome.
+* ``EvictionRequested`` -> a ``PodEvicted`` outcome, then the pod removed (no termination grace here).
 
 Outcomes go back into the event log at new offsets, exactly as they return through the cluster-events topic.
 Decisions are chained (``prev_hash``) and the config is recorded first, so the result replays like a
@@ -135,6 +135,16 @@ class _Loop:
                     ts=decision.ts,
                     pool=self.pool,
                     decision_id=decision.decision_id,
+                    namespace=decision.namespace,
+                    name=decision.name,
+                    uid=decision.uid,
+                )
+            )
+            self.emit(
+                PodRemoved(
+                    event_id=stable_id("engine-removed", decision.decision_id),
+                    ts=decision.ts,
+                    pool=self.pool,
                     namespace=decision.namespace,
                     name=decision.name,
                     uid=decision.uid,

@@ -4,7 +4,9 @@ The simulation's log is the one ``kai_stream.simulate.EmulatedCluster`` keeps (t
 ``kai_stream/simulate.py``): the scenario's events, then per round its barrier Tick, every pool's decisions (pools
 sorted, each pool's cycle at ``input_offset`` = the last offset of its cluster-events partition, decisions folded
 without an offset), then every event those decisions cause (outcomes, the connector's observations, re-created
-pods). Replay rebuilds the same log around the recorded decisions and checks each pool's cycle: its
+pods), and, where the simulation's clock jumped (a round that decided nothing while evicted pods were
+terminating), that round's barrier and the removals. Replay rebuilds the same log around the recorded
+decisions and checks each pool's cycle: its
 ``input_offset`` must be where the rebuilt log stands, and ``run_cycle`` must return the recorded decisions byte
 for byte.
 """
@@ -16,7 +18,12 @@ from collections.abc import Sequence
 from kai_stream.core.config import SchedulerConfig
 from kai_stream.core.events import ClusterEvent, Decision, ObservedEvent, decision_hash, dumps
 from kai_stream.core.scheduler.cycle import run_cycle
-from kai_stream.simulate import ClusterLog, EmulatedCluster, cluster_events_partitions
+from kai_stream.simulate import (
+    DEFAULT_TERMINATION_GRACE_S,
+    ClusterLog,
+    EmulatedCluster,
+    cluster_events_partitions,
+)
 from replay.diff import Divergence
 from replay.runner import PoolReplay, ReplayReport
 
@@ -44,9 +51,13 @@ def replay_simulation(
     config: SchedulerConfig,
     *,
     partitions: int | None = None,
+    termination_grace: float = DEFAULT_TERMINATION_GRACE_S,
 ) -> ReplayReport:
     """Rebuild every decision of ``simulate(events, config)`` from ``events`` and compare bytes."""
-    cluster = EmulatedCluster(ClusterLog(partitions if partitions is not None else cluster_events_partitions()))
+    cluster = EmulatedCluster(
+        ClusterLog(partitions if partitions is not None else cluster_events_partitions()),
+        termination_grace=termination_grace,
+    )
     state = cluster.state
     for event in events:
         cluster.observe(event)
@@ -62,7 +73,14 @@ def replay_simulation(
         pool = results.setdefault(subject.pool, PoolReplay(pool=subject.pool))
         pool.divergences.append(Divergence(subject.pool, i, i, subject.input_offset, recorded, rebuilt, why))
 
-    for round_number, round_ in enumerate(_rounds(decisions), start=1):
+    round_number = 0
+    for round_ in _rounds(decisions):
+        opening = decisions[round_[0][0]]
+        while cluster.terminating and cluster.log.offset_of(opening.pool) + 1 != opening.input_offset:
+            round_number += 1
+            cluster.start_round(round_number)
+            cluster.end_grace()
+        round_number += 1
         cluster.start_round(round_number)
         reactions: list[ClusterEvent] = []
         for group in round_:

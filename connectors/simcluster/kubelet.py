@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+from collections.abc import Iterable
 from typing import Any
 
 from connectors.simcluster import admission
@@ -173,6 +174,22 @@ class SimKubelets:
                 self._schedule(pod, "finish", duration * self.time_scale)
         elif phase in TERMINAL_PHASES:
             return
+
+    def finish_deletions(self, uids: Iterable[str]) -> int:
+        """End the grace period of these terminating pods now (a clock jump: ``simulate --live`` plays the
+        grace period in rounds); returns how many were removed."""
+        wanted = set(uids)
+        refs = sorted(
+            (pod["metadata"].get("namespace", ""), pod["metadata"]["name"], pod["metadata"].get("uid", ""))
+            for pod in self.store.objects(_PODS)
+            if pod["metadata"].get("uid") in wanted and pod["metadata"].get("deletionTimestamp")
+        )
+        for ref in refs:
+            handle = self._timers.pop((ref[2], "delete"), None)
+            if handle is not None:
+                handle.cancel()
+            self._fire("delete", ref)
+        return len(refs)
 
     def _admit(self, pod: Obj, now: str) -> dict[str, Any]:
         if self.enforce_capacity:

@@ -13,6 +13,9 @@
   only then is the pod read, giving the same outcomes as above with one API call per bind instead of two.
   The PodGroup comes from the decision's job (``namespace/group``); a group named exactly like its only pod
   looks like no group there and is cleared only if this binder marked it.
+* Before any binding POST the node is checked by the binder's own view (``room.py``: the node's allocatable and
+  every pod on it, terminating ones included, read from the API): a bind onto a node without the room is not
+  POSTed but becomes ``BindFailed`` naming what is missing, so a scheduler's mistake cannot over-commit a GPU.
 * Evict: POST ``pods/eviction``; 404 (or a different uid) means the pod is already gone (``already=True``).
   Before it, as kube-scheduler does, the pod gets the status condition ``DisruptionTarget=True`` reason
   ``PreemptionByScheduler`` whose message names the action, the preemptor job and its queue (``disruption``);
@@ -49,6 +52,7 @@ from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_aft
 from yarl import URL
 
 from kai_stream.binder.plan import Action, Bind, Evict, MarkUnschedulable
+from kai_stream.binder.room import lacks_room
 from kai_stream.core.events import (
     BindFailed,
     BindRequested,
@@ -158,6 +162,7 @@ class Pod:
         meta = obj.get("metadata") or {}
         spec = obj.get("spec") or {}
         status = obj.get("status") or {}
+        self.raw = obj
         self.uid: str | None = meta.get("uid")
         self.annotations: dict[str, str] = meta.get("annotations") or {}
         self.deleting = meta.get("deletionTimestamp") is not None
@@ -259,9 +264,34 @@ class KubeApplier:
         if checked is not None:
             return checked
         assert pod is not None
-        return await self._bind_directly(decision, pod.annotations.get(ANNOTATION_POD_GROUP))
+        return await self._bind_directly(decision, pod.annotations.get(ANNOTATION_POD_GROUP), pod.raw)
 
-    async def _bind_directly(self, decision: BindRequested, group: str | None = None) -> Outcome:
+    async def _room(self, decision: BindRequested, own: dict[str, Any] | None) -> str | None:
+        """Why the node has no room for the pod by the API's current view (``room.lacks_room``), or None."""
+        try:
+            node = orjson.loads(
+                await self._raw("get", lambda: self.core.read_node(decision.node, _preload_content=False))
+            )
+        except HttpStatusError as exc:
+            if exc.status == 404:
+                return f"node {decision.node} not found"
+            raise
+        listed = orjson.loads(
+            await self._raw(
+                "list",
+                lambda: self.core.list_pod_for_all_namespaces(
+                    field_selector=f"spec.nodeName={decision.node}", _preload_content=False
+                ),
+            )
+        )
+        return lacks_room(decision, node, listed.get("items") or [], own)
+
+    async def _bind_directly(
+        self, decision: BindRequested, group: str | None = None, own: dict[str, Any] | None = None
+    ) -> Outcome:
+        refused = await self._room(decision, own)
+        if refused is not None:
+            return _bind_failed(decision, refused)
         indices = ",".join(map(str, decision.gpu_indices))
         annotations = {ANNOTATION_GPU_INDICES: indices} if indices else None
         body = client.V1Binding(

@@ -37,6 +37,7 @@ from kai_stream.history.reader import ALL_TOPICS, DEFAULT_HISTORY_DIR
 from kai_stream.history.sink import SinkStats, run_sink
 from kai_stream.pipeline import Pipeline, PipelineOptions
 from kai_stream.settings import KafkaSettings
+from kai_stream.simulate import DEFAULT_TERMINATION_GRACE_S
 
 DEMO = Path(kai_stream.__file__).resolve().parent.parent / "examples" / "demo.yaml"
 _RESUBMITTED = re.compile(r"-r\d+$")
@@ -226,6 +227,9 @@ def run(
     tick_interval: Annotated[float, typer.Option(help="seconds between Tick events")] = 1.0,
     resubmit: Annotated[float, typer.Option(help="re-submit finished pods every N seconds (0: never)")] = 1.0,
     config: Annotated[Path | None, typer.Option(help="scheduler config (YAML)")] = None,
+    termination_grace: Annotated[
+        float, typer.Option(min=0.0, help="seconds an evicted pod stays terminating (Kubernetes' default: 30)")
+    ] = DEFAULT_TERMINATION_GRACE_S,
     bootstrap_servers: Annotated[
         str | None, typer.Option(help="use this Kafka instead of starting the embedded broker")
     ] = None,
@@ -247,6 +251,7 @@ def run(
         bootstrap_servers=bootstrap_servers,
         config_path=config,
         tick_interval_s=tick_interval,
+        termination_grace=termination_grace,
     )
     console = Console()
     if not no_history:

@@ -14,6 +14,7 @@ from rich.table import Table
 from kai_stream.cli import app
 from kai_stream.core.config import SchedulerConfig, load_config
 from kai_stream.core.manifests import ManifestError, load_scenario
+from kai_stream.simulate import DEFAULT_TERMINATION_GRACE_S
 from kai_stream.simulate import simulate as run_simulation
 
 
@@ -65,6 +66,10 @@ def simulate_command(
         bool, typer.Option("--live", help="run it through the real broker, simulated cluster, connector and binder")
     ] = False,
     lenient: Annotated[bool, typer.Option("--lenient", help="accept unknown fields in the manifests")] = False,
+    termination_grace: Annotated[
+        float,
+        typer.Option("--termination-grace", min=0.0, help="simulated seconds an evicted pod stays terminating"),
+    ] = DEFAULT_TERMINATION_GRACE_S,
 ) -> None:
     """Schedule a scenario in-process until nothing changes; print pods, queues and decision counts (--json: every
     decision)."""
@@ -94,9 +99,11 @@ def simulate_command(
 
         from kai_stream.pipeline import simulate_live
 
-        result = asyncio.run(simulate_live(scenario, settings, config_path=config)).to_json()
+        result = asyncio.run(
+            simulate_live(scenario, settings, config_path=config, termination_grace=termination_grace)
+        ).to_json()
     else:
-        simulated = run_simulation(events, settings, cycles=cycles)
+        simulated = run_simulation(events, settings, cycles=cycles, termination_grace=termination_grace)
         if not simulated.settled:
             err.print(f"[yellow]warning:[/] decisions still changing after {cycles} cycles (result is the last state)")
         result = simulated.to_json()

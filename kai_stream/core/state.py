@@ -18,8 +18,11 @@ Rules (everything that changes state lives here):
    object (pods by uid, nodes by name and uid) is stale (a re-list's or a re-delivered copy) and is ignored, so
    it can never undo a newer observation or a bind folded from ``PodBound``. The version is forgotten with the
    object.
-4. Iteration order is never taken from a dict: readers sort (creation time, then uid / name).
-5. ``ClusterState.derived`` holds what the fold keeps beside the state for the scheduler (``Derived``): the live
+4. An evicted pod keeps its resources until it is gone: ``PodEvicted`` (the API accepted the eviction) leaves
+   it releasing, as does a ``deletionTimestamp`` (``PodSpec.terminating``); only ``PodRemoved`` (or a terminal
+   phase) frees them. A preemptor placed on them stays pipelined until then.
+5. Iteration order is never taken from a dict: readers sort (creation time, then uid / name).
+6. ``ClusterState.derived`` holds what the fold keeps beside the state for the scheduler (``Derived``): the live
    pods per job, Succeeded counts, and which jobs changed since a pool's snapshot was parked. It is a cache:
    excluded from equality, dropped on copy or pickle (then rebuilt from ``pods``), never a source of decisions.
 """
@@ -317,7 +320,7 @@ def _observe_pod(state: ClusterState, pod: PodSpec, ts: float) -> None:
         state.assumed.pop(pod.uid, None)
         state.pipelined.pop(pod.uid, None)
         state.last_pending.pop(pod.uid, None)
-    if pod.phase in ("Succeeded", "Failed"):
+    if pod.phase in ("Succeeded", "Failed") or (pod.node_name is None and previous is not None):
         state.evicting.pop(pod.uid, None)
         state.evicting_for.pop(pod.uid, None)
 
@@ -460,8 +463,9 @@ def apply(state: ClusterState, event: AnyEvent, offset: int | None = None) -> bo
                 _forget_pod(state, uid)
         case PodEvicted(uid=uid, decision_id=decision_id):
             state.evicted[uid] = decision_id
-            _group_changed(state, uid, event.ts)
-            _forget_pod(state, uid)
+            if uid in state.pods and state.evicting.get(uid) is None:
+                state.evicting[uid] = decision_id
+                _pod_touched(state, uid)
         case EvictionFailed(uid=uid):
             if state.evicting.pop(uid, None) is not None:
                 _pod_touched(state, uid)

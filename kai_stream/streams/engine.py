@@ -13,6 +13,12 @@ Restart and rebalance: ``rebuild`` folds the partition from offset 0 together wi
 in the decisions topic (each recorded decision is folded right after the event at its ``input_offset``), so
 state, head hash and "config recorded" match what was published; events at or below the rebuilt offset
 are then ignored as re-deliveries, and no decision is published twice.
+
+A decision is a function of exactly the events up to its ``input_offset`` (its ``ts`` is the state's time
+there): a recorded decision is never folded before its input event. When a rebuild's read of cluster-events
+ends short of an input offset an earlier instance had reached, those decisions wait in ``awaiting`` and are
+folded when ``fold`` reaches their event; the pool decides nothing until then (its next cycle would otherwise
+decide on a state that lacks events the recorded decisions saw, or that holds decisions before their inputs).
 """
 
 from __future__ import annotations
@@ -76,6 +82,9 @@ class PartitionEngine:
     template: ClusterState = field(default_factory=ClusterState)
     pools: dict[str, PoolState] = field(default_factory=dict)
     config_recorded: set[str] = field(default_factory=set)
+    awaiting: dict[str, deque[Decision]] = field(default_factory=dict)
+    """Per pool: recorded decisions whose input event this engine has not folded yet (a rebuild that read the
+    log to a shorter end than an earlier instance had consumed); each is folded right after that event."""
 
     @classmethod
     def for_config(cls, partition: int, config: SchedulerConfig, code_version: str) -> PartitionEngine:
@@ -104,16 +113,25 @@ class PartitionEngine:
             apply(self.template, event, offset)
             for pool in self.pools.values():
                 apply(pool.state, event, offset)
-            return sorted(self.pools)
-        apply(self._pool(event.pool).state, event, offset)
-        return [event.pool]
+            touched = sorted(self.pools)
+        else:
+            apply(self._pool(event.pool).state, event, offset)
+            touched = [event.pool]
+        if self.awaiting:
+            for name in touched:
+                queue = self.awaiting.get(name)
+                while queue and queue[0].input_offset <= offset:
+                    apply(self.pools[name].state, queue.popleft())
+                if queue is not None and not queue:
+                    del self.awaiting[name]
+        return touched
 
     def cycle(self, pools: Iterable[str]) -> list[Outgoing]:
         """Run a cycle for each pool (sorted), fold its decisions, return what to publish."""
         out: list[Outgoing] = []
         for name in sorted(set(pools)):
             pool = self.pools.get(name)
-            if pool is None or pool.state.offset <= pool.last_input_offset:
+            if pool is None or pool.state.offset <= pool.last_input_offset or name in self.awaiting:
                 continue
             decisions = run_cycle(
                 pool.state, self.config, pool=name, input_offset=pool.state.offset, code_version=self.code_version
@@ -166,9 +184,8 @@ class PartitionEngine:
                 while queue and queue[0].input_offset <= offset:
                     self._fold_recorded(name, queue.popleft())
         for name in sorted(pending):
-            for decision in pending[name]:
-                self._fold_recorded(name, decision)
-
-    def needed_until(self, recorded: Sequence[DecisionsRecord]) -> int:
-        """The last event offset a rebuild must fold so every recorded decision has its input."""
-        return max((r.input_offset for r in recorded if is_decision(r)), default=-1)
+            if pending[name]:
+                pool = self._pool(name)
+                pool.head = decision_hash(pending[name][-1])
+                pool.last_input_offset = pending[name][-1].input_offset
+                self.awaiting[name] = pending[name]

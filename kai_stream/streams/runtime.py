@@ -118,16 +118,36 @@ class SchedulerRuntime:
     def _new_engine(self, partition: int) -> PartitionEngine:
         return PartitionEngine.for_config(partition, self.config, self.code_version)
 
-    async def _read_partition(self, topic: str, partition: int) -> list[Any]:
+    async def _read_partition(self, topic: str, partition: int, start: int = 0) -> list[Any]:
         consumer = make_consumer(self.kafka, group_id=None, fetch_max_wait_ms=20)
         await consumer.start()
         try:
             tp = TopicPartition(topic, partition)
             consumer.assign([tp])
-            await consumer.seek_to_beginning(tp)
+            if start:
+                consumer.seek(tp, start)
+            else:
+                await consumer.seek_to_beginning(tp)
             return await read_to_end(consumer, timeout_s=60.0)
         finally:
             await consumer.stop()
+
+    async def _read_through(self, partition: int, needed: int, timeout_s: float = 60.0) -> list[Any]:
+        """Cluster-events of ``partition`` from offset 0 to its end, and at least through offset ``needed`` (the
+        last one an earlier instance consumed: never delivered to this one). A read that ends short of it (the
+        broker reported a low end for a moment) goes on from where it stopped; no event may be skipped."""
+        records = await self._read_partition(self.names.cluster_events, partition)
+        deadline = time.monotonic() + timeout_s
+        while (records[-1].offset if records else -1) < needed:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"cluster-events partition {partition} not readable through offset {needed}")
+            more = await self._read_partition(
+                self.names.cluster_events, partition, start=records[-1].offset + 1 if records else 0
+            )
+            if not more:
+                await asyncio.sleep(0.05)
+            records.extend(more)
+        return records
 
     async def rebuild(self, partition: int, before: int) -> PartitionEngine:
         """State of ``partition`` from its whole log (to the fetch high-watermark) and its published decisions
@@ -144,7 +164,7 @@ class SchedulerRuntime:
         events: list[tuple[int, ClusterEvent]] = []
         last = -1
         malformed: list[tuple[InRecord, str]] = []
-        for record in await self._read_partition(self.names.cluster_events, partition):
+        for record in await self._read_through(partition, before - 1):
             last = record.offset
             raw = InRecord(partition, record.offset, record.key, record.value, record.timestamp)
             try:
@@ -154,7 +174,7 @@ class SchedulerRuntime:
         if malformed:
             await self._dead_letter_missing(malformed)
         engine.rebuild(events, recorded)
-        engine.offset = max(engine.offset, last, before - 1, engine.needed_until(recorded))
+        engine.offset = max(engine.offset, last, before - 1)
         self._rebuilt_ticks[partition] = {
             pool
             for offset, event in events

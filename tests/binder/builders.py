@@ -7,12 +7,12 @@ from typing import Any
 from kai_stream.core.events import BindRequested, EvictionRequested, PodPending, stable_id
 
 
-def node(name: str) -> dict[str, Any]:
+def node(name: str, gpus: int = 8) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "Node",
         "metadata": {"name": name, "labels": {"kai.scheduler/node-pool": "default"}},
-        "status": {"capacity": {"cpu": "32", "memory": "256Gi", "nvidia.com/gpu": "8", "pods": "110"}},
+        "status": {"capacity": {"cpu": "32", "memory": "256Gi", "nvidia.com/gpu": str(gpus), "pods": "110"}},
     }
 
 

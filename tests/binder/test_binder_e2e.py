@@ -49,11 +49,11 @@ async def _committed(settings: KafkaSettings, topic: str, group: str) -> dict[in
 async def test_binder_survives_a_kill_without_losing_or_double_binding(
     kafka_settings: KafkaSettings, topics: TopicNames, sim: SimCluster, flaky: Proxy
 ) -> None:
-    await sim.create(node("n1"))
-    await sim.create(node("n2"))
+    await sim.create(node("n1", gpus=N_PODS // 2))
+    await sim.create(node("n2", gpus=N_PODS // 2))
     pods = [await sim.create(pod(f"p{i:02d}")) for i in range(N_PODS)]
     waiting = await sim.create(pod("waiting"))
-    decisions = [bind(p, f"n{1 + i % 2}", offset=i, gpus=(i % 8,)) for i, p in enumerate(pods)]
+    decisions = [bind(p, f"n{1 + i % 2}", offset=i, gpus=(i // 2,)) for i, p in enumerate(pods)]
 
     producer = make_producer(kafka_settings)
     await producer.start()

@@ -42,7 +42,7 @@ def test_explain_reclaimed_pod(tmp_path: Path) -> None:
     assert len(evicted) == 1
     story = evicted[0]
     kinds = [step.kind for step in story.steps]
-    assert kinds == ["Arrived", "BindDecided", "Bound", "EvictionDecided", "Evicted"]
+    assert kinds == ["Arrived", "BindDecided", "Bound", "EvictionDecided", "Evicted", "Removed"]
     eviction = story.steps[3]
     assert eviction.ts == 10.0 and eviction.data["action"] == "reclaim"
     assert eviction.data["preemptor"] == "ml/a-0" and eviction.data["preemptor_queue"] == "team-a"

@@ -6,6 +6,10 @@ A job is stale when some of its pods are running, none has succeeded, and fewer 
 change to its set of pods (``ClusterState.group_changed``: a pod observed, bound, evicted or removed) to
 ``state.now``; the grace period is ``stale_gang_grace_s`` (default 60 s). Every running pod of the job gets an
 ``EvictionRequested``.
+
+A job whose PodGroup does not exist (deleted, or not created yet) is never stale: as in KAI, where the action
+walks the PodGroups and a pod without one belongs to no gang, its pods have no ``minMember`` to be below (the
+session gives such a job an unreachable one only so that allocate places none of its pending pods).
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ NAME = "stalegangeviction"
 
 def stale(job: JobInfo, now: float, grace: float) -> bool:
     """Whether ``job`` is a gang running below its minimum for the grace period or longer (see above)."""
-    if job.min_member <= 1 or job.succeeded or now - job.changed < grace:
+    if job.group_missing or job.min_member <= 1 or job.succeeded or now - job.changed < grace:
         return False
     return any(t.status == RUNNING for t in job.tasks) and job.active_count() < job.min_member
 

@@ -4,7 +4,8 @@ Pure: it reads decoded records in log order (a pool's cluster-events and decisio
 a decision follows the event it was decided after) and names the first record that breaks one of:
 
 * **capacity** — no node's GPUs (per device index, whole and fractional; a device shared by fractions counts
-  as a whole GPU against the node), CPU or memory over its allocatable, counting terminating pods (evicted or
+  as a whole GPU against the node; a fraction without device indices, as a pod placed before kai-stream has,
+  counts by its share alone), CPU or memory over its allocatable, counting terminating pods (evicted or
   deleted, not yet removed) until they are removed. Judged three ways:
 
   - *observed*: what the cluster says is on the node (``PodObserved`` with a node, ``PodBound``), until
@@ -164,6 +165,7 @@ class _Pod:
 class _Usage:
     devices: Counter[int] = field(default_factory=Counter)
     loose_gpu: int = 0
+    loose_share: int = 0
     cpu: int = 0
     memory: int = 0
     holders: dict[str, list[str]] = field(default_factory=dict)
@@ -194,6 +196,8 @@ def _add(usage: _Usage, spec: PodSpec, gpus: tuple[int, ...] | None, node: NodeS
         for index in gpus:
             usage.devices[index] += share
             usage.holders.setdefault(f"gpu[{index}]", []).append(key)
+    elif spec.gpu_fraction_milli is not None or spec.gpu_memory_mib:
+        usage.loose_share += spec.requests.gpu_milli
     else:
         usage.loose_gpu += spec.requests.gpu_milli
     usage.holders.setdefault("gpu", []).append(key)
@@ -210,6 +214,9 @@ def _over(usage: _Usage, node: NodeSpec) -> tuple[str, int, int] | None:
     whole = sum(1 for used in usage.devices.values() if used > 0) * UNIT + usage.loose_gpu
     if whole > node.allocatable.gpu_milli:
         return "gpu", whole, node.allocatable.gpu_milli
+    total = sum(usage.devices.values()) + usage.loose_gpu + usage.loose_share
+    if total > node.allocatable.gpu_milli:
+        return "gpu", total, node.allocatable.gpu_milli
     if usage.cpu > node.allocatable.cpu_milli:
         return "cpu", usage.cpu, node.allocatable.cpu_milli
     if usage.memory > node.allocatable.memory:

@@ -302,3 +302,14 @@ def test_the_chain_is_verified_first() -> None:
     report = check_history(History(pools={"default": pool}, source="test"))
     assert report.violation is not None and report.violation.kind == "broken chain"
     assert report.violation.position == Position("default", DECISIONS_TOPIC, 1, pool.decisions[1].ts)
+
+
+def test_a_fraction_without_device_indices_counts_by_its_share() -> None:
+    """A fractional pod placed before the scheduler (no gpu-indices annotation) may share a device: only its share
+    counts against the node, so a moved half next to it fits, and a third half does not."""
+    log = Log().node("n1", gpus=1)
+    log.pod("old", requests=Resources(gpu_milli=500), gpu_fraction_milli=500, node_name="n1", phase="Running")
+    log.pod("moved", requests=Resources(gpu_milli=500), gpu_fraction_milli=500).bind("moved", "n1", (0,))
+    _ok(log)
+    log.pod("third", requests=Resources(gpu_milli=500), gpu_fraction_milli=500).bind("third", "n1", (0,))
+    assert "node n1 gpu: 1.5 GPU on a capacity of 1" in _violation(log, "over capacity (decided)")

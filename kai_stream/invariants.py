@@ -9,7 +9,8 @@ a decision follows the event it was decided after) and names the first record th
   deleted, not yet removed) until they are removed. Judged three ways:
 
   - *observed*: what the cluster says is on the node (``PodObserved`` with a node, ``PodBound``), until
-    ``PodRemoved`` or a terminal phase;
+    ``PodRemoved``, a terminal phase, or the pod observed unbound again (the trace simulator re-queues an
+    evicted pod under its uid);
   - *decided*: the same plus the binds the scheduler decided and the cluster has not confirmed (a bind must
     fit next to every pod still on the node, terminating ones included);
   - *reserved*: binds and pipelined reservations (``PodPipelined`` not yet bound, pending or removed) next to
@@ -289,6 +290,12 @@ class _Checker:
                     pod.succeeded = spec.phase == "Succeeded"
                     pod.observed = pod.promised = pod.pipelined = None
                     pod.owed_since = None
+                elif spec.node_name is None and pod.observed is not None:
+                    pod.observed = None
+                    pod.terminating = pod.evicting = pod.evicted = False
+                    pod.fresh_binds = 0
+                    pod.owed_since = position.offset
+                    pod.word = "back to pending"
                 elif spec.node_name is not None:
                     if pod.observed is not None and pod.observed[0] != spec.node_name:
                         return Violation(
@@ -416,7 +423,12 @@ class _Checker:
             node = self.nodes.get(name)
             if node is None:
                 continue
-            here = [self.pods[uid] for uid in sorted(self.on_node.get(name, ()))]
+            listed = self.on_node.get(name, set())
+            here = [self.pods[uid] for uid in sorted(listed)]
+            gone = {pod.spec.uid for pod in here if name not in self._nodes_of(pod)}
+            if gone:
+                listed -= gone
+                here = [pod for pod in here if pod.spec.uid not in gone]
             for view, where in _VIEWS:
                 usage = _Usage()
                 for pod in here:

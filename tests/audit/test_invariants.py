@@ -313,3 +313,17 @@ def test_a_fraction_without_device_indices_counts_by_its_share() -> None:
     _ok(log)
     log.pod("third", requests=Resources(gpu_milli=500), gpu_fraction_milli=500).bind("third", "n1", (0,))
     assert "node n1 gpu: 1.5 GPU on a capacity of 1" in _violation(log, "over capacity (decided)")
+
+
+def test_a_pod_observed_unbound_again_has_left_its_node() -> None:
+    """The trace simulator re-queues an evicted pod under its uid: once observed pending it holds nothing, and
+    binding it again is not a second bind."""
+    log = _reclaim(pipelined_first=True)
+    log.events, log.decisions = log.events[:6], log.decisions[:3]
+    log.evicted("v").pod("v", node_name=None, gpu_indices=None, phase="Pending")
+    log.bind("r", "n1", (0,)).bound("r", "n1", (0,)).pending("v")
+    _ok(log)
+    log.bind("v", "n1", (1,)).bound("v", "n1", (1,))
+    assert _ok(log).pods == {"bound": 2}
+    log.pod("w").bind("w", "n1", (1,))
+    assert "gpu[1]" in _violation(log, "over capacity (decided)")

@@ -15,6 +15,9 @@ a decision follows the event it was decided after) and names the first record th
     fit next to every pod still on the node, terminating ones included);
   - *reserved*: binds and pipelined reservations (``PodPipelined`` not yet bound, pending or removed) next to
     the pods that are not releasing (a pipelined pod may wait on capacity that evicted pods still hold).
+
+  A cycle's decisions are one commit: the nodes they touch are judged once the cycle is complete (the first
+  violating node is reported at the last decision of the cycle that touched it); events are judged one by one.
 * **bound twice** — a second bind of one uid without a removal between: two ``PodBound`` (not ``already``), a
   ``PodBound`` onto another node than the one the pod is on, or a ``BindRequested`` for a pod that is bound or
   has a bind outstanding.
@@ -243,6 +246,7 @@ class _Checker:
         self.min_member: dict[str, int] = {}
         self.cycle: tuple[int, Position] | None = None
         self.cycle_jobs: set[str] = set()
+        self.cycle_nodes: dict[str, Position] = {}
         self.last_cycle_input = -1
         self.violation: Violation | None = None
 
@@ -405,7 +409,9 @@ class _Checker:
                 pod.pipelined = None
                 pod.word = "pending"
                 pod.owed_since = None
-        return self.check_nodes(position, touched)
+        for name in touched:
+            self.cycle_nodes[name] = position
+        return None
 
     # ------------------------------------------------------------------ checks
 
@@ -466,6 +472,11 @@ class _Checker:
             return None
         input_offset, position = self.cycle
         jobs, self.cycle, self.cycle_jobs = self.cycle_jobs, None, set()
+        nodes, self.cycle_nodes = self.cycle_nodes, {}
+        for name in sorted(nodes):
+            found = self.check_nodes(nodes[name], [name])
+            if found is not None:
+                return found
         for job in sorted(jobs):
             need = self.min_member.get(job)
             if need is None or need <= 1:

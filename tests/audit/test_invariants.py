@@ -327,3 +327,21 @@ def test_a_pod_observed_unbound_again_has_left_its_node() -> None:
     assert _ok(log).pods == {"bound": 2}
     log.pod("w").bind("w", "n1", (1,))
     assert "gpu[1]" in _violation(log, "over capacity (decided)")
+
+
+def test_a_cycle_is_judged_once_complete() -> None:
+    """Inside one cycle a bind may take a device whose reservation a later decision of the same cycle moves (or
+    drops); a reservation still overlapping when the cycle ends is caught, at that cycle's decision."""
+    def cycle(then: str) -> Log:
+        log = Log().node("n1", gpus=1).node("n2", gpus=1).pod("a").pipeline("a", "n1", (0,)).pod("b")
+        log.bind("b", "n1", (0,))
+        if then == "move":
+            log.pipeline("a", "n2", (0,))
+        elif then == "drop":
+            log.pending("a")
+        return log.pod("c")
+
+    _ok(cycle("move"))
+    _ok(cycle("drop"))
+    message = _violation(cycle("keep"), "over capacity (reserved)")
+    assert "decisions offset 1" in message and "held by ns/a, ns/b" in message

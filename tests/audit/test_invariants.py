@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import orjson
 import pytest
 
 from kai_stream.core.events import (
@@ -345,3 +346,30 @@ def test_a_cycle_is_judged_once_complete() -> None:
     _ok(cycle("drop"))
     message = _violation(cycle("keep"), "over capacity (reserved)")
     assert "decisions offset 1" in message and "held by ns/a, ns/b" in message
+
+
+def test_the_command_exits_1_naming_the_violation_and_0_with_a_summary(monkeypatch: pytest.MonkeyPatch) -> None:
+    from typer.testing import CliRunner
+
+    from kai_stream.cli import _register, app
+
+    _register()
+    import kai_stream.cli.audit as command
+
+    def serve(log: Log) -> None:
+        history = History(pools={"default": log.pool_log()}, source="hand-made")
+        monkeypatch.setattr(command, "open_history", lambda *_, **__: history)
+
+    serve(_two_on(1))
+    result = CliRunner().invoke(app, ["audit", "invariants", "somewhere"])
+    assert result.exit_code == 0, result.output
+    assert "all invariants hold" in result.output and "bound 2" in result.output
+    serve(_two_on(0))
+    result = CliRunner().invoke(app, ["audit", "invariants", "somewhere"])
+    assert result.exit_code == 1
+    assert "over capacity (decided)" in result.output and "node n1 gpu[0]" in result.output
+    result = CliRunner().invoke(app, ["audit", "invariants", "somewhere", "--json"])
+    assert result.exit_code == 1
+    violation = orjson.loads(result.output)["violation"]
+    numbers = (violation["node"], violation["resource"], violation["used"], violation["capacity"])
+    assert numbers == ("n1", "gpu[0]", 2000, 1000)

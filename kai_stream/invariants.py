@@ -4,15 +4,20 @@ Pure: it reads decoded records in log order (a pool's cluster-events and decisio
 a decision follows the event it was decided after) and names the first record that breaks one of:
 
 * **capacity** — no node's GPUs (per device index, whole and fractional; a device shared by fractions counts
-  as a whole GPU against the node), CPU or memory over its allocatable, counting terminating pods (evicted or
+  as a whole GPU against the node; a fraction without device indices, as a pod placed before kai-stream has,
+  counts by its share alone), CPU or memory over its allocatable, counting terminating pods (evicted or
   deleted, not yet removed) until they are removed. Judged three ways:
 
   - *observed*: what the cluster says is on the node (``PodObserved`` with a node, ``PodBound``), until
-    ``PodRemoved`` or a terminal phase;
+    ``PodRemoved``, a terminal phase, or the pod observed unbound again (the trace simulator re-queues an
+    evicted pod under its uid);
   - *decided*: the same plus the binds the scheduler decided and the cluster has not confirmed (a bind must
     fit next to every pod still on the node, terminating ones included);
   - *reserved*: binds and pipelined reservations (``PodPipelined`` not yet bound, pending or removed) next to
     the pods that are not releasing (a pipelined pod may wait on capacity that evicted pods still hold).
+
+  A cycle's decisions are one commit: the nodes they touch are judged once the cycle is complete (the first
+  violating node is reported at the last decision of the cycle that touched it); events are judged one by one.
 * **bound twice** — a second bind of one uid without a removal between: two ``PodBound`` (not ``already``), a
   ``PodBound`` onto another node than the one the pod is on, or a ``BindRequested`` for a pod that is bound or
   has a bind outstanding.
@@ -164,6 +169,7 @@ class _Pod:
 class _Usage:
     devices: Counter[int] = field(default_factory=Counter)
     loose_gpu: int = 0
+    loose_share: int = 0
     cpu: int = 0
     memory: int = 0
     holders: dict[str, list[str]] = field(default_factory=dict)
@@ -194,6 +200,8 @@ def _add(usage: _Usage, spec: PodSpec, gpus: tuple[int, ...] | None, node: NodeS
         for index in gpus:
             usage.devices[index] += share
             usage.holders.setdefault(f"gpu[{index}]", []).append(key)
+    elif spec.gpu_fraction_milli is not None or spec.gpu_memory_mib:
+        usage.loose_share += spec.requests.gpu_milli
     else:
         usage.loose_gpu += spec.requests.gpu_milli
     usage.holders.setdefault("gpu", []).append(key)
@@ -210,6 +218,9 @@ def _over(usage: _Usage, node: NodeSpec) -> tuple[str, int, int] | None:
     whole = sum(1 for used in usage.devices.values() if used > 0) * UNIT + usage.loose_gpu
     if whole > node.allocatable.gpu_milli:
         return "gpu", whole, node.allocatable.gpu_milli
+    total = sum(usage.devices.values()) + usage.loose_gpu + usage.loose_share
+    if total > node.allocatable.gpu_milli:
+        return "gpu", total, node.allocatable.gpu_milli
     if usage.cpu > node.allocatable.cpu_milli:
         return "cpu", usage.cpu, node.allocatable.cpu_milli
     if usage.memory > node.allocatable.memory:
@@ -235,6 +246,7 @@ class _Checker:
         self.min_member: dict[str, int] = {}
         self.cycle: tuple[int, Position] | None = None
         self.cycle_jobs: set[str] = set()
+        self.cycle_nodes: dict[str, Position] = {}
         self.last_cycle_input = -1
         self.violation: Violation | None = None
 
@@ -282,6 +294,12 @@ class _Checker:
                     pod.succeeded = spec.phase == "Succeeded"
                     pod.observed = pod.promised = pod.pipelined = None
                     pod.owed_since = None
+                elif spec.node_name is None and pod.observed is not None:
+                    pod.observed = None
+                    pod.terminating = pod.evicting = pod.evicted = False
+                    pod.fresh_binds = 0
+                    pod.owed_since = position.offset
+                    pod.word = "back to pending"
                 elif spec.node_name is not None:
                     if pod.observed is not None and pod.observed[0] != spec.node_name:
                         return Violation(
@@ -391,7 +409,9 @@ class _Checker:
                 pod.pipelined = None
                 pod.word = "pending"
                 pod.owed_since = None
-        return self.check_nodes(position, touched)
+        for name in touched:
+            self.cycle_nodes[name] = position
+        return None
 
     # ------------------------------------------------------------------ checks
 
@@ -409,7 +429,12 @@ class _Checker:
             node = self.nodes.get(name)
             if node is None:
                 continue
-            here = [self.pods[uid] for uid in sorted(self.on_node.get(name, ()))]
+            listed = self.on_node.get(name, set())
+            here = [self.pods[uid] for uid in sorted(listed)]
+            gone = {pod.spec.uid for pod in here if name not in self._nodes_of(pod)}
+            if gone:
+                listed -= gone
+                here = [pod for pod in here if pod.spec.uid not in gone]
             for view, where in _VIEWS:
                 usage = _Usage()
                 for pod in here:
@@ -447,6 +472,11 @@ class _Checker:
             return None
         input_offset, position = self.cycle
         jobs, self.cycle, self.cycle_jobs = self.cycle_jobs, None, set()
+        nodes, self.cycle_nodes = self.cycle_nodes, {}
+        for name in sorted(nodes):
+            found = self.check_nodes(nodes[name], [name])
+            if found is not None:
+                return found
         for job in sorted(jobs):
             need = self.min_member.get(job)
             if need is None or need <= 1:

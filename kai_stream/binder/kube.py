@@ -359,7 +359,10 @@ class KubeApplier:
                 raise
             return PodEvicted(**_outcome_fields(decision, "PodEvicted"), already=True)
         await self._set_disruption(decision, condition)
-        await self._record_eviction(decision, pod.annotations.get(ANNOTATION_POD_GROUP), condition["message"])
+        namespace, _, job = decision.job.partition("/")
+        lone = namespace != decision.namespace or job == decision.name
+        group = pod.annotations.get(ANNOTATION_POD_GROUP) or (None if lone else job)
+        await self._record_eviction(decision, group, condition["message"])
         return PodEvicted(**_outcome_fields(decision, "PodEvicted"), already=False)
 
     async def _set_disruption(self, decision: EvictionRequested, condition: dict[str, Any]) -> None:
@@ -508,7 +511,6 @@ EVENT_REASONS = {
     "preempt": "Preempted",
     "consolidation": "Consolidated",
     "stalegangeviction": "StaleGangEvicted",
-    "allocate": "Evicted",
 }
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import orjson
 import pytest
 
 from kai_stream.core.events import (
@@ -302,3 +303,73 @@ def test_the_chain_is_verified_first() -> None:
     report = check_history(History(pools={"default": pool}, source="test"))
     assert report.violation is not None and report.violation.kind == "broken chain"
     assert report.violation.position == Position("default", DECISIONS_TOPIC, 1, pool.decisions[1].ts)
+
+
+def test_a_fraction_without_device_indices_counts_by_its_share() -> None:
+    """A fractional pod placed before the scheduler (no gpu-indices annotation) may share a device: only its share
+    counts against the node, so a moved half next to it fits, and a third half does not."""
+    log = Log().node("n1", gpus=1)
+    log.pod("old", requests=Resources(gpu_milli=500), gpu_fraction_milli=500, node_name="n1", phase="Running")
+    log.pod("moved", requests=Resources(gpu_milli=500), gpu_fraction_milli=500).bind("moved", "n1", (0,))
+    _ok(log)
+    log.pod("third", requests=Resources(gpu_milli=500), gpu_fraction_milli=500).bind("third", "n1", (0,))
+    assert "node n1 gpu: 1.5 GPU on a capacity of 1" in _violation(log, "over capacity (decided)")
+
+
+def test_a_pod_observed_unbound_again_has_left_its_node() -> None:
+    """The trace simulator re-queues an evicted pod under its uid: once observed pending it holds nothing, and
+    binding it again is not a second bind."""
+    log = _reclaim(pipelined_first=True)
+    log.events, log.decisions = log.events[:6], log.decisions[:3]
+    log.evicted("v").pod("v", node_name=None, gpu_indices=None, phase="Pending")
+    log.bind("r", "n1", (0,)).bound("r", "n1", (0,)).pending("v")
+    _ok(log)
+    log.bind("v", "n1", (1,)).bound("v", "n1", (1,))
+    assert _ok(log).pods == {"bound": 2}
+    log.pod("w").bind("w", "n1", (1,))
+    assert "gpu[1]" in _violation(log, "over capacity (decided)")
+
+
+def test_a_cycle_is_judged_once_complete() -> None:
+    """Inside one cycle a bind may take a device whose reservation a later decision of the same cycle moves (or
+    drops); a reservation still overlapping when the cycle ends is caught, at that cycle's decision."""
+    def cycle(then: str) -> Log:
+        log = Log().node("n1", gpus=1).node("n2", gpus=1).pod("a").pipeline("a", "n1", (0,)).pod("b")
+        log.bind("b", "n1", (0,))
+        if then == "move":
+            log.pipeline("a", "n2", (0,))
+        elif then == "drop":
+            log.pending("a")
+        return log.pod("c")
+
+    _ok(cycle("move"))
+    _ok(cycle("drop"))
+    message = _violation(cycle("keep"), "over capacity (reserved)")
+    assert "decisions offset 1" in message and "held by ns/a, ns/b" in message
+
+
+def test_the_command_exits_1_naming_the_violation_and_0_with_a_summary(monkeypatch: pytest.MonkeyPatch) -> None:
+    from typer.testing import CliRunner
+
+    from kai_stream.cli import _register, app
+
+    _register()
+    import kai_stream.cli.audit as command
+
+    def serve(log: Log) -> None:
+        history = History(pools={"default": log.pool_log()}, source="hand-made")
+        monkeypatch.setattr(command, "open_history", lambda *_, **__: history)
+
+    serve(_two_on(1))
+    result = CliRunner().invoke(app, ["audit", "invariants", "somewhere"])
+    assert result.exit_code == 0, result.output
+    assert "all invariants hold" in result.output and "bound 2" in result.output
+    serve(_two_on(0))
+    result = CliRunner().invoke(app, ["audit", "invariants", "somewhere"])
+    assert result.exit_code == 1
+    assert "over capacity (decided)" in result.output and "node n1 gpu[0]" in result.output
+    result = CliRunner().invoke(app, ["audit", "invariants", "somewhere", "--json"])
+    assert result.exit_code == 1
+    violation = orjson.loads(result.output)["violation"]
+    numbers = (violation["node"], violation["resource"], violation["used"], violation["capacity"])
+    assert numbers == ("n1", "gpu[0]", 2000, 1000)

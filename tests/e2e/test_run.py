@@ -1,4 +1,6 @@
-"""`kai-stream run --duration 20` (what `make run` starts): the demo pipeline schedules, binds, stops cleanly."""
+"""`kai-stream run --duration 20` (what `make run` starts): the demo pipeline schedules, binds, stops cleanly; run
+its history (the embedded sink's Parquet archive) outlives it, and `kai-stream audit invariants` over that
+history finds every promise kept."""
 
 from __future__ import annotations
 
@@ -7,15 +9,18 @@ import re
 import sys
 from pathlib import Path
 
+import orjson
+
 ROOT = Path(__file__).resolve().parents[2]
+CLI = [sys.executable, "-c", "from kai_stream.cli import main; main()"]
 
 
-async def test_run_for_twenty_seconds_binds_pods_and_stops_cleanly() -> None:
+async def test_run_for_twenty_seconds_binds_pods_and_stops_cleanly(tmp_path: Path) -> None:
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-c", "from kai_stream.cli import main; main()", "run", "--duration", "20", "--no-history",
+        *CLI, "run", "--duration", "20", "--history", str(tmp_path / "history"),
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, cwd=ROOT,
     )
-    out, _ = await asyncio.wait_for(proc.communicate(), 90)
+    out, _ = await asyncio.wait_for(proc.communicate(), 120)
     text = out.decode()
     assert proc.returncode == 0, text[-3000:]
     assert "stopped cleanly" in text
@@ -25,3 +30,15 @@ async def test_run_for_twenty_seconds_binds_pods_and_stops_cleanly() -> None:
     # the demo asks for more than 16 GPUs and re-submits finished pods: more binds than fit at once
     assert decided > 16 and posts > 16
     assert posts <= decided
+
+    audit = await asyncio.create_subprocess_exec(
+        *CLI, "audit", "invariants", str(tmp_path / "history"), "--json",
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, cwd=ROOT,
+    )
+    report_raw, err = await asyncio.wait_for(audit.communicate(), 120)
+    assert report_raw, err.decode()[-2000:]
+    report = orjson.loads(report_raw)
+    assert audit.returncode == 0 and report["ok"], report.get("violation")
+    assert report["decisions"] >= decided
+    pods = report["pods"]
+    assert pods.get("bound", 0) + pods.get("deleted", 0) >= 16, pods  # finished pods are deleted and re-submitted

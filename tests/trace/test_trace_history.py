@@ -71,6 +71,11 @@ def test_itp_trace_history_audit_verifies(itp_history: Path) -> None:
     assert code == 0, out
     verdict = orjson.loads(out)
     assert verdict["ok"] is True and verdict["checked"] == read_history(itp_history).decisions
+    code, out = _cli("audit", "invariants", str(itp_history), "--json")
+    assert code == 0, out
+    invariants = orjson.loads(out)
+    assert invariants["ok"] is True and invariants["decisions"] == verdict["checked"]
+    assert invariants["pods"]["evicted"] + invariants["pods"]["deleted"] > 0
 
 
 def test_explain_a_reclaimed_trace_pod(itp_history: Path) -> None:

@@ -1,4 +1,4 @@
-"""`kai-stream run --duration 20` (what `make run` starts): the demo pipeline schedules, binds, stops cleanly; run
+"""`kai-stream run --duration 20` (what `make run` starts): the demo pipeline schedules, binds, stops cleanly;
 its history (the embedded sink's Parquet archive) outlives it, and `kai-stream audit invariants` over that
 history finds every promise kept."""
 

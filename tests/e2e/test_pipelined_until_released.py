@@ -3,7 +3,8 @@ simulated cluster over HTTP with Kubernetes' 30 s termination grace played 10x f
 processor, binder). Every preemptor (a pod consolidation moves is evicted, not re-created, here) is
 ``PodPipelined`` first and bound only once cluster-events say the pods
 evicted for it are gone; at every change of the simulated cluster no node holds more GPUs than it has,
-terminating pods included; the binder never had to refuse a bind; the log replays identically."""
+terminating pods included; the binder never had to refuse a bind; ``audit invariants`` finds the log clean (no
+over-commit observed, decided or reserved at any point of the log) and it replays identically."""
 
 from __future__ import annotations
 
@@ -18,9 +19,17 @@ from typing import Any
 import pytest
 
 from connectors.simcluster.store import Change
-from kai_stream.core.events import BindFailed, BindRequested, EvictionRequested, PodPipelined, PodRemoved
+from kai_stream.core.events import (
+    BindFailed,
+    BindRequested,
+    EvictionRequested,
+    PodObserved,
+    PodPipelined,
+    PodRemoved,
+)
 from kai_stream.core.quantities import parse_quantity
 from kai_stream.history.reader import read_broker
+from kai_stream.invariants import check_history
 from kai_stream.pipeline import Pipeline, PipelineOptions
 from replay.testing import assert_replays_identically
 
@@ -81,6 +90,11 @@ class CapacityWatch:
                 self.violation = f"{node}: {float(gpus)} GPUs of {float(capacity.get(node, 0))} held by {holders[node]}"
 
 
+def _share_a_gpu(placed: tuple[int, ...] | None, held: tuple[int, ...] | None) -> bool:
+    """Whether a pod placed on GPU indices ``placed`` waits for a victim that held ``held`` (unknown: assume so)."""
+    return not placed or not held or bool(set(placed) & set(held))
+
+
 @pytest.mark.parametrize("scenario", ["reclaim", "preempt", "consolidation"])
 async def test_preemptors_are_pipelined_until_their_victims_are_gone(broker: str, scenario: str) -> None:
     options = PipelineOptions(
@@ -119,6 +133,7 @@ async def test_preemptors_are_pipelined_until_their_victims_are_gone(broker: str
     assert watch.checks > 10 and watch.peak_terminating > 0, "no eviction stayed terminating: the test proves nothing"
     assert not [e for _, e in events if isinstance(e, BindFailed)], "the binder refused a bind the scheduler made"
     removed_at = {e.uid: offset for offset, e in events if isinstance(e, PodRemoved)}
+    held = {e.pod.uid: e.pod.gpu_indices for _, e in events if isinstance(e, PodObserved) and e.pod.gpu_indices}
     evictions = [d for d in decisions if isinstance(d, EvictionRequested)]
     checked = 0
     moved = {d.uid for d in evictions}
@@ -127,7 +142,11 @@ async def test_preemptors_are_pipelined_until_their_victims_are_gone(broker: str
         if about[0] is not first or any(isinstance(d, BindRequested) for d in about[: about.index(first)]):
             continue
         bind = next(d for d in about if isinstance(d, BindRequested))
-        victims = [v for v in evictions if v.input_offset == first.input_offset and v.node == first.node]
+        victims = [
+            v for v in evictions
+            if v.input_offset == first.input_offset and v.node == first.node
+            and _share_a_gpu(first.gpu_indices, held.get(v.uid))
+        ]
         assert victims, f"{first.name} pipelined onto {first.node} without anything released there"
         for victim in victims:
             assert victim.uid in removed_at, f"{victim.name} evicted for {first.name} was never removed"
@@ -138,5 +157,7 @@ async def test_preemptors_are_pipelined_until_their_victims_are_gone(broker: str
             assert bindings[first.name].at >= watch.removed_at[victim.uid]
         checked += 1
     assert checked > 0
+    invariants = check_history(history)
+    assert invariants.ok, invariants.violation.describe() if invariants.violation else ""
     report = assert_replays_identically(history)
     assert report.identical == history.decisions

@@ -21,6 +21,7 @@ cycle at most every ``metrics_interval_s``; evictions are counted from every cyc
 from __future__ import annotations
 
 import asyncio
+import functools
 import gc
 import logging
 import time
@@ -346,9 +347,12 @@ class SchedulerRuntime:
         for pool in sorted(pools):
             last = self._metered_at.get((partition, pool))
             if last is None or now - last >= self.metrics_interval_s:
-                self._metered_at[(partition, pool)] = now
-                due[pool] = self._meter(pool).session
+                due[pool] = functools.partial(self._measure, partition, pool)
         return due
+
+    def _measure(self, partition: int, pool: str, session: Session) -> None:
+        self._metered_at[(partition, pool)] = time.monotonic()
+        self._meter(pool).session(session)
 
     def _refresh_fair_shares(self, partition: int, pools: set[str]) -> None:
         engine = self.engines.get(partition)

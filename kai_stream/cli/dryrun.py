@@ -46,7 +46,12 @@ def _render(result: DryRun, console: Console) -> None:
 
 
 def _state(
-    scenario: Path | None, from_history: Path | None, pool: str, config: SchedulerConfig | None
+    scenario: Path | None,
+    from_history: Path | None,
+    pool: str,
+    config: SchedulerConfig | None,
+    bootstrap_servers: str | None,
+    topic_prefix: str,
 ) -> tuple[ClusterState, SchedulerConfig]:
     if scenario is not None:
         settings = config or SchedulerConfig()
@@ -54,7 +59,7 @@ def _state(
             scenario.read_text(), scheduler_name=settings.scheduler_name, default_queue=settings.default_queue
         )
         return scenario_state(events, settings), settings
-    history = open_history(from_history)
+    history = open_history(from_history, bootstrap_servers=bootstrap_servers, topic_prefix=topic_prefix)
     log = history.pools.get(pool)
     if log is None:
         raise DryRunError(f"no pool {pool!r} in {history.source} (pools: {', '.join(sorted(history.pools))})")
@@ -71,23 +76,28 @@ def dry_run_command(
     from_history: Annotated[
         Path | None, typer.Option("--from-history", help="the cluster now: the end of a Parquet history")
     ] = None,
+    bootstrap_servers: Annotated[
+        str | None, typer.Option(help="the cluster now: the live log on this broker")
+    ] = None,
+    topic_prefix: Annotated[str, typer.Option(help="topic name prefix of the deployment")] = "",
     config: Annotated[
-        Path | None, typer.Option("--config", help="scheduler config (a history's recorded one wins)")
+        Path | None, typer.Option("--config", help="scheduler config (a log's recorded one wins)")
     ] = None,
     json_out: Annotated[bool, typer.Option("--json", help="print the result as one JSON object")] = False,
 ) -> None:
     """Where the pod would go now (node, GPUs) or why not, and which pods it would evict: one cycle of the core
-    on the state with the pod added; nothing is published."""
+    on the state with the pod added; nothing is published. The cluster: a scenario, a history, or else the live
+    log (the broker named or from the environment; the default history directory when it exists)."""
     err = Console(stderr=True)
-    if (scenario is None) == (from_history is None):
-        err.print("[red]error:[/] give exactly one of --scenario FILE or --from-history DIR")
+    if scenario is not None and (from_history is not None or bootstrap_servers is not None):
+        err.print("[red]error:[/] give one of --scenario FILE, --from-history DIR or --bootstrap-servers")
         raise typer.Exit(2)
     try:
         given = load_config(config) if config is not None else None
         text = pod_manifest.read_text()
         probe = pod_events(text, given or SchedulerConfig(), 0.0)
         pool = next(e.pool for e in probe if e.type == "PodObserved")
-        state, settings = _state(scenario, from_history, pool, given)
+        state, settings = _state(scenario, from_history, pool, given, bootstrap_servers, topic_prefix)
         result = dry_run(state, settings, pod_events(text, settings, state.now))
     except ERRORS as exc:
         err.print(f"[red]error:[/] {exc}")

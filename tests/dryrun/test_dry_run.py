@@ -1,9 +1,10 @@
 """`kai-stream dry-run`: a pod that fits now (its node named), one that fits nowhere (the core's pending reason), and
-one that would reclaim GPUs (its victims named), from a scenario and from a recorded history; the state it is
-run on is not changed."""
+one that would reclaim GPUs (its victims named), from a scenario, a recorded history and the live log on the broker;
+the state it is run on is not changed and nothing is published."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Any
 
@@ -12,11 +13,15 @@ from typer.testing import CliRunner
 
 from kai_stream.cli import _register, app
 from kai_stream.core.config import SchedulerConfig
-from kai_stream.core.events import PodPending
+from kai_stream.core.events import EvictionRequested, Model, PodPending, dumps
 from kai_stream.core.manifests import load_scenario
 from kai_stream.dryrun import dry_run, pod_events, scenario_state
 from kai_stream.history.export import write_history
+from kai_stream.kafka import make_producer, partition_for, read_topic
+from kai_stream.settings import KafkaSettings
 from kai_stream.simulate import simulate
+from kai_stream.streams.runtime import InRecord, SchedulerRuntime
+from kai_stream.topics import TopicNames
 from replay.engine import run_engine
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -98,3 +103,41 @@ def test_the_state_is_left_as_it_was(tmp_path: Path) -> None:
     result = dry_run(state, config, pod_events(_pod("probe", "qa", 1), config, state.now))
     assert result.victims
     assert (state.offset, dict(state.pods), dict(state.evicting), dict(state.pipelined)) == before
+
+
+async def test_dry_run_on_the_live_log(
+    kafka_settings: KafkaSettings, topics: TopicNames, topic_prefix: str, tmp_path: Path
+) -> None:
+    partition = partition_for("default", 8)
+    producer = make_producer(kafka_settings)
+    await producer.start()
+
+    async def send(topic: str, target: int, key: bytes, record: Model) -> Any:
+        return await producer.send(topic, dumps(record), key=key, partition=target)
+
+    try:
+        for event in load_scenario(_cluster({"a2"})):
+            await producer.send_and_wait(topics.cluster_events, dumps(event), key=b"default", partition=partition)
+        records = [
+            InRecord(r.partition, r.offset, r.key, r.value, r.timestamp)
+            for r in await read_topic(kafka_settings, topics.cluster_events)
+        ]
+        runtime = SchedulerRuntime(kafka_settings, topics, SchedulerConfig(), send, partitions=8)
+        decided = [o.record for o in await runtime.process(records)]
+        assert [(d.type, d.name) for d in decided if isinstance(d, EvictionRequested)] == [("EvictionRequested", "b4")]
+    finally:
+        await producer.stop()
+    published = len(await read_topic(kafka_settings, topics.decisions))
+
+    manifest = tmp_path / "pod.yaml"
+    manifest.write_text(_pod("probe", "qa", 1))
+    _register()
+    argv = ["dry-run", str(manifest), "--bootstrap-servers", kafka_settings.bootstrap_servers,
+            "--topic-prefix", topic_prefix, "--json"]
+    result = await asyncio.to_thread(CliRunner().invoke, app, argv)
+    assert result.exit_code == 0, result.output
+    out = orjson.loads(result.stdout)
+    # b4 is already being evicted for a1 (a decision on the log): the probe needs another of qb's pods
+    assert (out["outcome"], out["action"], out["node"]) == ("pipeline", "reclaim", "n2")
+    assert [(v["pod"], v["queue"]) for v in out["evicts"]] == [("ml/b3", "qb")]
+    assert len(await read_topic(kafka_settings, topics.decisions)) == published

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from aiohttp import web
 from prometheus_client import (
@@ -68,16 +68,42 @@ CYCLE_DURATION = Histogram(
     buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0),
     registry=REGISTRY,
 )
-QUEUE_FAIR_SHARE = Gauge(
-    "kai_stream_queue_fair_share",
-    "Fair share of a queue after the last cycle (GPU in devices, CPU in cores, memory in bytes).",
-    ["pool", "queue", "resource"],
+QUEUE_UNITS: tuple[tuple[str, str, float], ...] = (
+    ("gpu", "GPU devices", 1 / 1000),
+    ("cpu_cores", "CPU cores", 1 / 1000),
+    ("memory_bytes", "memory in bytes", 1.0),
+)
+"""Per resource (the schema's order: GPU, CPU, memory): the metric name's suffix, its unit, and the factor from the
+schema's unit (milli-GPU, millicores, bytes) to the metric's."""
+QUEUE_FAIR_SHARE: tuple[Gauge, ...] = tuple(
+    Gauge(
+        f"kai_stream_queue_fair_share_{suffix}",
+        f"Fair share of a queue at the processor's last measured cycle, in {unit}.",
+        ["pool", "queue"],
+        registry=REGISTRY,
+    )
+    for suffix, unit, _ in QUEUE_UNITS
+)
+QUEUE_ALLOCATED: tuple[Gauge, ...] = tuple(
+    Gauge(
+        f"kai_stream_queue_allocated_{suffix}",
+        f"Resources allocated to a queue as the processor's last measured cycle left them (its binds and "
+        f"pipelined pods counted, its evictions not), in {unit}.",
+        ["pool", "queue"],
+        registry=REGISTRY,
+    )
+    for suffix, unit, _ in QUEUE_UNITS
+)
+EVICTIONS_CAUSED = Counter(
+    "kai_stream_queue_evictions_caused",
+    "Evictions the scheduler decided to make room for a job of this queue, by action (reclaim, preempt …).",
+    ["pool", "queue", "action"],
     registry=REGISTRY,
 )
-QUEUE_ALLOCATED = Gauge(
-    "kai_stream_queue_allocated",
-    "Resources allocated to a queue after the last cycle (same units as the fair share).",
-    ["pool", "queue", "resource"],
+EVICTIONS_SUFFERED = Counter(
+    "kai_stream_queue_evictions_suffered",
+    "Evictions the scheduler decided of a pod of this queue, by action (reclaim, preempt, stalegangeviction …).",
+    ["pool", "queue", "action"],
     registry=REGISTRY,
 )
 CONSUMER_LAG = Gauge(
@@ -129,15 +155,21 @@ GPU_UTILIZATION = Gauge(
     registry=REGISTRY,
 )
 
-RESOURCE_UNITS: dict[str, float] = {"gpu": 1 / 1000, "cpu": 1 / 1000, "memory": 1.0}
-"""Factors from the schema's units (milli-GPU, millicores, bytes) to the metrics' (devices, cores, bytes)."""
+def record_queue(pool: str, queue: str, fair_share: Sequence[int], allocated: Sequence[int]) -> None:
+    """Set a queue's fair share and allocation (GPU, CPU, memory in the schema's units)."""
+    for (_, _, factor), share_gauge, allocated_gauge, share, used in zip(
+        QUEUE_UNITS, QUEUE_FAIR_SHARE, QUEUE_ALLOCATED, fair_share, allocated, strict=True
+    ):
+        share_gauge.labels(pool=pool, queue=queue).set(share * factor)
+        allocated_gauge.labels(pool=pool, queue=queue).set(used * factor)
 
 
-def record_queue_share(pool: str, queue: str, resource: str, fair_share: float, allocated: float) -> None:
-    """Set a queue's fair share and allocation for one resource, given in the schema's units."""
-    factor = RESOURCE_UNITS[resource]
-    QUEUE_FAIR_SHARE.labels(pool=pool, queue=queue, resource=resource).set(fair_share * factor)
-    QUEUE_ALLOCATED.labels(pool=pool, queue=queue, resource=resource).set(allocated * factor)
+def record_eviction(pool: str, action: str, preemptor_queue: str | None, victim_queue: str | None) -> None:
+    """Count one decided eviction against the queue it was made for and the queue whose pod it evicts."""
+    if preemptor_queue:
+        EVICTIONS_CAUSED.labels(pool=pool, queue=preemptor_queue, action=action).inc()
+    if victim_queue:
+        EVICTIONS_SUFFERED.labels(pool=pool, queue=victim_queue, action=action).inc()
 
 
 DEFAULT_HEALTH_PORTS: dict[str, int] = {

@@ -64,6 +64,7 @@ def _register() -> None:
         broker,
         cluster,
         connector,
+        dryrun,
         explain,
         gpu_agent,
         history,

@@ -43,6 +43,7 @@ runtime = SchedulerRuntime(
     fair_share_interval_s=settings.fair_share_interval_s,
     gc_freeze_interval_s=settings.gc_freeze_interval_s,
     cycle_on_tick=settings.cycle_on == "tick",
+    metrics_interval_s=settings.metrics_interval_s,
 )
 
 

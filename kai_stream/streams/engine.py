@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import copy
 from collections import defaultdict, deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TypeGuard
 
@@ -45,6 +45,7 @@ from kai_stream.core.events import (
     decision_hash,
 )
 from kai_stream.core.scheduler.cycle import fair_shares, run_cycle
+from kai_stream.core.scheduler.framework.session import Session
 from kai_stream.core.state import ClusterState, apply
 
 
@@ -126,15 +127,23 @@ class PartitionEngine:
                     del self.awaiting[name]
         return touched
 
-    def cycle(self, pools: Iterable[str]) -> list[Outgoing]:
-        """Run a cycle for each pool (sorted), fold its decisions, return what to publish."""
+    def cycle(
+        self, pools: Iterable[str], inspect: Mapping[str, Callable[[Session], None]] | None = None
+    ) -> list[Outgoing]:
+        """Run a cycle for each pool (sorted), fold its decisions, return what to publish. ``inspect[pool]``, when
+        given, is called with that pool's closed session (``run_cycle``'s ``inspect``: the same decisions)."""
         out: list[Outgoing] = []
         for name in sorted(set(pools)):
             pool = self.pools.get(name)
             if pool is None or pool.state.offset <= pool.last_input_offset or name in self.awaiting:
                 continue
             decisions = run_cycle(
-                pool.state, self.config, pool=name, input_offset=pool.state.offset, code_version=self.code_version
+                pool.state,
+                self.config,
+                pool=name,
+                input_offset=pool.state.offset,
+                code_version=self.code_version,
+                inspect=(inspect or {}).get(name),
             )
             if not decisions:
                 continue

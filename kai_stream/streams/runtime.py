@@ -14,11 +14,14 @@ ticks changed the pool since they were last computed, and at most every ``fair_s
 computation opens a full session.
 With ``cycle_on_tick`` only a Tick starts a cycle (for the pools it touched, at once, never deferred): the
 other records are folded and wait for it.
+Queue metrics (``queue_metrics.py``): a pool's fair share and allocation gauges are set from the session of its
+cycle at most every ``metrics_interval_s``; evictions are counted from every cycle's decisions.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import gc
 import logging
 import time
@@ -43,10 +46,12 @@ from kai_stream.core.events import (
     loads_cluster_event,
     loads_decisions_record,
 )
+from kai_stream.core.scheduler.framework.session import Session
 from kai_stream.kafka import make_consumer, partition_for, read_to_end, read_topic
 from kai_stream.observability import CYCLE_DURATION, DEAD_LETTERS, DECISIONS, EVENTS_CONSUMED, EVENTS_PUBLISHED
 from kai_stream.settings import KafkaSettings
 from kai_stream.streams.engine import Outgoing, PartitionEngine
+from kai_stream.streams.queue_metrics import QueueMeter
 from kai_stream.topics import TopicNames
 
 log = logging.getLogger(__name__)
@@ -86,6 +91,7 @@ class SchedulerRuntime:
         fair_share_interval_s: float = 10.0,
         gc_freeze_interval_s: float | None = None,
         cycle_on_tick: bool = False,
+        metrics_interval_s: float = 1.0,
     ) -> None:
         self.kafka = kafka
         self.names = names
@@ -107,6 +113,9 @@ class SchedulerRuntime:
         self._rebuilt_ticks: dict[int, set[str]] = {}
         self._fair_share_at: dict[tuple[int, str], float] = {}
         self._frozen_at = time.monotonic()
+        self.metrics_interval_s = metrics_interval_s
+        self._meters: dict[str, QueueMeter] = {}
+        self._metered_at: dict[tuple[int, str], float] = {}
 
     def forget(self, partitions: Sequence[int]) -> None:
         """Drop the state of revoked partitions; a later assignment rebuilds it."""
@@ -316,8 +325,9 @@ class SchedulerRuntime:
             if self._defer(partition, pools, backlog):
                 continue
             self._deferred.pop(partition, None)
+            inspect = self._due_meters(partition, pools)
             started = time.perf_counter()
-            out = engine.cycle(pools)
+            out = engine.cycle(pools, inspect)
             elapsed = time.perf_counter() - started
             self._last_cycle[partition] = time.monotonic()
             self._last_cost[partition] = elapsed
@@ -330,6 +340,8 @@ class SchedulerRuntime:
                 EVENTS_PUBLISHED.labels(component=COMPONENT, topic=self.names.decisions, type=kind).inc()
                 if hasattr(item.record, "action"):
                     DECISIONS.labels(pool=item.pool, kind=kind, action=str(item.record.action)).inc()
+            for pool in sorted({item.pool for item in out}):
+                self._meter(pool).decisions(item.record for item in out if item.pool == pool)
             published.extend(out)
             self._fair_share_stale[partition].update(item.pool for item in out)
         for partition in sorted(ticked):
@@ -340,6 +352,27 @@ class SchedulerRuntime:
         if self.gc_freeze_interval_s is not None and time.monotonic() - self._frozen_at >= self.gc_freeze_interval_s:
             self.settle_heap()
         return published, deliveries
+
+    def _meter(self, pool: str) -> QueueMeter:
+        meter = self._meters.get(pool)
+        if meter is None:
+            meter = self._meters[pool] = QueueMeter(pool)
+        return meter
+
+    def _due_meters(self, partition: int, pools: set[str]) -> dict[str, Callable[[Session], None]]:
+        """The pools whose queue gauges this cycle sets (each at most every ``metrics_interval_s``): measuring makes
+        a cycle that would decide nothing open its session all the same."""
+        now = time.monotonic()
+        due: dict[str, Callable[[Session], None]] = {}
+        for pool in sorted(pools):
+            last = self._metered_at.get((partition, pool))
+            if last is None or now - last >= self.metrics_interval_s:
+                due[pool] = functools.partial(self._measure, partition, pool)
+        return due
+
+    def _measure(self, partition: int, pool: str, session: Session) -> None:
+        self._metered_at[(partition, pool)] = time.monotonic()
+        self._meter(pool).session(session)
 
     def _refresh_fair_shares(self, partition: int, pools: set[str]) -> None:
         engine = self.engines.get(partition)

@@ -23,6 +23,7 @@ class ProcessorSettings(BaseSettings):
     whole reaction), so where a cycle lands never depends on how the broker split the log into fetches.
     ``fetch_max_wait_ms``: Tansu answers a fetch only when its wait expires, so a short wait is the
     latency floor of every hop (faust hard-codes 1500 ms; the app overrides it).
+    ``metrics_interval_s``: a pool's queue gauges (fair share, allocation) are set by at most one cycle this often.
     ``parent_pid``: when set, the processor stops itself (SIGTERM, a clean shutdown) once its parent process is
     gone, so a pipeline killed without its own shutdown (``timeout``, SIGKILL) leaves no processor behind.
     """
@@ -44,3 +45,4 @@ class ProcessorSettings(BaseSettings):
     log_level: str = "WARNING"
     cycle_on: Literal["batch", "tick"] = "batch"
     parent_pid: int | None = None
+    metrics_interval_s: float = 1.0

@@ -11,7 +11,7 @@ from kai_stream.observability import (
     Health,
     HealthSettings,
     bound_port,
-    record_queue_share,
+    record_queue,
     serve_health,
 )
 
@@ -44,7 +44,7 @@ async def test_readyz_follows_conditions_and_healthz_follows_heartbeat() -> None
 async def test_metrics_endpoint_exposes_labelled_samples_in_metric_units() -> None:
     DECISIONS.labels(pool="obs-test", kind="BindRequested", action="allocate").inc(3)
     CYCLE_DURATION.labels(pool="obs-test").observe(0.02)
-    record_queue_share("obs-test", "team-a", "gpu", fair_share=2500, allocated=1000)
+    record_queue("obs-test", "team-a", fair_share=(2500, 1500, 2**30), allocated=(1000, 500, 0))
     runner = await serve_health(Health("processor"), HealthSettings(host="127.0.0.1", port=0))
     try:
         url = f"http://127.0.0.1:{bound_port(runner)}/metrics"
@@ -61,9 +61,11 @@ async def test_metrics_endpoint_exposes_labelled_samples_in_metric_units() -> No
     }
     assert samples[("kai_stream_decisions_total", (("action", "allocate"), ("kind", "BindRequested"),
                                                    ("pool", "obs-test")))] >= 3
-    assert samples[("kai_stream_queue_fair_share", (("pool", "obs-test"), ("queue", "team-a"),
-                                                    ("resource", "gpu")))] == 2.5
-    assert samples[("kai_stream_queue_allocated", (("pool", "obs-test"), ("queue", "team-a"),
-                                                   ("resource", "gpu")))] == 1.0
+    labels = (("pool", "obs-test"), ("queue", "team-a"))
+    assert samples[("kai_stream_queue_fair_share_gpu", labels)] == 2.5
+    assert samples[("kai_stream_queue_fair_share_cpu_cores", labels)] == 1.5
+    assert samples[("kai_stream_queue_fair_share_memory_bytes", labels)] == 2**30
+    assert samples[("kai_stream_queue_allocated_gpu", labels)] == 1.0
+    assert samples[("kai_stream_queue_allocated_cpu_cores", labels)] == 0.5
     bucket = ("kai_stream_cycle_duration_seconds_bucket", (("le", "0.025"), ("pool", "obs-test")))
     assert samples[bucket] >= 1

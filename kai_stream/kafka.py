@@ -166,11 +166,19 @@ async def read_to_end(consumer: AIOKafkaConsumer, *, timeout_s: float = 30.0) ->
     return out
 
 
+async def topic_partitions(consumer: AIOKafkaConsumer, topic: str) -> list[int]:
+    """The partitions of ``topic`` from a fresh all-topics metadata request (empty if it does not exist).
+
+    ``consumer.topics()`` alone does not do: it leaves the consumer's own metadata as its subscription had it,
+    which on Apache Kafka holds no topic for an unsubscribed consumer (Tansu answers every topic)."""
+    cluster: Any = await consumer._client.fetch_all_metadata()
+    return sorted(cluster.partitions_for_topic(topic) or ())
+
+
 async def assign_from_start(consumer: AIOKafkaConsumer, topic: str) -> list[TopicPartition]:
     """Assign every partition of ``topic`` to a started group-less consumer, at the beginning; LookupError if the
     topic does not exist."""
-    await consumer.topics()
-    partitions = consumer.partitions_for_topic(topic)
+    partitions = await topic_partitions(consumer, topic)
     if not partitions:
         raise LookupError(f"topic {topic!r} does not exist")
     tps = [TopicPartition(topic, p) for p in sorted(partitions)]

@@ -57,7 +57,7 @@ from kai_stream.core.events import (
 )
 from kai_stream.core.manifests import ManifestError, object_to_events
 from kai_stream.core.state import ClusterState, apply
-from kai_stream.kafka import make_consumer
+from kai_stream.kafka import make_consumer, topic_partitions
 from kai_stream.settings import KafkaSettings
 from kai_stream.simulate import SimulationResult, round_barrier
 from kai_stream.streams.engine import is_decision
@@ -136,11 +136,10 @@ class LogTail:
     async def start(self) -> None:
         consumer = make_consumer(self.kafka, group_id=None, fetch_max_wait_ms=10)
         await consumer.start()
-        await consumer.topics()
         tps = [
             TopicPartition(topic, p)
             for topic in (self.names.cluster_events, self.names.decisions)
-            for p in sorted(consumer.partitions_for_topic(topic) or ())
+            for p in await topic_partitions(consumer, topic)
         ]
         consumer.assign(tps)
         await consumer.seek_to_beginning(*tps)
@@ -471,10 +470,7 @@ class Pipeline:
         consumer = make_consumer(self.kafka, group_id=group)
         await consumer.start()
         try:
-            partitions = sorted(consumer.partitions_for_topic(topic) or ())
-            if not partitions:
-                await consumer.topics()
-                partitions = sorted(consumer.partitions_for_topic(topic) or ())
+            partitions = await topic_partitions(consumer, topic)
             return {p: (await consumer.committed(TopicPartition(topic, p))) or 0 for p in partitions}
         finally:
             await consumer.stop()

@@ -25,6 +25,7 @@ from aiokafka.partitioner import murmur2
 from kai_stream.core.events import Model, dumps
 from kai_stream.fetchgaps import gap_guarded
 from kai_stream.fetchwait import governed
+from kai_stream.quirks import tansu_workarounds
 from kai_stream.settings import KafkaSettings
 
 Record: TypeAlias = ConsumerRecord[bytes, bytes]
@@ -58,6 +59,8 @@ def expedite(producer: AIOKafkaProducer, topic: str, partition: int) -> None:
     with aiokafka in pyproject.toml and checked by ``tests/broker/test_expedite.py``.
     """
     accumulator: Any = producer._message_accumulator
+    if accumulator._linger_time == 0:
+        return  # nothing is held without a linger (on Apache Kafka, quirks.feedback_linger_ms)
     for batch in accumulator._batches.get(TopicPartition(topic, partition), ()):
         batch._linger_time = 0.0
     waiter = accumulator._waiter_future
@@ -74,10 +77,10 @@ def make_consumer(
 ) -> AIOKafkaConsumer:
     """A manual-commit consumer that starts from the earliest record when the group has no offset.
 
-    Its fetch wait starts at ``settings.fetch_max_wait_ms`` (short by default: Tansu never answers a fetch early)
-    and grows while Tansu answers it empty behind the log end (``fetchwait.py``); its fetch answers are cut at
-    the first offset Tansu has not stored yet, so it never moves past a record it was not given
-    (``fetchgaps.py``).
+    On Tansu (``quirks.py``) its fetch wait starts at ``settings.fetch_max_wait_ms`` (short by default: Tansu never
+    answers a fetch early) and grows while Tansu answers it empty behind the log end (``fetchwait.py``); its fetch
+    answers are cut at the first offset Tansu has not stored yet, so it never moves past a record it was not given
+    (``fetchgaps.py``). On Apache Kafka it is a plain aiokafka consumer.
 
     With ``topics`` it subscribes (optionally with a rebalance ``listener``); without, assign partitions.
     """
@@ -91,8 +94,10 @@ def make_consumer(
         "fetch_max_wait_ms": settings.fetch_max_wait_ms,
     }
     kwargs.update(overrides)
-    consumer = governed(AIOKafkaConsumer(**kwargs), kwargs["fetch_max_wait_ms"], settings.fetch_max_wait_limit_ms)
-    gap_guarded(consumer, settings.fetch_hole_patience_s)  # outside the governor: it sees the answer uncut
+    consumer = AIOKafkaConsumer(**kwargs)
+    if tansu_workarounds(settings):
+        governed(consumer, kwargs["fetch_max_wait_ms"], settings.fetch_max_wait_limit_ms)
+        gap_guarded(consumer, settings.fetch_hole_patience_s)  # outside the governor: it sees the answer uncut
     if topics:
         if listener is None:
             consumer.subscribe(list(topics))

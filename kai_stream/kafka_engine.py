@@ -141,7 +141,7 @@ def lists_brokers(host: str, port: int, timeout_s: float = 1.0) -> bool:
     except OSError:
         return False
     _, correlation, brokers = struct.unpack(">iii", header)
-    return correlation == 11 and brokers >= 1
+    return bool(correlation == 11 and brokers >= 1)
 
 
 def server_properties(host: str, port: int, controller_port: int, log_dir: Path) -> str:

@@ -1,8 +1,8 @@
 """The whole streaming pipeline on one machine: broker + simulated cluster + connector + processor + binder.
 
-``Pipeline`` starts, in order: the embedded Tansu broker (memory or durable; or an external Kafka given
-``bootstrap_servers``), the topics, the simulated Kubernetes API (aiohttp, loaded with a scenario), the
-Kubernetes connector (a task on this loop), the scheduler processor (a faust worker in a subprocess:
+``Pipeline`` starts, in order: the embedded broker (``engine``: Tansu or Apache Kafka, memory or durable; or
+an external Kafka given ``bootstrap_servers``), the topics, the simulated Kubernetes API (aiohttp, loaded with a
+scenario), the Kubernetes connector (a task on this loop), the scheduler processor (a faust worker in a subprocess:
 ``python -m kai_stream.streams``) and the binder (a task on this loop). Every joint is real: Kafka over
 TCP, the Kubernetes API over HTTP through kubernetes-asyncio.
 
@@ -39,7 +39,6 @@ from connectors.simcluster.controller import recreated_uid
 from connectors.simcluster.server import SimCluster
 from kai_stream.binder.kube import api_client
 from kai_stream.binder.runner import run_binder
-from kai_stream.broker import EmbeddedBroker
 from kai_stream.core.config import SchedulerConfig
 from kai_stream.core.events import (
     BindRequested,
@@ -57,6 +56,7 @@ from kai_stream.core.events import (
 )
 from kai_stream.core.manifests import ManifestError, object_to_events
 from kai_stream.core.state import ClusterState, apply
+from kai_stream.engines import Broker, Engine, embedded_broker
 from kai_stream.kafka import make_consumer, topic_partitions
 from kai_stream.settings import KafkaSettings
 from kai_stream.simulate import SimulationResult, round_barrier
@@ -82,6 +82,7 @@ class PipelineOptions:
     durable: bool = False
     data_dir: Path = Path(".kai-stream")
     bootstrap_servers: str | None = None
+    engine: Engine = "tansu"
     topic_prefix: str = ""
     config_path: Path | None = None
     tick_interval_s: float | None = 1.0
@@ -217,7 +218,7 @@ class Pipeline:
         prefix = options.topic_prefix
         self.processor_app_id = options.processor_app_id or f"{prefix}kai-stream-scheduler"
         self.binder_group_id = options.binder_group_id or f"{prefix}kai-stream-binder"
-        self.broker: EmbeddedBroker | None = None
+        self.broker: Broker | None = None
         self.kafka: KafkaSettings | None = None
         self.cluster = SimCluster(time_scale=options.time_scale)
         self.connector: KubernetesConnector | None = None
@@ -236,7 +237,7 @@ class Pipeline:
     async def start(self) -> None:
         opts = self.options
         if opts.bootstrap_servers is None:
-            self.broker = EmbeddedBroker(memory=not opts.durable, data_dir=opts.data_dir)
+            self.broker = embedded_broker(opts.engine, memory=not opts.durable, data_dir=opts.data_dir)
             await asyncio.to_thread(_without_sigint, self.broker.start)
             servers = self.broker.bootstrap_servers
         else:
@@ -700,7 +701,13 @@ class Pipeline:
 
 
 async def simulate_live(
-    scenario: Path, config: SchedulerConfig, *, config_path: Path | None = None, timeout_s: float = 120.0
+    scenario: Path,
+    config: SchedulerConfig,
+    *,
+    config_path: Path | None = None,
+    timeout_s: float = 120.0,
+    engine: Engine = "tansu",
+    bootstrap_servers: str | None = None,
 ) -> SimulationResult:
     """Run ``scenario`` through the real pipeline in rounds (``Pipeline.run_rounds``); report it as
     ``simulate`` does.
@@ -712,6 +719,8 @@ async def simulate_live(
     """
     options = PipelineOptions(
         scenario=scenario,
+        engine=engine,
+        bootstrap_servers=bootstrap_servers,
         config_path=config_path,
         scheduler_name=config.scheduler_name,
         tick_interval_s=None,

@@ -14,6 +14,7 @@ from rich.table import Table
 from kai_stream.cli import app
 from kai_stream.core.config import SchedulerConfig, load_config
 from kai_stream.core.manifests import ManifestError, load_scenario
+from kai_stream.engines import Engine
 from kai_stream.simulate import simulate as run_simulation
 
 
@@ -63,6 +64,10 @@ def simulate_command(
     live: Annotated[
         bool, typer.Option("--live", help="run it through the real broker, simulated cluster, connector and binder")
     ] = False,
+    engine: Annotated[Engine, typer.Option(help="--live: the embedded broker (tansu or kafka)")] = "tansu",
+    bootstrap_servers: Annotated[
+        str | None, typer.Option(help="--live: use this running Kafka instead of an embedded broker")
+    ] = None,
 ) -> None:
     """Schedule a scenario in-process until nothing changes; print pods, queues and every decision."""
     err = Console(stderr=True)
@@ -86,7 +91,9 @@ def simulate_command(
 
         from kai_stream.pipeline import simulate_live
 
-        result = asyncio.run(simulate_live(scenario, settings, config_path=config)).to_json()
+        result = asyncio.run(simulate_live(
+                scenario, settings, config_path=config, engine=engine, bootstrap_servers=bootstrap_servers
+            )).to_json()
     else:
         simulated = run_simulation(events, settings, cycles=cycles)
         if not simulated.settled:

@@ -1,7 +1,7 @@
 """End-to-end pipeline latency and capacity: 1,000 nodes, 10,000 pods created through the API at a steady rate,
 then a burst backlog of more pods of the same size.
 
-Everything real: embedded Tansu broker (TCP), simulated Kubernetes API (HTTP), Kubernetes connector,
+Everything real: embedded broker (TCP; ``--engine tansu|kafka``), simulated Kubernetes API (HTTP), Kubernetes connector,
 faust scheduler processor (subprocess), binder. Two phases on one pipeline:
 
 1. **Steady rate (latency)**: ``--pods`` one-GPU pods created at ``--rate`` pods/s. Prints pod-created ->
@@ -66,6 +66,7 @@ from kai_stream.core.events import (
     loads_decisions_record,
 )
 from kai_stream.core.scheduler import compiled
+from kai_stream.engines import ENGINES, Engine
 from kai_stream.kafka import Record, assign_from_start, make_consumer, read_topic
 from kai_stream.pipeline import Pipeline, PipelineOptions
 from kai_stream.streams.engine import PartitionEngine, is_decision
@@ -386,12 +387,13 @@ async def burst_phase(pipeline: Pipeline, first: int, pods: int) -> tuple[float,
     return rate, floor_rate, len(events)
 
 
-async def main(nodes: int, pods: int, rate: float, gpus: int, burst: int) -> None:
+async def main(nodes: int, pods: int, rate: float, gpus: int, burst: int, engine: Engine = "tansu") -> None:
     with tempfile.TemporaryDirectory() as tmp:
         scenario = Path(tmp) / "cluster.yaml"
         scenario.write_text(cluster_yaml(nodes, gpus))
         options = PipelineOptions(
             scenario=scenario,
+            engine=engine,
             tick_interval_s=1.0,
             tail=False,
             # long enough for the burst phase's pause; Tansu holds the first join for half of it
@@ -404,7 +406,8 @@ async def main(nodes: int, pods: int, rate: float, gpus: int, burst: int) -> Non
             assert pipeline.kafka is not None
             build = "compiled (mypyc)" if compiled() else "sources (not compiled)"
             load = os.getloadavg()[0]
-            print(f"{nodes} nodes x {gpus} GPUs; load average {load:.1f}; scheduler core {build}", flush=True)
+            print(f"engine {engine}; {nodes} nodes x {gpus} GPUs; load average {load:.1f}; scheduler core {build}",
+                  flush=True)
             await pipeline.wait_processor_caught_up(timeout_s=120)
             await steady_phase(pipeline, pods, rate)
             if burst > 0:
@@ -423,5 +426,6 @@ if __name__ == "__main__":
     parser.add_argument("--rate", type=float, default=100.0, help="pods created per second (0: as fast as possible)")
     parser.add_argument("--burst", type=int, default=5000, help="pods of the burst (capacity) phase; 0 to skip")
     parser.add_argument("--gpus", type=int, default=16, help="GPUs per node")
+    parser.add_argument("--engine", choices=ENGINES, default="tansu", help="the embedded broker")
     args = parser.parse_args()
-    asyncio.run(main(args.nodes, args.pods, args.rate, args.gpus, args.burst))
+    asyncio.run(main(args.nodes, args.pods, args.rate, args.gpus, args.burst, args.engine))

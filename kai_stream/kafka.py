@@ -25,6 +25,7 @@ from aiokafka.partitioner import murmur2
 from kai_stream.core.events import Model, dumps
 from kai_stream.fetchgaps import gap_guarded
 from kai_stream.fetchwait import governed
+from kai_stream.quirks import tansu_workarounds
 from kai_stream.settings import KafkaSettings
 
 Record: TypeAlias = ConsumerRecord[bytes, bytes]
@@ -58,6 +59,8 @@ def expedite(producer: AIOKafkaProducer, topic: str, partition: int) -> None:
     with aiokafka in pyproject.toml and checked by ``tests/broker/test_expedite.py``.
     """
     accumulator: Any = producer._message_accumulator
+    if accumulator._linger_time == 0:
+        return  # nothing is held without a linger (on Apache Kafka, quirks.feedback_linger_ms)
     for batch in accumulator._batches.get(TopicPartition(topic, partition), ()):
         batch._linger_time = 0.0
     waiter = accumulator._waiter_future
@@ -74,10 +77,10 @@ def make_consumer(
 ) -> AIOKafkaConsumer:
     """A manual-commit consumer that starts from the earliest record when the group has no offset.
 
-    Its fetch wait starts at ``settings.fetch_max_wait_ms`` (short by default: Tansu never answers a fetch early)
-    and grows while Tansu answers it empty behind the log end (``fetchwait.py``); its fetch answers are cut at
-    the first offset Tansu has not stored yet, so it never moves past a record it was not given
-    (``fetchgaps.py``).
+    On Tansu (``quirks.py``) its fetch wait starts at ``settings.fetch_max_wait_ms`` (short by default: Tansu never
+    answers a fetch early) and grows while Tansu answers it empty behind the log end (``fetchwait.py``); its fetch
+    answers are cut at the first offset Tansu has not stored yet, so it never moves past a record it was not given
+    (``fetchgaps.py``). On Apache Kafka it is a plain aiokafka consumer.
 
     With ``topics`` it subscribes (optionally with a rebalance ``listener``); without, assign partitions.
     """
@@ -91,8 +94,10 @@ def make_consumer(
         "fetch_max_wait_ms": settings.fetch_max_wait_ms,
     }
     kwargs.update(overrides)
-    consumer = governed(AIOKafkaConsumer(**kwargs), kwargs["fetch_max_wait_ms"], settings.fetch_max_wait_limit_ms)
-    gap_guarded(consumer, settings.fetch_hole_patience_s)  # outside the governor: it sees the answer uncut
+    consumer = AIOKafkaConsumer(**kwargs)
+    if tansu_workarounds(settings):
+        governed(consumer, kwargs["fetch_max_wait_ms"], settings.fetch_max_wait_limit_ms)
+        gap_guarded(consumer, settings.fetch_hole_patience_s)  # outside the governor: it sees the answer uncut
     if topics:
         if listener is None:
             consumer.subscribe(list(topics))
@@ -166,11 +171,19 @@ async def read_to_end(consumer: AIOKafkaConsumer, *, timeout_s: float = 30.0) ->
     return out
 
 
+async def topic_partitions(consumer: AIOKafkaConsumer, topic: str) -> list[int]:
+    """The partitions of ``topic`` from a fresh all-topics metadata request (empty if it does not exist).
+
+    ``consumer.topics()`` alone does not do: it leaves the consumer's own metadata as its subscription had it,
+    which on Apache Kafka holds no topic for an unsubscribed consumer (Tansu answers every topic)."""
+    cluster: Any = await consumer._client.fetch_all_metadata()
+    return sorted(cluster.partitions_for_topic(topic) or ())
+
+
 async def assign_from_start(consumer: AIOKafkaConsumer, topic: str) -> list[TopicPartition]:
     """Assign every partition of ``topic`` to a started group-less consumer, at the beginning; LookupError if the
     topic does not exist."""
-    await consumer.topics()
-    partitions = consumer.partitions_for_topic(topic)
+    partitions = await topic_partitions(consumer, topic)
     if not partitions:
         raise LookupError(f"topic {topic!r} does not exist")
     tps = [TopicPartition(topic, p) for p in sorted(partitions)]

@@ -1,8 +1,8 @@
 """The whole streaming pipeline on one machine: broker + simulated cluster + connector + processor + binder.
 
-``Pipeline`` starts, in order: the embedded Tansu broker (memory or durable; or an external Kafka given
-``bootstrap_servers``), the topics, the simulated Kubernetes API (aiohttp, loaded with a scenario), the
-Kubernetes connector (a task on this loop), the scheduler processor (a faust worker in a subprocess:
+``Pipeline`` starts, in order: the embedded broker (``engine``: Tansu or Apache Kafka, memory or durable; or
+an external Kafka given ``bootstrap_servers``), the topics, the simulated Kubernetes API (aiohttp, loaded with a
+scenario), the Kubernetes connector (a task on this loop), the scheduler processor (a faust worker in a subprocess:
 ``python -m kai_stream.streams``) and the binder (a task on this loop). Every joint is real: Kafka over
 TCP, the Kubernetes API over HTTP through kubernetes-asyncio.
 
@@ -39,7 +39,6 @@ from connectors.simcluster.controller import recreated_uid
 from connectors.simcluster.server import SimCluster
 from kai_stream.binder.kube import api_client
 from kai_stream.binder.runner import run_binder
-from kai_stream.broker import EmbeddedBroker
 from kai_stream.core.config import SchedulerConfig
 from kai_stream.core.events import (
     BindRequested,
@@ -57,7 +56,8 @@ from kai_stream.core.events import (
 )
 from kai_stream.core.manifests import ManifestError, object_to_events
 from kai_stream.core.state import ClusterState, apply
-from kai_stream.kafka import make_consumer
+from kai_stream.engines import Broker, Engine, embedded_broker
+from kai_stream.kafka import make_consumer, topic_partitions
 from kai_stream.settings import KafkaSettings
 from kai_stream.simulate import DEFAULT_TERMINATION_GRACE_S, SimulationResult, round_barrier
 from kai_stream.streams.engine import is_decision
@@ -84,6 +84,7 @@ class PipelineOptions:
     durable: bool = False
     data_dir: Path = Path(".kai-stream")
     bootstrap_servers: str | None = None
+    engine: Engine = "tansu"
     topic_prefix: str = ""
     config_path: Path | None = None
     tick_interval_s: float | None = 1.0
@@ -139,11 +140,10 @@ class LogTail:
     async def start(self) -> None:
         consumer = make_consumer(self.kafka, group_id=None, fetch_max_wait_ms=10)
         await consumer.start()
-        await consumer.topics()
         tps = [
             TopicPartition(topic, p)
             for topic in (self.names.cluster_events, self.names.decisions)
-            for p in sorted(consumer.partitions_for_topic(topic) or ())
+            for p in await topic_partitions(consumer, topic)
         ]
         consumer.assign(tps)
         await consumer.seek_to_beginning(*tps)
@@ -221,7 +221,7 @@ class Pipeline:
         prefix = options.topic_prefix
         self.processor_app_id = options.processor_app_id or f"{prefix}kai-stream-scheduler"
         self.binder_group_id = options.binder_group_id or f"{prefix}kai-stream-binder"
-        self.broker: EmbeddedBroker | None = None
+        self.broker: Broker | None = None
         self.kafka: KafkaSettings | None = None
         self.cluster = SimCluster(time_scale=options.time_scale, termination_grace=options.termination_grace)
         self.scenario_now = 0.0
@@ -243,7 +243,7 @@ class Pipeline:
     async def start(self) -> None:
         opts = self.options
         if opts.bootstrap_servers is None:
-            self.broker = EmbeddedBroker(memory=not opts.durable, data_dir=opts.data_dir)
+            self.broker = embedded_broker(opts.engine, memory=not opts.durable, data_dir=opts.data_dir)
             await asyncio.to_thread(_without_sigint, self.broker.start)
             servers = self.broker.bootstrap_servers
         else:
@@ -477,10 +477,7 @@ class Pipeline:
         consumer = make_consumer(self.kafka, group_id=group)
         await consumer.start()
         try:
-            partitions = sorted(consumer.partitions_for_topic(topic) or ())
-            if not partitions:
-                await consumer.topics()
-                partitions = sorted(consumer.partitions_for_topic(topic) or ())
+            partitions = await topic_partitions(consumer, topic)
             return {p: (await consumer.committed(TopicPartition(topic, p))) or 0 for p in partitions}
         finally:
             await consumer.stop()
@@ -751,6 +748,8 @@ async def simulate_live(
     config_path: Path | None = None,
     timeout_s: float = 120.0,
     termination_grace: float = DEFAULT_TERMINATION_GRACE_S,
+    engine: Engine = "tansu",
+    bootstrap_servers: str | None = None,
 ) -> SimulationResult:
     """Run ``scenario`` through the real pipeline in rounds (``Pipeline.run_rounds``); report it as
     ``simulate`` does.
@@ -762,6 +761,8 @@ async def simulate_live(
     """
     options = PipelineOptions(
         scenario=scenario,
+        engine=engine,
+        bootstrap_servers=bootstrap_servers,
         config_path=config_path,
         scheduler_name=config.scheduler_name,
         tick_interval_s=None,

@@ -21,6 +21,9 @@ class KafkaSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="KAI_STREAM_KAFKA_", frozen=True, extra="forbid")
 
     bootstrap_servers: str = "127.0.0.1:9092"
+    engine: Literal["auto", "tansu", "kafka"] = "auto"
+    """Which broker this is, so the Tansu workarounds run only on Tansu; ``auto`` asks the broker
+    (``kai_stream/quirks.py``)."""
     client_id: str = "kai-stream"
     security_protocol: SecurityProtocol = "PLAINTEXT"
     sasl_mechanism: SaslMechanism | None = None

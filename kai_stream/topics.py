@@ -8,16 +8,19 @@ committed schemas differ from what the models generate. ``create_topics`` applie
 from __future__ import annotations
 
 import argparse
+import asyncio
 import importlib
 import json
 import os
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
-from aiokafka.admin import NewTopic
+from aiokafka import TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import TopicAlreadyExistsError
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
@@ -158,9 +161,33 @@ async def create_topics(
             except TopicAlreadyExistsError:
                 continue
             created.append(topic.name)
+        await _until_led(admin, {t.name: t.num_partitions for t in missing})
         return created
     finally:
         await admin.close()
+
+
+def _led(leader: int | None) -> bool:
+    return leader is not None and leader >= 0
+
+
+async def _until_led(admin: AIOKafkaAdminClient, partitions: dict[str, int], timeout_s: float = 30.0) -> None:
+    """Wait until the broker's metadata lists every partition of the new topics with a leader: Apache Kafka answers
+    CreateTopics before its metadata cache has them, and a client that looks then sees no such topic."""
+    deadline = time.monotonic() + timeout_s
+    while partitions:
+        cluster: Any = await admin._client.fetch_all_metadata()
+        led = {
+            name
+            for name, count in partitions.items()
+            if len(cluster.partitions_for_topic(name) or ()) == count
+            and all(_led(cluster.leader_for_partition(TopicPartition(name, p))) for p in range(count))
+        }
+        if led == set(partitions):
+            return
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"topics {sorted(set(partitions) - led)} have no leader after {timeout_s:.0f}s")
+        await asyncio.sleep(0.05)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -6,7 +6,8 @@ or running there (not terminating), or a successful bind. Producers hold feedbac
 ``KafkaSettings.feedback_linger_ms`` so it travels in one batch with other records; everything else (a new
 pending pod, a pod that finished or is going away, nodes, queues, pod groups, ticks, failed binds, evictions) is
 sent at once, taking the held feedback along (``kafka.expedite``). Holding feedback never reorders a partition:
-one producer, one batch queue per partition.
+one producer, one batch queue per partition. On Apache Kafka nothing is held (``quirks.feedback_linger_ms``): its
+fetch does not grow with the number of batches.
 """
 
 from __future__ import annotations

@@ -35,6 +35,7 @@ from connectors.kubernetes.watcher import Expired, Obj, list_objects, resource_v
 from kai_stream.core.events import ALL_POOLS, DeadLetter, ObservedEvent, Tick, dumps, loads_cluster_event, stable_id
 from kai_stream.core.manifests import ManifestError, object_to_events
 from kai_stream.kafka import expedite, make_producer, partition_for, read_topic, send_keyed
+from kai_stream.quirks import feedback_linger_ms
 from kai_stream.settings import KafkaSettings
 from kai_stream.topics import TopicNames
 from kai_stream.urgency import is_feedback
@@ -83,7 +84,7 @@ class KubernetesConnector:
 
     async def run(self) -> None:
         """Run until cancelled; raises if the broker rejects a record or the API fails for good."""
-        self._producer = make_producer(self.kafka, linger_ms=self.kafka.feedback_linger_ms, max_batch_size=1 << 20)
+        self._producer = make_producer(self.kafka, linger_ms=feedback_linger_ms(self.kafka), max_batch_size=1 << 20)
         await self._producer.start()
         try:
             partitions = await self._producer.partitions_for(self.topics.cluster_events)

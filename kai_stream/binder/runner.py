@@ -51,6 +51,7 @@ from kai_stream.observability import (
     EVENTS_PUBLISHED,
     Health,
 )
+from kai_stream.quirks import feedback_linger_ms
 from kai_stream.settings import KafkaSettings
 from kai_stream.topics import DEFAULT_TOPICS, TopicNames
 from kai_stream.urgency import is_feedback
@@ -385,7 +386,7 @@ async def run_binder(
     stop = stop_event if stop_event is not None else asyncio.Event()
     listener = _CommitOnRevoke()
     consumer = make_consumer(kafka_settings, topics.decisions, group_id=group_id, listener=listener)
-    producer = make_producer(kafka_settings, linger_ms=kafka_settings.feedback_linger_ms)
+    producer = make_producer(kafka_settings, linger_ms=feedback_linger_ms(kafka_settings))
     api = api_client(kube_config)
     try:
         await producer.start()

@@ -1,4 +1,4 @@
-"""`kai-stream broker`: run the embedded Tansu broker in the foreground until Ctrl-C."""
+"""`kai-stream broker`: run an embedded broker (Tansu or Apache Kafka) in the foreground until Ctrl-C."""
 
 from __future__ import annotations
 
@@ -11,8 +11,9 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from kai_stream.broker import DEFAULT_DATA_DIR, UNSAFE_DURABLE, BrokerStartError, EmbeddedBroker
+from kai_stream.broker import DEFAULT_DATA_DIR, UNSAFE_DURABLE, BrokerStartError
 from kai_stream.cli import app
+from kai_stream.engines import Engine, embedded_broker
 from kai_stream.settings import KafkaSettings
 from kai_stream.topics import create_topics
 
@@ -31,13 +32,18 @@ def broker(
     port: Annotated[int | None, typer.Option(help="listen port on 127.0.0.1 (default: a free one)")] = None,
     data_dir: Annotated[Path, typer.Option(help="durable data directory")] = DEFAULT_DATA_DIR,
     topics: Annotated[bool, typer.Option(help="create the kai-stream topics once the broker is up")] = True,
+    engine: Annotated[
+        Engine, typer.Option(help="tansu (starts in ms) or kafka (Apache Kafka, JVM; jars fetched once with Maven)")
+    ] = "tansu",
 ) -> None:
-    """Run the embedded Kafka-compatible broker until interrupted."""
+    """Run an embedded Kafka-protocol broker until interrupted."""
     console = Console(stderr=True)
     memory = not unsafe_durable_s3
     if unsafe_durable_s3:
         console.print(f"[yellow]warning:[/yellow] {UNSAFE_DURABLE}")
-    embedded = EmbeddedBroker(memory=memory, port=port, data_dir=data_dir, unsafe_durable=unsafe_durable_s3)
+    embedded = embedded_broker(
+        engine, memory=memory, port=port, data_dir=data_dir, unsafe_durable=unsafe_durable_s3
+    )
     try:
         bootstrap = embedded.start()
     except BrokerStartError as exc:
@@ -47,7 +53,7 @@ def broker(
     previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
     try:
         storage = "memory" if memory else f"durable ({data_dir.resolve()})"
-        console.print(f"broker ready: [bold]{bootstrap}[/bold] storage={storage}")
+        console.print(f"broker ready: [bold]{bootstrap}[/bold] engine={engine} storage={storage}")
         if topics:
             created = asyncio.run(create_topics(KafkaSettings(bootstrap_servers=bootstrap)))
             console.print(f"topics created: {', '.join(created) or 'none (all existed)'}")

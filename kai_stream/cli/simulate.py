@@ -14,6 +14,7 @@ from rich.table import Table
 from kai_stream.cli import app
 from kai_stream.core.config import SchedulerConfig, load_config
 from kai_stream.core.manifests import ManifestError, load_scenario
+from kai_stream.engines import Engine
 from kai_stream.simulate import DEFAULT_TERMINATION_GRACE_S
 from kai_stream.simulate import simulate as run_simulation
 
@@ -70,6 +71,10 @@ def simulate_command(
         float,
         typer.Option("--termination-grace", min=0.0, help="simulated seconds an evicted pod stays terminating"),
     ] = DEFAULT_TERMINATION_GRACE_S,
+    engine: Annotated[Engine, typer.Option(help="--live: the embedded broker (tansu or kafka)")] = "tansu",
+    bootstrap_servers: Annotated[
+        str | None, typer.Option(help="--live: use this running Kafka instead of an embedded broker")
+    ] = None,
 ) -> None:
     """Schedule a scenario in-process until nothing changes; print pods, queues and decision counts (--json: every
     decision)."""
@@ -100,7 +105,10 @@ def simulate_command(
         from kai_stream.pipeline import simulate_live
 
         result = asyncio.run(
-            simulate_live(scenario, settings, config_path=config, termination_grace=termination_grace)
+            simulate_live(
+                scenario, settings, config_path=config, termination_grace=termination_grace, engine=engine,
+                bootstrap_servers=bootstrap_servers,
+            )
         ).to_json()
     else:
         simulated = run_simulation(events, settings, cycles=cycles, termination_grace=termination_grace)

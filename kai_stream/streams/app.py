@@ -1,7 +1,7 @@
 """The faust app of the scheduler processor (one per process), configured from the environment.
 
 faust-streaming 0.15.3 runs on the embedded Tansu broker (agents, consumer group, rebalance, tables) once
-four things are worked around, here and in ``agents.py``:
+four things are worked around, here and in ``agents.py`` (the first three only on Tansu, ``quirks.py``):
 
 * fetch wait: faust hard-codes the consumer's ``fetch_max_wait_ms`` to 1500 and Tansu answers a long-poll
   fetch only when the wait expires (measured: ~700 ms per hop), so the transport below lowers it;
@@ -32,6 +32,7 @@ from faust.types import TP
 from kai_stream.fetchgaps import gap_guarded
 from kai_stream.fetchwait import governed
 from kai_stream.kafka import make_consumer
+from kai_stream.quirks import tansu_workarounds
 from kai_stream.settings import KafkaSettings
 from kai_stream.streams.settings import ProcessorSettings
 from kai_stream.topics import TopicNames, load_specs
@@ -45,12 +46,17 @@ PARTITIONS = {spec.name: spec.partitions for spec in load_specs()}
 class _ConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
     def _create_worker_consumer(self, transport: Any) -> Any:
         consumer = super()._create_worker_consumer(transport)
+        if not tansu_workarounds(kafka):
+            return consumer
         consumer._fetch_max_wait_ms = settings.fetch_max_wait_ms
         governed(consumer, settings.fetch_max_wait_ms, kafka.fetch_max_wait_limit_ms)
         return gap_guarded(consumer, kafka.fetch_hole_patience_s)
 
     async def _highwaters(self, partitions: list[TP]) -> Mapping[TP, int]:
-        """End offsets from fetch responses (what table recovery waits for), not ``end_offsets()``."""
+        """On Tansu, end offsets from fetch responses (what table recovery waits for), not ``end_offsets()``."""
+        if not tansu_workarounds(kafka):
+            ends: Mapping[TP, int] = await super()._highwaters(partitions)
+            return ends
         probe = make_consumer(kafka, group_id=None, fetch_max_wait_ms=20)
         await probe.start()
         try:

@@ -1,4 +1,5 @@
-"""End to end over the real broker (TCP) and the simulated cluster (HTTP via kubernetes-asyncio).
+"""End to end over the real broker (TCP; Tansu and Apache Kafka) and the simulated cluster (HTTP via
+kubernetes-asyncio).
 
 Pods are created through the API; the connector publishes them, the faust processor decides, the binder
 (a `kai-stream binder` process) binds them. Each wave of pods is created while the processor is down, so
@@ -16,6 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 from kubernetes_asyncio import client
 
@@ -28,6 +30,7 @@ from kai_stream.invariants import check_history
 from kai_stream.pipeline import Pipeline, PipelineOptions
 from kai_stream.simulate import simulate
 from replay.testing import assert_replays_identically
+from tests.engines import EngineUnderTest
 
 CLUSTER = """
 apiVersion: v1
@@ -87,14 +90,15 @@ def _binds(pipeline: Pipeline) -> dict[str, BindRequested]:
     return {d.name: d for d in pipeline.tail.all_decisions() if isinstance(d, BindRequested)}
 
 
+@pytest.mark.kafka
 async def test_pods_bound_as_simulate_decides_across_processor_and_binder_kills(
-    broker: str, topic_prefix: str, tmp_path: Path
+    engine: EngineUnderTest, topic_prefix: str, tmp_path: Path
 ) -> None:
     scenario = tmp_path / "cluster.yaml"
     scenario.write_text(CLUSTER)
     options = PipelineOptions(
         scenario=scenario,
-        bootstrap_servers=broker,
+        bootstrap_servers=engine.settings.bootstrap_servers,
         topic_prefix=topic_prefix,
         tick_interval_s=0.5,
         binder_subprocess=True,

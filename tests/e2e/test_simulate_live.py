@@ -1,5 +1,5 @@
 """`kai-stream simulate --live SCENARIO --json` equals in-process `simulate` on every bundled example, byte for
-byte: real Tansu broker over TCP, simulated cluster over HTTP, connector, faust processor, binder.
+byte: real broker over TCP (Tansu, and Apache Kafka), simulated cluster over HTTP, connector, faust processor, binder.
 
 The whole JSON is compared, with no special case per scenario: pods (status, queue, node, GPU indices), queue
 fair shares and allocations, and every decision with every field, including the log positions
@@ -9,7 +9,8 @@ live run decides in rounds (``Pipeline.run_rounds``), as the in-process one does
 round-barrier Tick that opens each round, published once the log holds the previous round's whole reaction, so
 no timing on a loaded machine can move a cycle.
 
-The scenarios run concurrently (one CLI process each, each with its own broker) to keep the suite fast.
+The scenarios run concurrently (one CLI process each; on Tansu each with its own broker, on Kafka all on the
+session's broker) to keep the suite fast.
 """
 
 from __future__ import annotations
@@ -20,11 +21,13 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+import pytest
 
 from kai_stream.core.config import SchedulerConfig
 from kai_stream.core.events import EvictionRequested, decision_hash, loads_decision
 from kai_stream.core.manifests import load_scenario
 from kai_stream.simulate import simulate
+from tests.engines import EngineUnderTest
 
 ROOT = Path(__file__).resolve().parents[2]
 SCENARIOS = sorted((ROOT / "examples").glob("*.yaml"))
@@ -52,9 +55,19 @@ def _chained(decisions: list[dict[str, Any]]) -> bool:
     return True
 
 
-async def test_live_equals_in_process_for_every_example() -> None:
+@pytest.mark.kafka
+async def test_live_equals_in_process_for_every_example(engine: EngineUnderTest) -> None:
     assert len(SCENARIOS) >= 7
-    live = await asyncio.gather(*(_simulate(path, "--live") for path in SCENARIOS))
+    # Tansu: each run starts its own broker; Kafka: every run shares the session's JVM (own topics and groups),
+    # three at a time so that one broker is not asked for every scenario's group joins at once
+    extra = ("--bootstrap-servers", engine.settings.bootstrap_servers) if engine.is_kafka else ()
+    slots = asyncio.Semaphore(3 if engine.is_kafka else len(SCENARIOS))
+
+    async def one(path: Path) -> dict[str, Any]:
+        async with slots:
+            return await _simulate(path, "--live", *extra)
+
+    live = await asyncio.gather(*(one(path) for path in SCENARIOS))
     evicting = 0
     for path, got in zip(SCENARIOS, live, strict=True):
         in_process = simulate(load_scenario(path.read_text()), SchedulerConfig())

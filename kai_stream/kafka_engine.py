@@ -1,0 +1,329 @@
+"""Lifecycle of an embedded Apache Kafka broker (KRaft, one combined broker + controller) on loopback.
+
+The jars come from Maven Central through the Maven project ``kai_stream/brokers/kafka/pom.xml``:
+``ensure_kafka_libs`` runs ``mvn dependency:copy-dependencies`` into ``~/.cache/kai-stream/kafka-<version>/libs``
+(local Maven repository ``~/.cache/kai-stream/m2``) the first time, under a file lock, and reuses it afterwards.
+``KAI_STREAM_CACHE_DIR`` moves the cache; ``java`` and ``mvn`` are taken from ``JAVA_HOME``/``PATH``.
+
+``KafkaBroker`` writes ``server.properties`` and a log4j2 config into a work directory, formats the KRaft log
+dir (``kafka.tools.StorageTool``, a random cluster id; a durable data dir is formatted once), runs
+``java -cp 'libs/*' kafka.Kafka server.properties`` with a small heap, waits until a metadata request lists the
+broker, and stops it with SIGTERM (controlled shutdown), then SIGKILL. Broker settings suit one machine and
+tests: replication factor 1, few partitions for the internal topics, short cleaner and retention check
+intervals (so compaction and retention show within seconds), short minimum session timeout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import fcntl
+import os
+import shutil
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from types import TracebackType
+from typing import IO
+
+from kai_stream.broker import BrokerStartError, free_port, port_free
+
+KAFKA_VERSION = "4.1.1"
+POM = Path(__file__).parent / "brokers" / "kafka" / "pom.xml"
+JVM_OPTIONS = ("-Xms128m", "-Xmx512m", "-XX:+UseSerialGC", "-XX:MaxDirectMemorySize=256m", "-Djava.awt.headless=true")
+_STOP_GRACE_S = 15.0
+_TAIL_CHARS = 3000
+_DONE_MARK = ".complete"
+
+_LOG4J2 = """status = error
+appender.out.type = Console
+appender.out.name = OUT
+appender.out.layout.type = PatternLayout
+appender.out.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = warn
+rootLogger.appenderRef.out.ref = OUT
+logger.raft.name = kafka.server.KafkaRaftServer
+logger.raft.level = info
+"""
+
+
+def cache_root() -> Path:
+    """Where downloaded broker artifacts live (outside the clone)."""
+    configured = os.environ.get("KAI_STREAM_CACHE_DIR")
+    return Path(configured) if configured else Path.home() / ".cache" / "kai-stream"
+
+
+def kafka_home(version: str = KAFKA_VERSION) -> Path:
+    return cache_root() / f"kafka-{version}"
+
+
+def _tool(name: str) -> str:
+    java_home = os.environ.get("JAVA_HOME")
+    if name == "java" and java_home and (Path(java_home) / "bin" / "java").is_file():
+        return str(Path(java_home) / "bin" / "java")
+    found = shutil.which(name)
+    if found is None:
+        raise BrokerStartError(f"`{name}` not found on PATH: Apache Kafka needs Java 17+ and Maven to fetch its jars")
+    return found
+
+
+def ensure_kafka_libs(version: str = KAFKA_VERSION, *, announce: IO[str] | None = None) -> Path:
+    """The directory of Kafka's jars for ``version``, downloaded with Maven on first use."""
+    home = kafka_home(version)
+    libs = home / "libs"
+    if (home / _DONE_MARK).is_file():
+        return libs
+    home.mkdir(parents=True, exist_ok=True)
+    with open(home / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if (home / _DONE_MARK).is_file():
+            return libs
+        out = announce if announce is not None else sys.stderr
+        print(
+            f"kai-stream: fetching Apache Kafka {version} and its dependencies from Maven Central into {home} "
+            "(first use only, about a minute)",
+            file=out,
+            flush=True,
+        )
+        staging = home / "libs.partial"
+        shutil.rmtree(staging, ignore_errors=True)
+        argv = [
+            _tool("mvn"),
+            "-q",
+            "-B",
+            "-f",
+            str(POM),
+            f"-Dkafka.version={version}",
+            f"-Dmaven.repo.local={cache_root() / 'm2'}",
+            "dependency:copy-dependencies",
+            f"-DoutputDirectory={staging}",
+        ]
+        done = subprocess.run(argv, capture_output=True, text=True, check=False)
+        if done.returncode != 0 or not any(staging.glob(f"kafka_2.13-{version}.jar")):
+            raise BrokerStartError(
+                f"Maven could not fetch Apache Kafka {version} (exit {done.returncode}):\n"
+                + (done.stdout + done.stderr)[-_TAIL_CHARS:]
+            )
+        shutil.rmtree(libs, ignore_errors=True)
+        staging.rename(libs)
+        (home / _DONE_MARK).write_text(version)
+    return libs
+
+
+def random_cluster_id() -> str:
+    """A KRaft cluster id: 16 random bytes, URL-safe base64 without padding (as ``kafka-storage random-uuid``)."""
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+
+
+def _metadata_v0(correlation_id: int) -> bytes:
+    client_id = b"kai-stream-probe"
+    body = struct.pack(">hhih", 3, 0, correlation_id, len(client_id)) + client_id + struct.pack(">i", 0)
+    return struct.pack(">i", len(body)) + body
+
+
+def lists_brokers(host: str, port: int, timeout_s: float = 1.0) -> bool:
+    """True when the broker at host:port answers a metadata request naming at least one broker."""
+    try:
+        with socket.create_connection((host, port), timeout=timeout_s) as sock:
+            sock.sendall(_metadata_v0(11))
+            header = b""
+            while len(header) < 12:
+                chunk = sock.recv(12 - len(header))
+                if not chunk:
+                    return False
+                header += chunk
+    except OSError:
+        return False
+    _, correlation, brokers = struct.unpack(">iii", header)
+    return bool(correlation == 11 and brokers >= 1)
+
+
+def server_properties(host: str, port: int, controller_port: int, log_dir: Path) -> str:
+    """The broker's configuration: one node, both roles, loopback listeners."""
+    settings = {
+        "process.roles": "broker,controller",
+        "node.id": "1",
+        "controller.quorum.voters": f"1@{host}:{controller_port}",
+        "listeners": f"PLAINTEXT://{host}:{port},CONTROLLER://{host}:{controller_port}",
+        "advertised.listeners": f"PLAINTEXT://{host}:{port}",
+        "controller.listener.names": "CONTROLLER",
+        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+        "inter.broker.listener.name": "PLAINTEXT",
+        "log.dirs": str(log_dir),
+        "num.partitions": "1",
+        "num.network.threads": "2",
+        "num.io.threads": "4",
+        "background.threads": "2",
+        "num.recovery.threads.per.data.dir": "1",
+        "log.segment.bytes": str(16 * 1024 * 1024),
+        "log.retention.check.interval.ms": "1000",
+        "log.initial.task.delay.ms": "500",
+        "log.cleaner.threads": "1",
+        "log.cleaner.dedupe.buffer.size": str(8 * 1024 * 1024),
+        "log.cleaner.backoff.ms": "500",
+        "log.segment.delete.delay.ms": "1000",
+        "offsets.topic.replication.factor": "1",
+        "offsets.topic.num.partitions": "4",
+        "transaction.state.log.replication.factor": "1",
+        "transaction.state.log.min.isr": "1",
+        "transaction.state.log.num.partitions": "4",
+        "share.coordinator.state.topic.replication.factor": "1",
+        "share.coordinator.state.topic.min.isr": "1",
+        "group.initial.rebalance.delay.ms": "0",
+        "group.min.session.timeout.ms": "500",
+        "auto.create.topics.enable": "true",
+    }
+    return "".join(f"{key}={value}\n" for key, value in settings.items())
+
+
+class KafkaBroker:
+    """Apache Kafka on loopback: ``memory`` keeps its log dir in a temp dir removed on stop, otherwise under
+    ``data_dir/kafka`` (records and committed offsets survive a restart).
+
+    Same interface as ``EmbeddedBroker``: ``start()``/``stop()``, (async) context manager, ``bootstrap_servers``,
+    ``pid``, ``running``, ``output_tail()``.
+    """
+
+    engine = "kafka"
+
+    def __init__(
+        self,
+        *,
+        memory: bool = True,
+        port: int | None = None,
+        data_dir: Path | str = Path(".kai-stream"),
+        host: str = "127.0.0.1",
+        startup_timeout_s: float = 90.0,
+        version: str = KAFKA_VERSION,
+    ) -> None:
+        self.memory = memory
+        self.host = host
+        self.requested_port = port
+        self.port: int | None = None
+        self.data_dir = Path(data_dir)
+        self.startup_timeout_s = startup_timeout_s
+        self.version = version
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._workdir: tempfile.TemporaryDirectory[str] | None = None
+        self._log: IO[bytes] | None = None
+
+    @property
+    def bootstrap_servers(self) -> str:
+        if self.port is None:
+            raise RuntimeError("broker not started")
+        return f"{self.host}:{self.port}"
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self.running and self._proc is not None else None
+
+    @property
+    def running(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    def output_tail(self) -> str:
+        if self._workdir is None:
+            return ""
+        try:
+            return (Path(self._workdir.name) / "kafka.log").read_text(errors="replace")[-_TAIL_CHARS:]
+        except OSError:
+            return ""
+
+    def start(self) -> str:
+        """Fetch the jars if needed, format the log dir, start the JVM and wait until it lists itself."""
+        if self.running:
+            return self.bootstrap_servers
+        libs = ensure_kafka_libs(self.version)
+        self._workdir = tempfile.TemporaryDirectory(prefix="kai-stream-kafka-")
+        work = Path(self._workdir.name)
+        try:
+            port = self.requested_port if self.requested_port is not None else free_port(self.host)
+            if not port_free(self.host, port):
+                raise BrokerStartError(f"port {self.host}:{port} is already in use")
+            controller_port = free_port(self.host)
+            log_dir = work / "logs" if self.memory else (self.data_dir / "kafka").resolve()
+            log_dir.mkdir(parents=True, exist_ok=True)
+            config = work / "server.properties"
+            config.write_text(server_properties(self.host, port, controller_port, log_dir))
+            (work / "log4j2.properties").write_text(_LOG4J2)
+            java = [_tool("java"), *JVM_OPTIONS, f"-Dlog4j2.configurationFile={work / 'log4j2.properties'}"]
+            classpath = ["-cp", str(libs / "*")]
+            if not (log_dir / "meta.properties").is_file():
+                fmt = [*java, *classpath, "kafka.tools.StorageTool", "format", "--config", str(config)]
+                done = subprocess.run(
+                    [*fmt, "--cluster-id", random_cluster_id(), "--ignore-formatted"],
+                    capture_output=True,
+                    text=True,
+                    check=False,
+                )
+                if done.returncode != 0:
+                    output = (done.stdout + done.stderr)[-_TAIL_CHARS:]
+                    raise BrokerStartError(f"formatting the KRaft log dir failed:\n{output}")
+            self._log = open(work / "kafka.log", "wb")  # noqa: SIM115
+            self._proc = subprocess.Popen(
+                [*java, *classpath, "kafka.Kafka", str(config)],
+                stdout=self._log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+            self._wait(port)
+            self.port = port
+        except BaseException:
+            self.stop()
+            raise
+        return self.bootstrap_servers
+
+    def _wait(self, port: int) -> None:
+        assert self._proc is not None
+        deadline = time.monotonic() + self.startup_timeout_s
+        while time.monotonic() < deadline:
+            if self._proc.poll() is not None:
+                code = self._proc.returncode
+                raise BrokerStartError(f"kafka exited with code {code} during startup:\n{self.output_tail()}")
+            if lists_brokers(self.host, port):
+                return
+            time.sleep(0.1)
+        raise BrokerStartError(f"kafka did not answer within {self.startup_timeout_s:.0f}s:\n{self.output_tail()}")
+
+    def stop(self) -> None:
+        """SIGTERM (controlled shutdown), SIGKILL after a grace period; safe to call twice."""
+        proc, self._proc = self._proc, None
+        if proc is not None and proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout=_STOP_GRACE_S)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+        if self._workdir is not None:
+            with contextlib.suppress(OSError):
+                self._workdir.cleanup()
+            self._workdir = None
+
+    def __enter__(self) -> KafkaBroker:
+        self.start()
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+    async def __aenter__(self) -> KafkaBroker:
+        await asyncio.to_thread(self.start)
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await asyncio.to_thread(self.stop)

@@ -1,0 +1,96 @@
+"""The Tansu workarounds run only on Tansu: the engine is detected from the broker's API versions (or configured),
+and on Apache Kafka consumers are plain aiokafka consumers and producers hold nothing back."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+
+import pytest
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.admin import NewTopic
+
+from kai_stream.broker import free_port
+from kai_stream.kafka import make_admin, make_consumer, make_producer, read_topic
+from kai_stream.quirks import broker_engine, detect_engine, feedback_linger_ms, tansu_workarounds
+from kai_stream.settings import KafkaSettings
+from tests.engines import EngineUnderTest
+
+pytestmark = pytest.mark.kafka
+
+
+def test_the_engine_is_detected(engine: EngineUnderTest) -> None:
+    assert detect_engine(engine.settings) == engine.name
+    assert broker_engine(engine.settings) == engine.name
+    assert tansu_workarounds(engine.settings) is not engine.is_kafka
+
+
+def test_a_configured_engine_wins_over_detection(engine: EngineUnderTest) -> None:
+    other = "tansu" if engine.is_kafka else "kafka"
+    configured = engine.settings.model_copy(update={"engine": other})
+    assert broker_engine(configured) == other
+
+
+def test_no_answer_keeps_the_workarounds_and_says_so(caplog: pytest.LogCaptureFixture) -> None:
+    settings = KafkaSettings(bootstrap_servers=f"127.0.0.1:{free_port()}")
+    with caplog.at_level(logging.WARNING, logger="kai_stream.quirks"):
+        assert broker_engine(settings) == "tansu"
+    assert "applying the Tansu workarounds" in caplog.text
+
+
+async def test_consumers_and_producers_follow_the_engine(engine: EngineUnderTest) -> None:
+    consumer = make_consumer(engine.settings, group_id=None)
+    patched = "send" in vars(consumer._client)  # the fetch governor and the hole guard wrap the client's send
+    assert patched is not engine.is_kafka
+    assert feedback_linger_ms(engine.settings) == (0 if engine.is_kafka else engine.settings.feedback_linger_ms)
+
+
+async def test_a_compacted_topic_reads_without_waiting_on_its_holes(engine: EngineUnderTest) -> None:
+    """Compaction leaves offsets that are never fetched again. The Tansu hole guard would wait
+    ``fetch_hole_patience_s`` at each (it cannot tell them from Tansu's late batches); on Kafka no guard runs and
+    ``read_topic`` reads the compacted log at once. Tansu does not compact, so there the whole log reads at once."""
+    topic = f"holes-{uuid.uuid4().hex[:8]}"
+    settings = engine.settings.model_copy(update={"fetch_hole_patience_s": 30.0})
+    admin = make_admin(settings)
+    await admin.start()
+    try:
+        configs = {"cleanup.policy": "compact", "segment.ms": "100", "min.cleanable.dirty.ratio": "0.01"}
+        await admin.create_topics([NewTopic(topic, 1, 1, topic_configs=configs)])
+    finally:
+        await admin.close()
+    producer = make_producer(settings)
+    await producer.start()
+    try:
+        for i in range(10):
+            await producer.send_and_wait(topic, f"{i}".encode(), key=f"k{i % 2}".encode(), partition=0)
+        await asyncio.sleep(0.3)
+        await producer.send_and_wait(topic, b"last", key=b"roll", partition=0)
+    finally:
+        await producer.stop()
+    if engine.is_kafka:
+        assert await _compacted(settings, topic)
+    started = time.monotonic()
+    offsets = [r.offset for r in await read_topic(settings, topic, timeout_s=60)]
+    assert time.monotonic() - started < 10
+    assert offsets == ([8, 9, 10] if engine.is_kafka else list(range(11)))
+
+
+async def _compacted(settings: KafkaSettings, topic: str) -> bool:
+    """Wait (up to 30 s) until the log starts at offset 8 for a plain consumer."""
+    consumer = AIOKafkaConsumer(**settings.client_kwargs(), enable_auto_commit=False)
+    await consumer.start()
+    try:
+        tp = TopicPartition(topic, 0)
+        consumer.assign([tp])
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            await consumer.seek_to_beginning(tp)
+            batches = await consumer.getmany(tp, timeout_ms=500, max_records=1)
+            if batches.get(tp) and batches[tp][0].offset == 8:
+                return True
+            await asyncio.sleep(0.3)
+        return False
+    finally:
+        await consumer.stop()

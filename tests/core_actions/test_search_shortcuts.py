@@ -83,9 +83,10 @@ def test_some_evictions_are_never_made(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def _departments(seed: int, nodes: int = 24, gpus: int = 8) -> ClusterState:
-    """Two departments of three teams; team a-0 holds most GPUs (its department far above its fair share), the
-    other teams' pending 'train' pods (preemptible) reclaim: those of department a are refused while it stays
-    over its share."""
+    """Two departments of three teams; team a-0 holds most GPUs with 'build' pods (not victims: its department far
+    above its fair share), team b-0 most of the rest with 'train' pods; the other teams' pending 'train' pods
+    (preemptible) reclaim: those of department a are refused while it would end above its fair share and at or
+    above department b's saturation (KAI's check at every level of the reclaimer's ancestry)."""
     rng = random.Random(seed)
     events: list[AnyEvent] = node_events(nodes, gpus)
     total = nodes * gpus * 1000
@@ -101,7 +102,10 @@ def _departments(seed: int, nodes: int = 24, gpus: int = 8) -> ClusterState:
     for i in range(nodes):
         for g in range(gpus):
             uid += 1
-            team = "a-0" if rng.random() < 0.7 else rng.choice(leaves[1:])
+            if rng.random() < 0.6:
+                events.append(running(uid, "a-0", f"n{i:02d}", g, "build"))
+                continue
+            team = "b-0" if rng.random() < 0.7 else rng.choice(leaves[1:])
             events.append(running(uid, team, f"n{i:02d}", g, "train"))
     for k in range(30):
         uid += 1

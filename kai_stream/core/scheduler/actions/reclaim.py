@@ -1,17 +1,17 @@
 """reclaim: a pending job takes resources from other queues that hold more than their share.
 
-Per pending job (queue order), when its leaf queue stays within fair share with the job (a non-preemptible
-job: within deserved), victims are preemptible running jobs of other leaf queues that the victim scopes allow
-for the job's leaf queue (min-runtime, resolved per reclaimer and victim leaf; a protected elastic job gives
-only its surplus pods). Victim queues are visited in reverse queue order (ranked once per search: the queue
-that would be scheduled last first), each one's jobs in reverse job order, and a queue gives victims only
-while it is over its fair share — or over its deserved quota while the reclaimer stays within its own — on a
-resource the job requests. A victim set is accepted when the job's gang is placed and, at every level of the
-reclaimer's ancestry, the reclaimer side's saturation (allocated / fair share) is not above that of any
-sibling that lost resources; a preemptible reclaimer's ancestors must also end within their fair share (net of
-victims inside them, so a leaf may reclaim from a sibling of its own department). A victim queue's excess is
-counted down by the units it gave to the search so far (what their evictions take from its allocation), so the
-candidates do not read the evictions themselves and the search may defer them (``SearchSpec.fixed_candidates``).
+Per pending job (queue order), when its leaf queue stays within fair share with the job (a non-preemptible job:
+within deserved), victims are preemptible running jobs of other leaf queues that the victim scopes allow for the
+job's leaf queue (min-runtime, resolved per reclaimer and victim leaf; a protected elastic job gives only its
+surplus pods). Victim queues are visited in reverse queue order (ranked once per search: the queue that would be
+scheduled last first), each one's jobs in reverse job order, and a queue gives victims only while it is over its
+fair share — or over its deserved quota while the reclaimer stays within its own — on a resource the job requests. A
+victim set is accepted when the job's gang is placed and, at every level of the reclaimer's ancestry, against every
+sibling that lost victims, on every resource involved (the job's and the sibling's victims'), the reclaimer side
+does not end above its fair share (allocated / fair share > 1) at or above the sibling's saturation (KAI's
+reclaimable.go ``isFairShareSaturationLowerPerResource``, multiplier 1). A victim queue's excess is counted down by
+the units it gave to the search so far (what their evictions take from its allocation), so the candidates do not
+read the evictions themselves and the search may defer them (``SearchSpec.fixed_candidates``).
 
 A job whose queue is past its fair share gets the pending reason ``NotEnoughOverQuotaShare``. Once a search
 fails, jobs of the same shape in the same queue are not searched again in this action run (later reclaims only
@@ -28,9 +28,8 @@ from collections.abc import Callable, Hashable, Iterator
 from kai_stream.core.scheduler.actions._common.fairness import (
     UNLIMITED,
     _fmt,
-    over,
     queue_details,
-    saturation,
+    saturation_lower,
     within,
 )
 from kai_stream.core.scheduler.actions._common.solver import SearchSpec, awaiting, free_gpu, search
@@ -153,18 +152,24 @@ class _Reclaim:
         leaf = reclaimer.queue
         assert leaf is not None
 
-        def ancestors_over(taken: list[VictimUnit]) -> bool:
-            return reclaimer.preemptible and any(over(q, request, q.fair_share) for q in leaf.ancestry()[1:])
+        involved_request = [r for r in range(3) if request[r] > 0]
 
         def validate(taken: list[VictimUnit]) -> bool:
-            losers = {q.name for u in taken if u.job.queue is not None for q in u.job.queue.ancestry()}
-            if ancestors_over(taken):
-                return False
+            involved: dict[str, set[int]] = {}
+            for unit in taken:
+                q = unit.job.queue
+                if q is None:
+                    continue
+                used = _resources_of(unit)
+                for a in q.ancestry():
+                    involved.setdefault(a.name, set()).update(used)
             for side in leaf.ancestry():
                 siblings = side.parent.children if side.parent is not None else self.ssn.roots
-                mine = saturation(side, request)
                 for sibling in siblings:
-                    if sibling is not side and sibling.name in losers and saturation(sibling, request) < mine:
+                    lost = involved.get(sibling.name)
+                    if sibling is side or lost is None:
+                        continue
+                    if not saturation_lower(side, sibling, lost.union(involved_request)):
                         return False
             return True
 
@@ -192,7 +197,7 @@ class _Reclaim:
             preemptor=reclaimer,
             candidates=lambda: self.candidates(reclaimer, request),
             validate=validate,
-            doomed=ancestors_over,
+            doomed=lambda taken: not validate(taken),
             details=details,
             reason=f"reclaimed for {reclaimer.key} (queue {leaf.name} within fair share)",
             pool_free_gpu=self.pool_free,
@@ -323,6 +328,19 @@ def _settle(reclaim: _Reclaim, jobs: list[JobInfo]) -> bool:
             assert job.queue is not None
             reclaim.over_share(job, pending, bound, job.queue.allocated)
     return True
+
+
+def _resources_of(unit: VictimUnit) -> set[int]:
+    """The resources the unit's tasks hold (KAI's involved resources of a victim)."""
+    used: set[int] = set()
+    for task in unit.tasks:
+        if task.gpus and task.gpu_portion:
+            used.add(0)
+        if task.cpu:
+            used.add(1)
+        if task.mem:
+            used.add(2)
+    return used
 
 
 def run(session: Session) -> None:

@@ -198,10 +198,15 @@ def _gang_min(job: dict[str, Any]) -> int:
 
 
 class _Gpus:
-    """GPU indices of the running pods of each node: fixed ones first, then named groups and whole devices."""
+    """GPU indices of the running pods of each node: fixed ones (``#k``, kept from an earlier round) first, then
+    named groups and whole devices on the lowest free device. KAI's builder gives every fractional pod without a
+    group a fresh device even past the node's count; here such a pod takes a free device, or else shares one with
+    room left (the only physical reading of those literals)."""
 
-    def __init__(self, jobs: list[dict[str, Any]]) -> None:
+    def __init__(self, jobs: list[dict[str, Any]], sizes: dict[str, int]) -> None:
+        self.sizes = sizes
         self.used: dict[str, set[int]] = {}
+        self.shared: dict[tuple[str, int], int] = {}
         self.groups: dict[tuple[str, str], int] = {}
         for job in jobs:
             for task in job.get("Tasks") or []:
@@ -218,6 +223,19 @@ class _Gpus:
         used.add(i)
         return i
 
+    def fraction(self, node: str, milli: int) -> int:
+        used = self.used.setdefault(node, set())
+        free = [i for i in range(self.sizes.get(node, 0)) if i not in used]
+        if free:
+            used.add(free[0])
+            self.shared[(node, free[0])] = milli
+            return free[0]
+        for (n, i), taken in sorted(self.shared.items()):
+            if n == node and taken + milli <= 1000:
+                self.shared[(n, i)] = taken + milli
+                return i
+        return self.take(node)
+
     def group(self, node: str, name: str) -> int:
         key = (node, name)
         if key not in self.groups:
@@ -227,7 +245,8 @@ class _Gpus:
 
 def job_events(topology: dict[str, Any]) -> list[AnyEvent]:
     jobs = ordered_jobs(topology)
-    gpus = _Gpus(jobs)
+    sizes = {name: int((n or {}).get("GPUs", 0)) for name, n in (topology.get("Nodes") or {}).items()}
+    gpus = _Gpus(jobs, sizes)
     events: list[AnyEvent] = []
     for index, job in enumerate(jobs):
         created = (
@@ -264,7 +283,7 @@ def job_events(topology: dict[str, Any]) -> list[AnyEvent]:
                 assert node is not None
                 if fraction:
                     names = task.get("GPUGroups") or []
-                    indices = (gpus.group(node, names[0]) if names else gpus.take(node),)
+                    indices = (gpus.group(node, names[0]) if names else gpus.fraction(node, round(whole * 1000)),)
                 elif whole > 0:
                     fixed = [int(g[1:]) for g in task.get("GPUGroups") or [] if str(g).startswith("#")]
                     indices = tuple(fixed) if fixed else tuple(gpus.take(node) for _ in range(int(whole)))

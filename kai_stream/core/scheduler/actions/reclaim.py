@@ -3,15 +3,17 @@
 Per pending job (queue order), when its leaf queue stays within fair share with the job (a non-preemptible job:
 within deserved), victims are preemptible running jobs of other leaf queues that the victim scopes allow for the
 job's leaf queue (min-runtime, resolved per reclaimer and victim leaf; a protected elastic job gives only its
-surplus pods). Victim queues are visited in reverse queue order (ranked once per search: the queue that would be
-scheduled last first), each one's jobs in reverse job order, and a queue gives victims only while it is over its
-fair share — or over its deserved quota while the reclaimer stays within its own — on a resource the job requests. A
-victim set is accepted when the job's gang is placed and, at every level of the reclaimer's ancestry, against every
-sibling that lost victims, on every resource involved (the job's and the sibling's victims'), the reclaimer side
-does not end above its fair share (allocated / fair share > 1) at or above the sibling's saturation (KAI's
-reclaimable.go ``isFairShareSaturationLowerPerResource``, multiplier 1). A victim queue's excess is counted down by
-the units it gave to the search so far (what their evictions take from its allocation), so the candidates do not
-read the evictions themselves and the search may defer them (``SearchSpec.fixed_candidates``).
+surplus pods). Victim queues come in KAI's victim order: the queue that would be scheduled last gives first,
+re-ranked after every victim job with what it gave taken off its dominant share (``_victim_key``); each queue's jobs in
+reverse job order. A queue gives only while, at the level below the common ancestor of the two leaves, its side is
+over its allocatable share on some resource, or over its deserved quota on some resource while the reclaimer's side
+stays within its own on all (KAI's reclaim strategies). A victim set is accepted when the job's gang is placed and,
+at every level of the reclaimer's ancestry, against every sibling that lost victims, on every resource involved (the
+job's and the sibling's victims'), the reclaimer side does not end above its fair share (allocated / fair share > 1)
+at or above the sibling's saturation (KAI's reclaimable.go ``isFairShareSaturationLowerPerResource``, multiplier 1),
+and a non-preemptible job's side keeps its non-preemptible pods within its deserved quota. What a victim queue gives
+is counted down by the units it gave to the search so far (what their evictions take from its allocation), so the
+candidates do not read the evictions themselves and the search may defer them (``SearchSpec.fixed_candidates``).
 
 A job whose queue is past its fair share gets the pending reason ``NotEnoughOverQuotaShare``. Once a search
 fails, jobs of the same shape in the same queue are not searched again in this action run (later reclaims only
@@ -26,6 +28,7 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable, Iterator
 
 from kai_stream.core.scheduler.actions._common.fairness import (
+    INF,
     UNLIMITED,
     _fmt,
     queue_details,
@@ -56,20 +59,6 @@ class _Reclaim:
         """Each leaf's allocation as this action began (for the pending reason of a job whose search failed)."""
         self._over_details: dict[tuple[str, tuple[int, ...]], dict[str, str]] = {}
         """``NotEnoughOverQuotaShare`` details per queue and allocation (shared, never mutated)."""
-        self._position = {q.name: i for i, q in enumerate(self._leaves)}
-        self._over_share: set[int] = set()
-        self._over_quota: set[int] = set()
-        """Positions in ``_leaves`` of the leaves over their fair share / deserved quota on some resource, as the
-        action began or after one of their jobs' reclaims was committed. A leaf's allocation grows only through its
-        own jobs' placements (evictions lower it), so any other leaf is over neither and cannot give victims."""
-        for i, q in enumerate(self._leaves):
-            self._classify(i, q)
-
-    def _classify(self, i: int, q: QueueInfo) -> None:
-        a = q.allocated
-        for bound, found in ((q.fair_share, self._over_share), (q.quota, self._over_quota)):
-            if any(bound[r] != UNLIMITED and a[r] > bound[r] for r in range(3)):
-                found.add(i)
 
     @property
     def pool_free(self) -> int:
@@ -79,74 +68,100 @@ class _Reclaim:
             self._pool_free = free_gpu(self.ssn)
         return self._pool_free
 
-    def queue_path_key(self, q: QueueInfo, job: JobInfo) -> tuple[object, ...]:
-        path = q.ancestry()
-        path.reverse()
-        return tuple(self.ssn.hooks.queue_key(p, job) for p in path)
-
     def candidates(self, reclaimer: JobInfo, request: list[int]) -> Iterator[VictimUnit]:
+        """Victim units for ``reclaimer``: KAI's victim queue order (``JobsOrderByQueues`` in victim mode: the
+        queue that would be scheduled last gives first, re-ranked after every victim job with what it gave taken
+        off its dominant share), each queue's jobs in reverse job order, from queues that may give (``_gives``,
+        read at the level below the common ancestor of the reclaimer's and the victim's leaves). Reads the queues'
+        allocations as the search began, less what the units yielded so far take (not the evictions)."""
         leaf = reclaimer.queue
         assert leaf is not None
-        within_deserved = within(leaf, request, leaf.quota)
-
-        r0, r1, r2 = request[0] > 0, request[1] > 0, request[2] > 0
-
-        def eligible(q: QueueInfo, a: list[int]) -> bool:
-            """over(q, request, q.fair_share) or (within_deserved and over(q, request, q.quota)) with the
-            allocation ``a``, inlined."""
-            b = q.fair_share
-            if (
-                (r0 and b[0] != UNLIMITED and a[0] > b[0])
-                or (r1 and b[1] != UNLIMITED and a[1] > b[1])
-                or (r2 and b[2] != UNLIMITED and a[2] > b[2])
-            ):
-                return True
-            if not within_deserved:
-                return False
-            b = q.quota
-            return (
-                (r0 and b[0] != UNLIMITED and a[0] > b[0])
-                or (r1 and b[1] != UNLIMITED and a[1] > b[1])
-                or (r2 and b[2] != UNLIMITED and a[2] > b[2])
-            )
-
         queues = self.ssn.queues
-        pools: dict[str, tuple[list[JobInfo], int, frozenset[JobInfo]]] = {}
+        mine = leaf.ancestry()
+        on_mine = {q.name for q in mine}
+        snap: dict[str, list[int]] = {}
+
+        def alloc(q: QueueInfo) -> list[int]:
+            a = snap.get(q.name)
+            if a is None:
+                a = snap[q.name] = list(q.allocated)
+            return a
+
+        guaranteed: dict[str, bool] = {}
+
+        def gives(v: QueueInfo, side: QueueInfo) -> bool:
+            """KAI's reclaim strategies for the victim side ``v`` (its allocation less what it gave) against the
+            reclaimer side ``side``: over its allocatable share on some resource (MaintainFairShare), or over its
+            deserved quota on some resource while ``side`` stays within its own on all (GuaranteeDeservedQuota)."""
+            a = alloc(v)
+            for r in range(3):
+                cap = kai_allocatable(v, r)
+                if cap != UNLIMITED and a[r] > cap:
+                    return True
+            ok = guaranteed.get(side.name)
+            if ok is None:
+                s = alloc(side)
+                ok = guaranteed[side.name] = all(
+                    side.quota[r] == UNLIMITED or s[r] + request[r] <= side.quota[r] for r in range(3)
+                )
+            return ok and any(v.quota[r] != UNLIMITED and a[r] > v.quota[r] for r in range(3))
+
         spent = self._spent
-        leaves = self._leaves
         victims = self.victims
         judged = victims.judges is not None
-        maybe = self._over_share | self._over_quota if within_deserved else self._over_share
-        for i in sorted(maybe):
-            q = leaves[i]
+        pools: dict[str, tuple[list[JobInfo], frozenset[JobInfo], QueueInfo, QueueInfo]] = {}
+        starts: dict[str, int] = {}
+        for q in self._leaves:
             if q is leaf:
                 continue
             key = victims.key(reclaimer, q) if judged else q.name
-            if key in spent or not eligible(q, q.allocated):
+            if key in spent:
+                continue
+            v = q
+            while v.parent is not None and v.parent.name not in on_mine:
+                v = v.parent
+            side = mine[-1] if v.parent is None else next(p for p in mine if p.parent is v.parent)
+            if not gives(v, side):
                 continue
             jobs, start, surplus = victims.live(q, key)
             if start < len(jobs):
-                pools[q.name] = (jobs, start, surplus)
+                pools[q.name] = (jobs, surplus, v, side)
+                starts[q.name] = start
             else:
                 spent.add(key)
-        heads = {name: jobs[start] for name, (jobs, start, _) in pools.items()}
-        ranked = sorted(pools, key=lambda name: (self.queue_path_key(queues[name], heads[name]), name))
-        for name in reversed(ranked):
-            q = queues[name]
-            jobs, start, surplus = pools[name]
-            left = list(q.allocated)
-            for i in range(start, len(jobs)):
-                if not eligible(q, left):
+        given: dict[str, list[int]] = {}
+
+        def rank(name: str) -> tuple[object, ...]:
+            path = queues[name].ancestry()
+            path.reverse()
+            return (tuple(_victim_key(p, alloc(p), given.get(p.name)) for p in path), name)
+
+        while pools:
+            name = max(pools, key=rank)
+            jobs, surplus, v, side = pools[name]
+            i = starts[name]
+            job = jobs[i]
+            starts[name] = i + 1
+            if i + 1 >= len(jobs):
+                del pools[name]
+            for unit in victim_units(job, job in surplus):
+                if not gives(v, side):
                     break
-                job = jobs[i]
-                for unit in victim_units(job, job in surplus):
-                    if not eligible(q, left):
-                        break
-                    yield unit
-                    for task in unit.tasks:
-                        left[0] -= len(task.gpus) * task.gpu_portion
-                        left[1] -= task.cpu
-                        left[2] -= task.mem
+                yield unit
+                taken = [0, 0, 0]
+                for task in unit.tasks:
+                    taken[0] += len(task.gpus) * task.gpu_portion
+                    taken[1] += task.cpu
+                    taken[2] += task.mem
+                victim_leaf = queues[name]
+                for p in victim_leaf.ancestry():
+                    a = alloc(p)
+                    g = given.setdefault(p.name, [0, 0, 0])
+                    for r in range(3):
+                        a[r] -= taken[r]
+                        g[r] += taken[r]
+            if name in pools and not gives(v, side):
+                del pools[name]
 
     def validator(self, reclaimer: JobInfo, request: list[int]) -> SearchSpec:
         leaf = reclaimer.queue
@@ -164,6 +179,10 @@ class _Reclaim:
                 for a in q.ancestry():
                     involved.setdefault(a.name, set()).update(used)
             for side in leaf.ancestry():
+                if not reclaimer.preemptible and any(
+                    side.quota[r] != UNLIMITED and side.allocated_np[r] > side.quota[r] for r in range(3)
+                ):
+                    return False
                 siblings = side.parent.children if side.parent is not None else self.ssn.roots
                 for sibling in siblings:
                     lost = involved.get(sibling.name)
@@ -229,8 +248,6 @@ class _Reclaim:
         if not search(ssn, self.validator(job, request)):
             self._gave_up.add(shape)
             self.over_share_at_start(job, pending, request, bound)
-        else:
-            self._classify(self._position[leaf.name], leaf)
         return None
 
     def over_share(self, job: JobInfo, pending: list[TaskInfo], bound: str, allocated: list[int]) -> None:
@@ -328,6 +345,37 @@ def _settle(reclaim: _Reclaim, jobs: list[JobInfo]) -> bool:
             assert job.queue is not None
             reclaim.over_share(job, pending, bound, job.queue.allocated)
     return True
+
+
+def kai_allocatable(q: QueueInfo, r: int) -> int:
+    """KAI's allocatable share of one resource: the limit when the quota is unlimited, else max(quota, fair
+    share) within the limit (-1: unlimited)."""
+    if q.quota[r] == UNLIMITED:
+        return q.limit[r]
+    cap = max(q.quota[r], q.fair_share[r])
+    return cap if q.limit[r] == UNLIMITED else min(q.limit[r], cap)
+
+
+def _drf(q: QueueInfo, a: list[int]) -> float:
+    worst = 0.0
+    for r in range(3):
+        if a[r] > 0:
+            cap = q.share_cap[r]
+            worst = max(worst, a[r] / cap if cap > 0 else INF)
+    return worst
+
+
+def _victim_key(q: QueueInfo, left: list[int], given: list[int] | None) -> tuple[object, ...]:
+    """KAI's queue order key of ``q`` (the queue scheduled first has the smallest), read with its allocation as the
+    victim search began: over its fair share on every resource, past its deserved quota, priority, a zero share in
+    use, dominant share less what it gave to the search, dominant share, creation time. ``left`` is the allocation
+    less what it gave."""
+    a = left if given is None else [left[r] + given[r] for r in range(3)]
+    fair, quota = q.fair_share, q.quota
+    over_utilized = all(fair[r] < a[r] for r in range(3))
+    starved = all(quota[r] == UNLIMITED or a[r] <= quota[r] for r in range(3))
+    zero_share = any(kai_allocatable(q, r) == 0 and a[r] > 0 for r in range(3))
+    return (over_utilized, not starved, -q.priority, zero_share, _drf(q, left), _drf(q, a), q.created)
 
 
 def _resources_of(unit: VictimUnit) -> set[int]:

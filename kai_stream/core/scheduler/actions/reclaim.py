@@ -4,7 +4,7 @@ Per pending job (queue order), when its leaf queue stays within fair share with 
 within deserved), victims are preemptible running jobs of other leaf queues that the victim scopes allow for the
 job's leaf queue (min-runtime, resolved per reclaimer and victim leaf; a protected elastic job gives only its
 surplus pods). Victim queues come in KAI's victim order: the queue that would be scheduled last gives first,
-re-ranked after every victim job with what it gave taken off its dominant share (``_victim_key``); each queue's jobs in
+re-ranked after every victim job with what it gave taken off its dominant share (``VictimOrder``); each queue's jobs in
 reverse job order. A queue gives only while, at the level below the common ancestor of the two leaves, its side is
 over its allocatable share on some resource, or over its deserved quota on some resource while the reclaimer's side
 stays within its own on all (KAI's reclaim strategies). A victim set is accepted when the job's gang is placed and,
@@ -28,7 +28,6 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable, Iterator
 
 from kai_stream.core.scheduler.actions._common.fairness import (
-    INF,
     UNLIMITED,
     _fmt,
     queue_details,
@@ -36,6 +35,7 @@ from kai_stream.core.scheduler.actions._common.fairness import (
     within,
 )
 from kai_stream.core.scheduler.actions._common.solver import SearchSpec, awaiting, free_gpu, search
+from kai_stream.core.scheduler.actions._common.victimorder import VictimOrder, kai_allocatable
 from kai_stream.core.scheduler.actions._common.victims import VictimLists, VictimUnit, victim_judges, victim_units
 from kai_stream.core.scheduler.framework.info import RESOURCES, JobClass, JobInfo, QueueInfo, TaskInfo
 from kai_stream.core.scheduler.framework.ordering import JobsByQueue
@@ -57,6 +57,12 @@ class _Reclaim:
         final)."""
         self._at_start = {q.name: list(q.allocated) for q in self._leaves}
         """Each leaf's allocation as this action began (for the pending reason of a job whose search failed)."""
+        self._leveled: dict[tuple[str, str], tuple[QueueInfo, QueueInfo]] = {}
+        """Per (reclaimer leaf, victim leaf): the two queues below their common ancestor."""
+        self._refused: set[tuple[object, ...]] = set()
+        """(victim side, its version, reclaimer side, its version, request) found not giving."""
+        self._allocatable: dict[str, tuple[int, int, int]] = {}
+        """KAI's allocatable share per queue (fixed for the session)."""
         self._over_details: dict[tuple[str, tuple[int, ...]], dict[str, str]] = {}
         """``NotEnoughOverQuotaShare`` details per queue and allocation (shared, never mutated)."""
 
@@ -69,38 +75,35 @@ class _Reclaim:
         return self._pool_free
 
     def candidates(self, reclaimer: JobInfo, request: list[int]) -> Iterator[VictimUnit]:
-        """Victim units for ``reclaimer``: KAI's victim queue order (``JobsOrderByQueues`` in victim mode: the
-        queue that would be scheduled last gives first, re-ranked after every victim job with what it gave taken
-        off its dominant share), each queue's jobs in reverse job order, from queues that may give (``_gives``,
-        read at the level below the common ancestor of the reclaimer's and the victim's leaves). Reads the queues'
-        allocations as the search began, less what the units yielded so far take (not the evictions)."""
+        """Victim units for ``reclaimer`` in KAI's victim queue order (``VictimOrder``), each queue's jobs in
+        reverse job order, from queues that may give (``gives``, read at the level below the common ancestor of the
+        reclaimer's and the victim's leaves, with what the queue gave to this search taken off)."""
         leaf = reclaimer.queue
         assert leaf is not None
         queues = self.ssn.queues
         mine = leaf.ancestry()
         on_mine = {q.name for q in mine}
-        snap: dict[str, list[int]] = {}
-
-        def alloc(q: QueueInfo) -> list[int]:
-            a = snap.get(q.name)
-            if a is None:
-                a = snap[q.name] = list(q.allocated)
-            return a
-
+        order = VictimOrder()
         guaranteed: dict[str, bool] = {}
+        allocatable = self._allocatable
 
         def gives(v: QueueInfo, side: QueueInfo) -> bool:
-            """KAI's reclaim strategies for the victim side ``v`` (its allocation less what it gave) against the
-            reclaimer side ``side``: over its allocatable share on some resource (MaintainFairShare), or over its
-            deserved quota on some resource while ``side`` stays within its own on all (GuaranteeDeservedQuota)."""
-            a = alloc(v)
-            for r in range(3):
-                cap = kai_allocatable(v, r)
-                if cap != UNLIMITED and a[r] > cap:
-                    return True
+            """KAI's reclaim strategies for the victim side ``v`` against the reclaimer side ``side``: over its
+            allocatable share on some resource (MaintainFairShare), or over its deserved quota on some resource while
+            ``side`` stays within its own on all (GuaranteeDeservedQuota)."""
+            a = order.left(v)
+            caps = allocatable.get(v.name)
+            if caps is None:
+                caps = allocatable[v.name] = (kai_allocatable(v, 0), kai_allocatable(v, 1), kai_allocatable(v, 2))
+            if (
+                (caps[0] != UNLIMITED and a[0] > caps[0])
+                or (caps[1] != UNLIMITED and a[1] > caps[1])
+                or (caps[2] != UNLIMITED and a[2] > caps[2])
+            ):
+                return True
             ok = guaranteed.get(side.name)
             if ok is None:
-                s = alloc(side)
+                s = order.held_by(side)
                 ok = guaranteed[side.name] = all(
                     side.quota[r] == UNLIMITED or s[r] + request[r] <= side.quota[r] for r in range(3)
                 )
@@ -117,11 +120,17 @@ class _Reclaim:
             key = victims.key(reclaimer, q) if judged else q.name
             if key in spent:
                 continue
-            v = q
-            while v.parent is not None and v.parent.name not in on_mine:
-                v = v.parent
-            side = mine[-1] if v.parent is None else next(p for p in mine if p.parent is v.parent)
-            if not gives(v, side):
+            pair = self._leveled.get((leaf.name, q.name))
+            if pair is None:
+                v = q
+                while v.parent is not None and v.parent.name not in on_mine:
+                    v = v.parent
+                side = mine[-1] if v.parent is None else next(p for p in mine if p.parent is v.parent)
+                pair = self._leveled[(leaf.name, q.name)] = (v, side)
+            v, side = pair
+            memo = (v.name, v.version, side.name, side.version, *request)
+            if memo in self._refused or not gives(v, side):
+                self._refused.add(memo)
                 continue
             jobs, start, surplus = victims.live(q, key)
             if start < len(jobs):
@@ -129,15 +138,8 @@ class _Reclaim:
                 starts[q.name] = start
             else:
                 spent.add(key)
-        given: dict[str, list[int]] = {}
-
-        def rank(name: str) -> tuple[object, ...]:
-            path = queues[name].ancestry()
-            path.reverse()
-            return (tuple(_victim_key(p, alloc(p), given.get(p.name)) for p in path), name)
-
         while pools:
-            name = max(pools, key=rank)
+            name = max(pools, key=lambda n: order.rank(queues[n]))
             jobs, surplus, v, side = pools[name]
             i = starts[name]
             job = jobs[i]
@@ -148,18 +150,7 @@ class _Reclaim:
                 if not gives(v, side):
                     break
                 yield unit
-                taken = [0, 0, 0]
-                for task in unit.tasks:
-                    taken[0] += len(task.gpus) * task.gpu_portion
-                    taken[1] += task.cpu
-                    taken[2] += task.mem
-                victim_leaf = queues[name]
-                for p in victim_leaf.ancestry():
-                    a = alloc(p)
-                    g = given.setdefault(p.name, [0, 0, 0])
-                    for r in range(3):
-                        a[r] -= taken[r]
-                        g[r] += taken[r]
+                order.give(queues[name], unit.tasks)
             if name in pools and not gives(v, side):
                 del pools[name]
 
@@ -345,37 +336,6 @@ def _settle(reclaim: _Reclaim, jobs: list[JobInfo]) -> bool:
             assert job.queue is not None
             reclaim.over_share(job, pending, bound, job.queue.allocated)
     return True
-
-
-def kai_allocatable(q: QueueInfo, r: int) -> int:
-    """KAI's allocatable share of one resource: the limit when the quota is unlimited, else max(quota, fair
-    share) within the limit (-1: unlimited)."""
-    if q.quota[r] == UNLIMITED:
-        return q.limit[r]
-    cap = max(q.quota[r], q.fair_share[r])
-    return cap if q.limit[r] == UNLIMITED else min(q.limit[r], cap)
-
-
-def _drf(q: QueueInfo, a: list[int]) -> float:
-    worst = 0.0
-    for r in range(3):
-        if a[r] > 0:
-            cap = q.share_cap[r]
-            worst = max(worst, a[r] / cap if cap > 0 else INF)
-    return worst
-
-
-def _victim_key(q: QueueInfo, left: list[int], given: list[int] | None) -> tuple[object, ...]:
-    """KAI's queue order key of ``q`` (the queue scheduled first has the smallest), read with its allocation as the
-    victim search began: over its fair share on every resource, past its deserved quota, priority, a zero share in
-    use, dominant share less what it gave to the search, dominant share, creation time. ``left`` is the allocation
-    less what it gave."""
-    a = left if given is None else [left[r] + given[r] for r in range(3)]
-    fair, quota = q.fair_share, q.quota
-    over_utilized = all(fair[r] < a[r] for r in range(3))
-    starved = all(quota[r] == UNLIMITED or a[r] <= quota[r] for r in range(3))
-    zero_share = any(kai_allocatable(q, r) == 0 and a[r] > 0 for r in range(3))
-    return (over_utilized, not starved, -q.priority, zero_share, _drf(q, left), _drf(q, a), q.created)
 
 
 def _resources_of(unit: VictimUnit) -> set[int]:

@@ -98,7 +98,7 @@ class VictimOrder:
         while q is not None:
             self.held_by(q)
             self._keys.pop(q.name, None)
-            g = self.given.setdefault(q.name, [0, 0, 0])
+            given = self.given.setdefault(q.name, [0, 0, 0])
             for r in range(3):
-                g[r] += taken[r]
+                given[r] += taken[r]
             q = q.parent

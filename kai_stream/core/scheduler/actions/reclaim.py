@@ -138,8 +138,11 @@ class _Reclaim:
                 starts[q.name] = start
             else:
                 spent.add(key)
+        order.rank_all(queues[n] for n in pools)
         while pools:
-            name = max(pools, key=lambda n: order.rank(queues[n]))
+            best = order.best(pools)
+            assert best is not None
+            name = best.name
             jobs, surplus, v, side = pools[name]
             i = starts[name]
             job = jobs[i]

@@ -10,6 +10,9 @@ first ranked, so the order does not depend on evictions made while the search ru
 
 from __future__ import annotations
 
+import heapq
+from collections.abc import Container, Iterable
+
 from kai_stream.core.scheduler.actions._common.fairness import INF, UNLIMITED
 from kai_stream.core.scheduler.framework.info import QueueInfo, TaskInfo
 
@@ -50,14 +53,31 @@ def victim_key(q: QueueInfo, held: list[int], given: list[int] | None) -> tuple[
     return (over_utilized, not starved, -q.priority, zero_share, _drf(q, left), _drf(q, held), q.created)
 
 
+class _Ranked:
+    """A heap entry ordered largest rank first."""
+
+    __slots__ = ("leaf", "rank")
+
+    def __init__(self, rank: tuple[object, ...], leaf: QueueInfo) -> None:
+        self.rank = rank
+        self.leaf = leaf
+
+    def __lt__(self, other: _Ranked) -> bool:
+        return self.rank > other.rank
+
+
 class VictimOrder:
-    """The allocations of the queues as first read, what each gave, and the rank of a leaf's path."""
+    """The allocations of the queues as first read, what each gave, and the rank of a leaf's path.
+
+    ``best`` keeps the leaves in a heap: a rank only falls as its queues give (less dominant share left), so an
+    entry is at least its leaf's current rank, and the top entry whose rank is still current is the largest."""
 
     def __init__(self) -> None:
         self.held: dict[str, list[int]] = {}
         self.given: dict[str, list[int]] = {}
         self._paths: dict[str, list[QueueInfo]] = {}
         self._keys: dict[str, tuple[object, ...]] = {}
+        self._heap: list[_Ranked] = []
 
     def held_by(self, q: QueueInfo) -> list[int]:
         a = self.held.get(q.name)
@@ -85,6 +105,25 @@ class VictimOrder:
             out.append(key)
         out.append(leaf.name)
         return tuple(out)
+
+    def rank_all(self, leaves: Iterable[QueueInfo]) -> None:
+        """Start ``best`` over ``leaves``."""
+        self._heap = [_Ranked(self.rank(q), q) for q in leaves]
+        heapq.heapify(self._heap)
+
+    def best(self, alive: Container[str]) -> QueueInfo | None:
+        """The leaf of the largest rank among those still ``alive`` (by name), None when none is."""
+        heap = self._heap
+        while heap:
+            top = heap[0]
+            if top.leaf.name not in alive:
+                heapq.heappop(heap)
+                continue
+            current = self.rank(top.leaf)
+            if current == top.rank:
+                return top.leaf
+            heapq.heapreplace(heap, _Ranked(current, top.leaf))
+        return None
 
     def give(self, leaf: QueueInfo, tasks: list[TaskInfo]) -> None:
         """Record what ``tasks`` of a job in ``leaf`` take from the leaf and its ancestors."""

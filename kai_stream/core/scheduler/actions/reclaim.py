@@ -61,6 +61,8 @@ class _Reclaim:
         """Per (reclaimer leaf, victim leaf): the two queues below their common ancestor."""
         self._refused: set[tuple[object, ...]] = set()
         """(victim side, its version, reclaimer side, its version, request) found not giving."""
+        self._victim_keys: dict[str, tuple[int, tuple[object, ...]]] = {}
+        """``VictimOrder`` keys of queues as they stand, with the queue's version (shared by the searches)."""
         self._allocatable: dict[str, tuple[int, int, int]] = {}
         """KAI's allocatable share per queue (fixed for the session)."""
         self._over_details: dict[tuple[str, tuple[int, ...]], dict[str, str]] = {}
@@ -83,7 +85,7 @@ class _Reclaim:
         queues = self.ssn.queues
         mine = leaf.ancestry()
         on_mine = {q.name for q in mine}
-        order = VictimOrder()
+        order = VictimOrder(self._victim_keys)
         guaranteed: dict[str, bool] = {}
         allocatable = self._allocatable
 

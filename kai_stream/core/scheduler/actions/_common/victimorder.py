@@ -72,7 +72,9 @@ class VictimOrder:
     ``best`` keeps the leaves in a heap: a rank only falls as its queues give (less dominant share left), so an
     entry is at least its leaf's current rank, and the top entry whose rank is still current is the largest."""
 
-    def __init__(self) -> None:
+    def __init__(self, base: dict[str, tuple[int, tuple[object, ...]]] | None = None) -> None:
+        self.base = base
+        """Keys of queues that gave nothing, by name with the queue's version (shared across searches)."""
         self.held: dict[str, list[int]] = {}
         self.given: dict[str, list[int]] = {}
         self._paths: dict[str, list[QueueInfo]] = {}
@@ -101,7 +103,17 @@ class VictimOrder:
         for p in path:
             key = keys.get(p.name)
             if key is None:
-                key = keys[p.name] = victim_key(p, self.held_by(p), self.given.get(p.name))
+                given = self.given.get(p.name)
+                base = self.base
+                if given is None and base is not None:
+                    self.held_by(p)
+                    entry = base.get(p.name)
+                    if entry is None or entry[0] != p.version:
+                        entry = base[p.name] = (p.version, victim_key(p, self.held_by(p), None))
+                    key = entry[1]
+                else:
+                    key = victim_key(p, self.held_by(p), given)
+                keys[p.name] = key
             out.append(key)
         out.append(leaf.name)
         return tuple(out)

@@ -8,9 +8,9 @@ import pytest
 from .harness import check, run
 
 GUARDS = [
-    # reclaim: a victim queue must be over its fair share on a resource the reclaimer requests
-    # (mutations: the eligibility filter always true; the filter reads every resource, not the requested ones).
-    "reclaim-victim-over-share-on-requested-resource.yaml",
+    # reclaim: a victim queue over its share on any resource gives, not only on the requested ones (mutation: the
+    # eligibility filter reads the requested resources only).
+    "reclaim-victim-over-share-on-any-resource.yaml",
     # reclaim: a victim queue stops giving once the victims it gave bring it to its fair share (mutation: the
     # GPU it gave not counted down).
     "reclaim-victim-queue-stops-at-fair-share.yaml",

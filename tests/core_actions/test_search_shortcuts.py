@@ -83,9 +83,11 @@ def test_some_evictions_are_never_made(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def _departments(seed: int, nodes: int = 24, gpus: int = 8) -> ClusterState:
-    """Two departments of three teams; team a-0 holds most GPUs (its department far above its fair share), the
-    other teams' pending 'train' pods (preemptible) reclaim: those of department a are refused while it stays
-    over its share."""
+    """Two departments of three teams; team a-0 holds most GPUs with non-preemptible 'build' pods (department a
+    past its deserved quota with them), team a-2 (a GPU limit below what it holds, so over its allocatable share)
+    and the teams of department b the rest with 'train' pods. Team a-1's pending 'build' pods (non-preemptible)
+    reclaim from a-2 and are refused before placing: their department's non-preemptible pods would stay past its
+    deserved quota (KAI's check at every level of the reclaimer's ancestry); the teams of b reclaim too."""
     rng = random.Random(seed)
     events: list[AnyEvent] = node_events(nodes, gpus)
     total = nodes * gpus * 1000
@@ -95,17 +97,25 @@ def _departments(seed: int, nodes: int = 24, gpus: int = 8) -> ClusterState:
         events.append(QueueObserved(event_id=f"q{d}", ts=0.0, queue=QueueSpec(name=d, resources=res)))
         for t in range(3):
             name = f"{d}-{t}"
-            events.append(queue(name, parent=d, gpu_quota=total // 8))
+            limit = total // 64 if name == "a-2" else -1
+            events.append(queue(name, parent=d, gpu_quota=total // 8, gpu_limit=limit))
             leaves.append(name)
     uid = 0
     for i in range(nodes):
         for g in range(gpus):
             uid += 1
-            team = "a-0" if rng.random() < 0.7 else rng.choice(leaves[1:])
+            if rng.random() < 0.6:
+                events.append(running(uid, "a-0", f"n{i:02d}", g, "build"))
+                continue
+            team = "a-2" if rng.random() < 0.5 else rng.choice(leaves[3:])
             events.append(running(uid, team, f"n{i:02d}", g, "train"))
     for k in range(30):
         uid += 1
-        events.append(pending(k, uid, rng.choice(leaves[1:]), rng.choice([1, 2, 4]), "train"))
+        team = "a-1" if rng.random() < 0.7 else rng.choice(leaves[3:])
+        if team == "a-1":
+            events.append(pending(k, uid, team, 1, "build"))
+        else:
+            events.append(pending(k, uid, team, rng.choice([1, 2, 4]), "train"))
     return fold(events)
 
 

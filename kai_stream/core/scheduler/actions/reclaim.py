@@ -1,16 +1,18 @@
 """reclaim: a pending job takes resources from other queues that hold more than their share.
 
-Per pending job (queue order), when its leaf queue stays within fair share with the job (a non-preemptible
-job: within deserved), victims are preemptible running jobs of other leaf queues that the victim scopes allow
-for the job's leaf queue (min-runtime, resolved per reclaimer and victim leaf; a protected elastic job gives
-only its surplus pods). Victim queues are visited in reverse queue order (ranked once per search: the queue
-that would be scheduled last first), each one's jobs in reverse job order, and a queue gives victims only
-while it is over its fair share — or over its deserved quota while the reclaimer stays within its own — on a
-resource the job requests. A victim set is accepted when the job's gang is placed and, at every level of the
-reclaimer's ancestry, the reclaimer side's saturation (allocated / fair share) is not above that of any
-sibling that lost resources; a preemptible reclaimer's ancestors must also end within their fair share (net of
-victims inside them, so a leaf may reclaim from a sibling of its own department). A victim queue's excess is
-counted down by the units it gave to the search so far (what their evictions take from its allocation), so the
+Per pending job (queue order), when its leaf queue stays within fair share with the job (a non-preemptible job:
+within deserved), victims are preemptible running jobs of other leaf queues that the victim scopes allow for the
+job's leaf queue (min-runtime, resolved per reclaimer and victim leaf; a protected elastic job gives only its
+surplus pods). Victim queues come in KAI's victim order: the queue that would be scheduled last gives first,
+re-ranked after every victim job with what it gave taken off its dominant share (``VictimOrder``); each queue's jobs in
+reverse job order. A queue gives only while, at the level below the common ancestor of the two leaves, its side is
+over its allocatable share on some resource, or over its deserved quota on some resource while the reclaimer's side
+stays within its own on all (KAI's reclaim strategies). A victim set is accepted when the job's gang is placed and,
+at every level of the reclaimer's ancestry, against every sibling that lost victims, on every resource involved (the
+job's and the sibling's victims'), the reclaimer side does not end above its fair share (allocated / fair share > 1)
+at or above the sibling's saturation (KAI's reclaimable.go ``isFairShareSaturationLowerPerResource``, multiplier 1),
+and a non-preemptible job's side keeps its non-preemptible pods within its deserved quota. What a victim queue gives
+is counted down by the units it gave to the search so far (what their evictions take from its allocation), so the
 candidates do not read the evictions themselves and the search may defer them (``SearchSpec.fixed_candidates``).
 
 A job whose queue is past its fair share gets the pending reason ``NotEnoughOverQuotaShare``. Once a search
@@ -28,12 +30,12 @@ from collections.abc import Callable, Hashable, Iterator
 from kai_stream.core.scheduler.actions._common.fairness import (
     UNLIMITED,
     _fmt,
-    over,
     queue_details,
-    saturation,
+    saturation_lower,
     within,
 )
 from kai_stream.core.scheduler.actions._common.solver import SearchSpec, awaiting, free_gpu, search
+from kai_stream.core.scheduler.actions._common.victimorder import VictimOrder, kai_allocatable
 from kai_stream.core.scheduler.actions._common.victims import VictimLists, VictimUnit, victim_judges, victim_units
 from kai_stream.core.scheduler.framework.info import RESOURCES, JobClass, JobInfo, QueueInfo, TaskInfo
 from kai_stream.core.scheduler.framework.ordering import JobsByQueue
@@ -55,22 +57,16 @@ class _Reclaim:
         final)."""
         self._at_start = {q.name: list(q.allocated) for q in self._leaves}
         """Each leaf's allocation as this action began (for the pending reason of a job whose search failed)."""
+        self._leveled: dict[tuple[str, str], tuple[QueueInfo, QueueInfo]] = {}
+        """Per (reclaimer leaf, victim leaf): the two queues below their common ancestor."""
+        self._refused: set[tuple[object, ...]] = set()
+        """(victim side, its version, reclaimer side, its version, request) found not giving."""
+        self._victim_keys: dict[str, tuple[int, tuple[object, ...]]] = {}
+        """``VictimOrder`` keys of queues as they stand, with the queue's version (shared by the searches)."""
+        self._allocatable: dict[str, tuple[int, int, int]] = {}
+        """KAI's allocatable share per queue (fixed for the session)."""
         self._over_details: dict[tuple[str, tuple[int, ...]], dict[str, str]] = {}
         """``NotEnoughOverQuotaShare`` details per queue and allocation (shared, never mutated)."""
-        self._position = {q.name: i for i, q in enumerate(self._leaves)}
-        self._over_share: set[int] = set()
-        self._over_quota: set[int] = set()
-        """Positions in ``_leaves`` of the leaves over their fair share / deserved quota on some resource, as the
-        action began or after one of their jobs' reclaims was committed. A leaf's allocation grows only through its
-        own jobs' placements (evictions lower it), so any other leaf is over neither and cannot give victims."""
-        for i, q in enumerate(self._leaves):
-            self._classify(i, q)
-
-    def _classify(self, i: int, q: QueueInfo) -> None:
-        a = q.allocated
-        for bound, found in ((q.fair_share, self._over_share), (q.quota, self._over_quota)):
-            if any(bound[r] != UNLIMITED and a[r] > bound[r] for r in range(3)):
-                found.add(i)
 
     @property
     def pool_free(self) -> int:
@@ -80,91 +76,115 @@ class _Reclaim:
             self._pool_free = free_gpu(self.ssn)
         return self._pool_free
 
-    def queue_path_key(self, q: QueueInfo, job: JobInfo) -> tuple[object, ...]:
-        path = q.ancestry()
-        path.reverse()
-        return tuple(self.ssn.hooks.queue_key(p, job) for p in path)
-
     def candidates(self, reclaimer: JobInfo, request: list[int]) -> Iterator[VictimUnit]:
+        """Victim units for ``reclaimer`` in KAI's victim queue order (``VictimOrder``), each queue's jobs in
+        reverse job order, from queues that may give (``gives``, read at the level below the common ancestor of the
+        reclaimer's and the victim's leaves, with what the queue gave to this search taken off)."""
         leaf = reclaimer.queue
         assert leaf is not None
-        within_deserved = within(leaf, request, leaf.quota)
+        queues = self.ssn.queues
+        mine = leaf.ancestry()
+        on_mine = {q.name for q in mine}
+        order = VictimOrder(self._victim_keys)
+        guaranteed: dict[str, bool] = {}
+        allocatable = self._allocatable
 
-        r0, r1, r2 = request[0] > 0, request[1] > 0, request[2] > 0
-
-        def eligible(q: QueueInfo, a: list[int]) -> bool:
-            """over(q, request, q.fair_share) or (within_deserved and over(q, request, q.quota)) with the
-            allocation ``a``, inlined."""
-            b = q.fair_share
+        def gives(v: QueueInfo, side: QueueInfo) -> bool:
+            """KAI's reclaim strategies for the victim side ``v`` against the reclaimer side ``side``: over its
+            allocatable share on some resource (MaintainFairShare), or over its deserved quota on some resource while
+            ``side`` stays within its own on all (GuaranteeDeservedQuota)."""
+            a = order.left(v)
+            caps = allocatable.get(v.name)
+            if caps is None:
+                caps = allocatable[v.name] = (kai_allocatable(v, 0), kai_allocatable(v, 1), kai_allocatable(v, 2))
             if (
-                (r0 and b[0] != UNLIMITED and a[0] > b[0])
-                or (r1 and b[1] != UNLIMITED and a[1] > b[1])
-                or (r2 and b[2] != UNLIMITED and a[2] > b[2])
+                (caps[0] != UNLIMITED and a[0] > caps[0])
+                or (caps[1] != UNLIMITED and a[1] > caps[1])
+                or (caps[2] != UNLIMITED and a[2] > caps[2])
             ):
                 return True
-            if not within_deserved:
-                return False
-            b = q.quota
-            return (
-                (r0 and b[0] != UNLIMITED and a[0] > b[0])
-                or (r1 and b[1] != UNLIMITED and a[1] > b[1])
-                or (r2 and b[2] != UNLIMITED and a[2] > b[2])
-            )
+            ok = guaranteed.get(side.name)
+            if ok is None:
+                s = order.held_by(side)
+                ok = guaranteed[side.name] = all(
+                    side.quota[r] == UNLIMITED or s[r] + request[r] <= side.quota[r] for r in range(3)
+                )
+            return ok and any(v.quota[r] != UNLIMITED and a[r] > v.quota[r] for r in range(3))
 
-        queues = self.ssn.queues
-        pools: dict[str, tuple[list[JobInfo], int, frozenset[JobInfo]]] = {}
         spent = self._spent
-        leaves = self._leaves
         victims = self.victims
         judged = victims.judges is not None
-        maybe = self._over_share | self._over_quota if within_deserved else self._over_share
-        for i in sorted(maybe):
-            q = leaves[i]
+        pools: dict[str, tuple[list[JobInfo], frozenset[JobInfo], QueueInfo, QueueInfo]] = {}
+        starts: dict[str, int] = {}
+        for q in self._leaves:
             if q is leaf:
                 continue
             key = victims.key(reclaimer, q) if judged else q.name
-            if key in spent or not eligible(q, q.allocated):
+            if key in spent:
+                continue
+            pair = self._leveled.get((leaf.name, q.name))
+            if pair is None:
+                v = q
+                while v.parent is not None and v.parent.name not in on_mine:
+                    v = v.parent
+                side = mine[-1] if v.parent is None else next(p for p in mine if p.parent is v.parent)
+                pair = self._leveled[(leaf.name, q.name)] = (v, side)
+            v, side = pair
+            memo = (v.name, v.version, side.name, side.version, *request)
+            if memo in self._refused or not gives(v, side):
+                self._refused.add(memo)
                 continue
             jobs, start, surplus = victims.live(q, key)
             if start < len(jobs):
-                pools[q.name] = (jobs, start, surplus)
+                pools[q.name] = (jobs, surplus, v, side)
+                starts[q.name] = start
             else:
                 spent.add(key)
-        heads = {name: jobs[start] for name, (jobs, start, _) in pools.items()}
-        ranked = sorted(pools, key=lambda name: (self.queue_path_key(queues[name], heads[name]), name))
-        for name in reversed(ranked):
-            q = queues[name]
-            jobs, start, surplus = pools[name]
-            left = list(q.allocated)
-            for i in range(start, len(jobs)):
-                if not eligible(q, left):
+        order.rank_all(queues[n] for n in pools)
+        while pools:
+            best = order.best(pools)
+            assert best is not None
+            name = best.name
+            jobs, surplus, v, side = pools[name]
+            i = starts[name]
+            job = jobs[i]
+            starts[name] = i + 1
+            if i + 1 >= len(jobs):
+                del pools[name]
+            for unit in victim_units(job, job in surplus):
+                if not gives(v, side):
                     break
-                job = jobs[i]
-                for unit in victim_units(job, job in surplus):
-                    if not eligible(q, left):
-                        break
-                    yield unit
-                    for task in unit.tasks:
-                        left[0] -= len(task.gpus) * task.gpu_portion
-                        left[1] -= task.cpu
-                        left[2] -= task.mem
+                yield unit
+                order.give(queues[name], unit.tasks)
+            if name in pools and not gives(v, side):
+                del pools[name]
 
     def validator(self, reclaimer: JobInfo, request: list[int]) -> SearchSpec:
         leaf = reclaimer.queue
         assert leaf is not None
 
-        def ancestors_over(taken: list[VictimUnit]) -> bool:
-            return reclaimer.preemptible and any(over(q, request, q.fair_share) for q in leaf.ancestry()[1:])
+        involved_request = [r for r in range(3) if request[r] > 0]
 
         def validate(taken: list[VictimUnit]) -> bool:
-            losers = {q.name for u in taken if u.job.queue is not None for q in u.job.queue.ancestry()}
-            if ancestors_over(taken):
-                return False
+            involved: dict[str, set[int]] = {}
+            for unit in taken:
+                q = unit.job.queue
+                if q is None:
+                    continue
+                used = _resources_of(unit)
+                for a in q.ancestry():
+                    involved.setdefault(a.name, set()).update(used)
             for side in leaf.ancestry():
+                if not reclaimer.preemptible and any(
+                    side.quota[r] != UNLIMITED and side.allocated_np[r] > side.quota[r] for r in range(3)
+                ):
+                    return False
                 siblings = side.parent.children if side.parent is not None else self.ssn.roots
-                mine = saturation(side, request)
                 for sibling in siblings:
-                    if sibling is not side and sibling.name in losers and saturation(sibling, request) < mine:
+                    lost = involved.get(sibling.name)
+                    if sibling is side or lost is None:
+                        continue
+                    if not saturation_lower(side, sibling, lost.union(involved_request)):
                         return False
             return True
 
@@ -192,7 +212,7 @@ class _Reclaim:
             preemptor=reclaimer,
             candidates=lambda: self.candidates(reclaimer, request),
             validate=validate,
-            doomed=ancestors_over,
+            doomed=lambda taken: not validate(taken),
             details=details,
             reason=f"reclaimed for {reclaimer.key} (queue {leaf.name} within fair share)",
             pool_free_gpu=self.pool_free,
@@ -224,8 +244,6 @@ class _Reclaim:
         if not search(ssn, self.validator(job, request)):
             self._gave_up.add(shape)
             self.over_share_at_start(job, pending, request, bound)
-        else:
-            self._classify(self._position[leaf.name], leaf)
         return None
 
     def over_share(self, job: JobInfo, pending: list[TaskInfo], bound: str, allocated: list[int]) -> None:
@@ -323,6 +341,19 @@ def _settle(reclaim: _Reclaim, jobs: list[JobInfo]) -> bool:
             assert job.queue is not None
             reclaim.over_share(job, pending, bound, job.queue.allocated)
     return True
+
+
+def _resources_of(unit: VictimUnit) -> set[int]:
+    """The resources the unit's tasks hold (KAI's involved resources of a victim)."""
+    used: set[int] = set()
+    for task in unit.tasks:
+        if task.gpus and task.gpu_portion:
+            used.add(0)
+        if task.cpu:
+            used.add(1)
+        if task.mem:
+            used.add(2)
+    return used
 
 
 def run(session: Session) -> None:

@@ -28,17 +28,26 @@ def over(q: QueueInfo, request: list[int], bound: list[int]) -> bool:
     )
 
 
-def saturation(q: QueueInfo, request: list[int]) -> float:
-    """allocated / fair share, worst over the requested resources (a queue with no share is at 1 when it uses
-    nothing, and at inf when it uses some)."""
-    worst = 0.0
-    for r in range(3):
-        if request[r] <= 0:
+def _ratio(used: int, share: int) -> float:
+    if share == UNLIMITED:
+        return 0.0
+    if share == 0:
+        return INF if used > 0 else 0.0
+    return used / share
+
+
+def saturation_lower(mine: QueueInfo, sibling: QueueInfo, resources: set[int]) -> bool:
+    """KAI's reclaim saturation check between the reclaimer side ``mine`` and a ``sibling`` that lost victims, on
+    the ``resources`` involved: refused only where the reclaimer side ends above its fair share (ratio > 1) and at
+    or above the sibling's ratio, for a sibling with a fair share (both unlimited: not compared)."""
+    for r in sorted(resources):
+        share, other = mine.fair_share[r], sibling.fair_share[r]
+        if share == UNLIMITED and other == UNLIMITED:
             continue
-        used, share = q.allocated[r], q.fair_share[r]
-        ratio = (used / share) if share > 0 else (INF if used > 0 else 1.0)
-        worst = max(worst, ratio)
-    return worst
+        ratio = _ratio(mine.allocated[r], share)
+        if ratio > 1 and other > 0 and ratio >= _ratio(sibling.allocated[r], other):
+            return False
+    return True
 
 
 def _fmt(r: int, value: int) -> str:

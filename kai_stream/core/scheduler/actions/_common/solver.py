@@ -1,16 +1,16 @@
 """The victim search shared by reclaim, preempt and consolidation.
 
-``search`` grows a victim set one unit at a time, in the order the action's candidate generator yields them
-(the generator reads the live session, so its filters see the evictions made so far). After each unit, once
-the freed GPU could cover what the pool's free GPU cannot, it tries inside a checkpoint: place the preemptor's
-whole gang (pipelined onto the capacity being released), re-place every moved victim on free capacity when the
-action moves rather than kills (consolidation), and ask the action's validator. A try is skipped while the last
-unit's nodes could not host even the preemptor's smallest pod. A failed try rolls back to the checkpoint and
-the next unit is added; the first accepted set is then pruned of units on nodes the preemptor
-does not use (re-simulated; the full set is kept if the pruned one fails) and committed. Nothing accepted ->
-everything is rolled back. The pruned set is re-simulated from the accepted try's evictions, less those of the
-dropped units (evictions only add to sums, so the state is the one of evicting the kept units alone), unless the
-action moves victims: a move's eviction details read the victim queue's allocation as each eviction is made.
+``search`` grows a victim set one unit at a time, in the order the action's candidate generator yields them (the
+generator reads the live session, so its filters see the evictions made so far). After each unit, once the freed GPU
+could cover what the pool's free GPU cannot, it tries inside a checkpoint: place the preemptor's whole gang (on free
+capacity first, else pipelined onto the capacity being released), re-place every moved victim on free capacity when
+the action moves rather than kills (consolidation), and ask the action's validator. A try is skipped while the last
+unit's nodes could not host even the preemptor's smallest pod. A failed try rolls back to the checkpoint and the
+next unit is added; the first accepted set is then pruned of units on nodes the preemptor does not use
+(re-simulated; the full set is kept if the pruned one fails) and committed. Nothing accepted -> everything is rolled
+back. The pruned set is re-simulated from the accepted try's evictions, less those of the dropped units (evictions
+only add to sums, so the state is the one of evicting the kept units alone), unless the action moves victims: a
+move's eviction details read the victim queue's allocation as each eviction is made.
 
 Budgets keep a cycle bounded: at most ``max_units`` units and ``max_tries`` placement tries per job, at most
 ``max_victim_jobs`` distinct victim jobs (consolidation: 16 by config).
@@ -70,8 +70,10 @@ def free_gpu(session: Session) -> int:
 def place_job(
     session: Session, stmt: Statement, job: JobInfo, near: list[NodeInfo] | None = None
 ) -> list[TaskInfo] | None:
-    """Place the job's pending tasks; None when refused or the gang is not reached. With ``near`` (the victims'
-    nodes) each task goes there first (free, then releasing capacity), else on free capacity anywhere."""
+    """Place the job's pending tasks; None when refused or the gang is not reached. Each task goes on the best free
+    capacity anywhere, else (with ``near``, the victims' nodes) pipelined onto the first of them by node order that
+    fits with what is being released: KAI's node order for a preemptor, idle before releasing (the releasing
+    capacity of other nodes is not searched)."""
     if session.hooks.check_job(job, session.job_request(job)) is not None:
         return None
     pending = session.pending_of(job)
@@ -83,7 +85,7 @@ def place_job(
         if near is None:
             placement = session.index.find(task)
         else:
-            placement = session.index.find_among(task, near) or session.index.find_free(task)
+            placement = session.index.find_free(task) or session.index.find_among(task, near)
         if placement is None:
             if active + len(placed) + remaining < job.min_member:
                 return None
@@ -153,7 +155,8 @@ class _Search:
         if self.blocker is not None and self._still_blocked(self.blocker):
             return False
         checkpoint = self.tried_at = self.stmt.checkpoint()
-        placed = place_job(self.ssn, self.stmt, spec.preemptor, list(self.near.values()))
+        near = sorted(self.near.values(), key=lambda node: node.idx)
+        placed = place_job(self.ssn, self.stmt, spec.preemptor, near)
         if placed is not None:
             moved = _move(self.ssn, self.stmt, taken) if spec.move_victims else []
             if isinstance(moved, TaskInfo):

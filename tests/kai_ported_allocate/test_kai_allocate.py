@@ -81,10 +81,6 @@ XFAIL: dict[tuple[str, str], str] = {
     ("integration_tests__allocate__allocate", "Allocate Departments with smaller ratio 1st"): (
         "C8: hierarchical queue order compares departments by their own share first"
     ),
-    (
-        "integration_tests__allocate__allocate",
-        "Don't allow allocation of interactive jobs above the department's deserved GPUs",
-    ): "C11: a non-preemptible job must fit the deserved quota of every ancestor, not only its leaf queue",
 }
 
 

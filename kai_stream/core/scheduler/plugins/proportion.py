@@ -3,6 +3,9 @@
 Queue order, smaller first: not over fair share; stays within deserved with the job; higher queue
 priority; lower dominant-resource share with the job, then without (share of a resource = allocated /
 min(limit, max(deserved, fair share))); then older queue (creation time, uid).
+
+A job is refused when it would take a queue on its ancestry over its limit, or, non-preemptible, over the
+deserved quota of its leaf queue or of any ancestor.
 """
 
 from __future__ import annotations
@@ -50,11 +53,13 @@ class ProportionPlugin:
         self._keys: dict[tuple[str, int, int, int, int, int, int], SortKey] = {}
         """Queue keys by (queue, allocation, job request): the rest of what a key reads is fixed per session."""
         self._limits: dict[str, tuple[tuple[QueueInfo, int], ...]] = {}
+        self._quotas: dict[str, tuple[tuple[QueueInfo, int], ...]] = {}
 
     def on_session_open(self, session: Session) -> None:
         self.session = session
         self._keys = {}
         self._limits = {}
+        self._quotas = {}
         set_fair_shares(session.roots, session.total)
         for q in session.queues.values():
             q.share_cap = [allocatable_share(q, r) for r in range(3)]
@@ -108,6 +113,15 @@ class ProportionPlugin:
             self._limits[queue.name] = limits
         return limits
 
+    def _quotas_of(self, queue: QueueInfo) -> tuple[tuple[QueueInfo, int], ...]:
+        """The (queue, resource) pairs with a deserved quota on the queue's ancestry, leaf first: a
+        non-preemptible job must fit each of them (KAI's quota check walks the leaf and every ancestor)."""
+        quotas = self._quotas.get(queue.name)
+        if quotas is None:
+            quotas = tuple((q, r) for q in queue.ancestry() for r in range(3) if q.quota[r] != UNLIMITED)
+            self._quotas[queue.name] = quotas
+        return quotas
+
     def check_job(self, job: JobInfo, request: list[int]) -> tuple[PendingCode, str] | None:
         queue = job.queue
         if queue is None:
@@ -120,12 +134,12 @@ class ProportionPlugin:
                     f" + request {request[r]}",
                 )
         if not job.preemptible:
-            for r in range(3):
-                quota = queue.quota[r]
-                if quota != UNLIMITED and request[r] > 0 and queue.allocated_np[r] + request[r] > quota:
+            for q, r in self._quotas_of(queue):
+                quota = q.quota[r]
+                if request[r] > 0 and q.allocated_np[r] + request[r] > quota:
                     return (
                         "OverDeservedNonPreemptible",
-                        f"non-preemptible job over queue {queue.name} deserved {RESOURCES[r]} {quota}:"
-                        f" non-preemptible allocated {queue.allocated_np[r]} + request {request[r]}",
+                        f"non-preemptible job over queue {q.name} deserved {RESOURCES[r]} {quota}:"
+                        f" non-preemptible allocated {q.allocated_np[r]} + request {request[r]}",
                     )
         return None

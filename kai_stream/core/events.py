@@ -370,6 +370,7 @@ PendingCode = Literal[
     "QueueOverLimit",
     "OverDeservedNonPreemptible",
     "NotEnoughOverQuotaShare",
+    "InsufficientCapacity",
     "GangIncomplete",
     "WaitingForReclaim",
     "UnknownQueue",

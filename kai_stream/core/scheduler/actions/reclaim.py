@@ -27,17 +27,17 @@ from collections.abc import Callable, Hashable, Iterator
 
 from kai_stream.core.scheduler.actions._common.fairness import (
     UNLIMITED,
-    _fmt,
     over,
     queue_details,
     saturation,
     within,
 )
+from kai_stream.core.scheduler.actions._common.reasons import share_reason
 from kai_stream.core.scheduler.actions._common.solver import SearchSpec, awaiting, free_gpu, search
 from kai_stream.core.scheduler.actions._common.victims import VictimLists, VictimUnit, victim_judges, victim_units
-from kai_stream.core.scheduler.framework.info import RESOURCES, JobClass, JobInfo, QueueInfo, TaskInfo
+from kai_stream.core.scheduler.framework.info import JobClass, JobInfo, QueueInfo, TaskInfo
 from kai_stream.core.scheduler.framework.ordering import JobsByQueue
-from kai_stream.core.scheduler.framework.session import PendingInfo, Session
+from kai_stream.core.scheduler.framework.session import Session
 
 NAME = "reclaim"
 
@@ -55,7 +55,6 @@ class _Reclaim:
         final)."""
         self._at_start = {q.name: list(q.allocated) for q in self._leaves}
         """Each leaf's allocation as this action began (for the pending reason of a job whose search failed)."""
-        self._over_details: dict[tuple[str, tuple[int, ...]], dict[str, str]] = {}
         """``NotEnoughOverQuotaShare`` details per queue and allocation (shared, never mutated)."""
         self._position = {q.name: i for i, q in enumerate(self._leaves)}
         self._over_share: set[int] = set()
@@ -229,23 +228,11 @@ class _Reclaim:
         return None
 
     def over_share(self, job: JobInfo, pending: list[TaskInfo], bound: str, allocated: list[int]) -> None:
-        """Give ``pending`` the reason ``NotEnoughOverQuotaShare``, with the queue's numbers at ``allocated``."""
-        leaf = job.queue
-        assert leaf is not None
+        """Give ``pending`` the reason for its queue passing ``bound`` at ``allocated``: ``NotEnoughOverQuotaShare``,
+        or ``InsufficientCapacity`` when the pool could not hold it anyway (``share_reason``)."""
         previous = self.ssn.pending.get(pending[0].uid)
-        key = (leaf.name, tuple(allocated))
-        details = self._over_details.get(key)
-        if details is None:
-            details = queue_details("queue", leaf)
-            for r, name in enumerate(RESOURCES):
-                details[f"queue_{name}_allocated"] = _fmt(r, allocated[r])
-            self._over_details[key] = details
-        info = PendingInfo(
-            "NotEnoughOverQuotaShare",
-            f"job {job.key} does not fit and queue {leaf.name} would exceed its {bound} by reclaiming",
-            previous.predicates if previous is not None else {},
-            details,
-        )
+        predicates = previous.predicates if previous is not None else {}
+        info = share_reason(self.ssn, job, self.ssn.job_request(job), allocated, bound, predicates)
         self.ssn.set_pending(pending, info)
 
     def over_share_at_start(self, job: JobInfo, pending: list[TaskInfo], request: list[int], bound: str) -> None:

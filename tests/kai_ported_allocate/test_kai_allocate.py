@@ -3,8 +3,8 @@
 its source file and KAI test name; expectations are KAI's ``JobExpectedResults`` / ``TaskExpectedResults``.
 
 Cases not ported are in ``NOT_PORTED`` with the reason; a case that fails on a known deviation of ours is a
-strict xfail naming it (kai-semantics conformance issue numbering: C5 elastic allocation, C8 hierarchical
-queue order, C10 fractional placement, C11 non-preemptible quota on ancestors).
+strict xfail naming it (kai-semantics conformance issue numbering: C5 elastic allocation, C10 fractional
+placement).
 """
 
 from __future__ import annotations
@@ -56,11 +56,6 @@ NOT_PORTED.update(
 
 C10_GPU = "C10: a fraction should go to the most used (pack) / least used (spread) shared GPU, releasing counted"
 XFAIL: dict[tuple[str, str], str] = {
-    (
-        "allocate__allocate",
-        "queue0 has deserved of 3, queue 1 has deserved of 2, they will both have a share of 1 if allocated their "
-        "task, yet for fair convergence - queue1 should allocate the task",
-    ): "C8: queue order on a DRF tie with the job should fall back to the share without it",
     ("allocate__allocateElastic", "Allocate elastic job - partial allocate - with priority"): (
         "task order inside a job (KAI's task-order priority label) is not modelled"
     ),
@@ -74,13 +69,6 @@ XFAIL: dict[tuple[str, str], str] = {
     ("allocate__allocateFractionalGpu", "Spread jobs across GPUs"): C10_GPU,
     ("allocate__allocateFractionalGpu", "Spread jobs across free GPUs"): C10_GPU,
     ("allocate__allocateFractionalGpu", "Spread nodes, pack GPUs"): C10_GPU,
-    (
-        "integration_tests__allocate__allocate",
-        "1 build job pending for each queue with different share - allocate the second",
-    ): ("C8: queue order; the queue with the lower share with the job (1 of deserved 2) should go first"),
-    ("integration_tests__allocate__allocate", "Allocate Departments with smaller ratio 1st"): (
-        "C8: hierarchical queue order compares departments by their own share first"
-    ),
 }
 
 

@@ -189,8 +189,9 @@ class PodSpec(Model):
       it still consumes that node's resources (its ``queue`` is then ""). Unbound foreign pods are not events.
     * ``queue`` is the ``kai.scheduler/queue`` label; "" means "take it from the pod group".
     * ``requests.gpu_milli`` is the whole GPU request (``nvidia.com/gpu`` × 1000) or, for a fraction,
-      ``gpu_fraction_milli``. A ``gpu-memory`` pod has ``gpu_memory_mib`` set and ``requests.gpu_milli`` 0: its
-      fraction depends on the node (memory per GPU).
+      ``gpu_fraction_milli``, on each of ``gpu_fraction_devices`` GPUs (annotation ``gpu-fraction-num-devices``;
+      the pod is charged the fraction times the devices). A ``gpu-memory`` pod has ``gpu_memory_mib`` set and
+      ``requests.gpu_milli`` 0: its fraction depends on the node (memory per GPU).
     * ``duration_s`` (annotation ``kai.scheduler/duration-seconds``): how long it runs once bound (simulated
       kubelet and trace simulation only).
     """
@@ -203,6 +204,7 @@ class PodSpec(Model):
     pool: str = DEFAULT_POOL
     requests: Resources = Resources()
     gpu_fraction_milli: int | None = None
+    gpu_fraction_devices: int = 1
     gpu_memory_mib: int | None = None
     priority_class: str | None = None
     priority: int | None = None
@@ -371,6 +373,7 @@ PendingCode = Literal[
     "OverDeservedNonPreemptible",
     "NotEnoughOverQuotaShare",
     "InsufficientCapacity",
+    "MinRuntimeProtected",
     "GangIncomplete",
     "WaitingForReclaim",
     "UnknownQueue",

@@ -78,6 +78,7 @@ LABEL_NODE_POOL = "kai.scheduler/node-pool"
 LABEL_GPU_MEMORY = "nvidia.com/gpu.memory"
 ANNOTATION_POD_GROUP = "pod-group-name"
 ANNOTATION_GPU_FRACTION = "gpu-fraction"
+ANNOTATION_GPU_FRACTION_DEVICES = "gpu-fraction-num-devices"
 ANNOTATION_GPU_MEMORY = "gpu-memory"
 ANNOTATION_DURATION = "kai.scheduler/duration-seconds"
 ANNOTATION_GPU_INDICES = "kai.scheduler/gpu-indices"
@@ -485,6 +486,15 @@ def _pod(o: _Obj, ts: float, scheduler_name: str) -> list[ObservedEvent]:
         if requests.gpu_milli:
             raise o.error(field, f"cannot be combined with a {GPU_RESOURCE} request")
         requests = requests.model_copy(update={"gpu_milli": fraction})
+    devices = 1
+    if ANNOTATION_GPU_FRACTION_DEVICES in annotations:
+        field = f"metadata.annotations.{ANNOTATION_GPU_FRACTION_DEVICES}"
+        if fraction is None:
+            raise o.error(field, f"needs {ANNOTATION_GPU_FRACTION}")
+        count = o.number(field, annotations[ANNOTATION_GPU_FRACTION_DEVICES])
+        if count != int(count) or count < 1:
+            raise o.error(field, f"must be a whole number >= 1, got {annotations[ANNOTATION_GPU_FRACTION_DEVICES]!r}")
+        devices = int(count)
     if ANNOTATION_GPU_MEMORY in annotations:
         field = f"metadata.annotations.{ANNOTATION_GPU_MEMORY}"
         gpu_memory = int(o.number(field, annotations[ANNOTATION_GPU_MEMORY]))
@@ -520,6 +530,7 @@ def _pod(o: _Obj, ts: float, scheduler_name: str) -> list[ObservedEvent]:
         pool=pool,
         requests=requests,
         gpu_fraction_milli=fraction,
+        gpu_fraction_devices=devices,
         gpu_memory_mib=gpu_memory,
         priority_class=o.get("spec.priorityClassName") or labels.get("priorityClassName"),
         priority=priority,

@@ -111,3 +111,17 @@ def test_a_job_over_its_queue_limit_says_so_with_numbers() -> None:
     reason = _last_pending(events, "pend-1")
     assert reason.code == "QueueOverLimit"
     assert reason.reason == "queue qa gpu limit 1000 < allocated 0 + request 2000"
+
+
+def test_a_victim_protected_by_min_runtime_says_so() -> None:
+    from .harness import run
+    from .test_scenarios import T0
+
+    result, _ = run("min-runtime.yaml", tick=T0 + 12 * 60)
+    reason = [d for d in result.decisions if isinstance(d, PodPending) and d.name == "a1"][-1]
+    assert reason.code == "MinRuntimeProtected"
+    assert reason.reason == (
+        "job ml/a1 does not fit; queue qb is over its fair share (1 > 0 GPU) but its job ml/b1 is protected for"
+        " 180 more seconds (reclaimMinRuntime 300 s)"
+    )
+    assert reason.details["victim_job"] == "ml/b1"

@@ -32,7 +32,7 @@ from kai_stream.core.scheduler.actions._common.fairness import (
     saturation,
     within,
 )
-from kai_stream.core.scheduler.actions._common.reasons import share_reason
+from kai_stream.core.scheduler.actions._common.reasons import protected_reason, share_reason
 from kai_stream.core.scheduler.actions._common.solver import SearchSpec, awaiting, free_gpu, search
 from kai_stream.core.scheduler.actions._common.victims import VictimLists, VictimUnit, victim_judges, victim_units
 from kai_stream.core.scheduler.framework.info import JobClass, JobInfo, QueueInfo, TaskInfo
@@ -237,7 +237,8 @@ class _Reclaim:
 
     def over_share_at_start(self, job: JobInfo, pending: list[TaskInfo], request: list[int], bound: str) -> None:
         """After a failed search: ``NotEnoughOverQuotaShare`` if the queue was over its bound with the job as the
-        action began (the reason allocate gave stays otherwise)."""
+        action began, else ``MinRuntimeProtected`` if min-runtime kept victims from it (``protected_reason``);
+        the reason allocate gave stays otherwise."""
         leaf = job.queue
         assert leaf is not None
         start = self._at_start[leaf.name]
@@ -246,6 +247,10 @@ class _Reclaim:
             if request[r] > 0 and limit[r] != UNLIMITED and start[r] + request[r] > limit[r]:
                 self.over_share(job, pending, bound, start)
                 return
+        previous = self.ssn.pending.get(pending[0].uid)
+        protected = protected_reason(self.ssn, job, request, previous.predicates if previous is not None else {})
+        if protected is not None:
+            self.ssn.set_pending(pending, protected)
 
 
 _SEARCHES = "searches"

@@ -110,6 +110,8 @@ class TaskInfo:
     gpu_portion: int = 0
     prev_pipelined: tuple[str, tuple[int, ...]] | None = None
     started: float | None = None
+    gpu_devices: int = 1
+    """How many GPUs a fraction spans (``gpu-fraction-num-devices``): ``gpu_frac`` on each of them."""
 
     def __init__(
         self,
@@ -133,20 +135,22 @@ class TaskInfo:
         gpu_portion: int = 0,
         prev_pipelined: tuple[str, tuple[int, ...]] | None = None,
         started: float | None = None,
+        gpu_devices: int = 1,
     ) -> None:
         self.uid, self.namespace, self.name, self.job = uid, namespace, name, job
         self.gpu_whole, self.gpu_frac, self.gpu_mem_mib, self.cpu, self.mem = gpu_whole, gpu_frac, gpu_mem_mib, cpu, mem
         self.sig, self.node_selector, self.affinity, self.tolerations = sig, node_selector, affinity, tolerations
         self.created, self.status, self.node, self.gpus = created, status, node, gpus
         self.gpu_portion, self.prev_pipelined, self.started = gpu_portion, prev_pipelined, started
+        self.gpu_devices = gpu_devices
 
     @property
     def key(self) -> str:
         return f"{self.namespace}/{self.name}"
 
     @property
-    def shape(self) -> tuple[int, int, int, int, int, int]:
-        return (self.gpu_whole, self.gpu_frac, self.gpu_mem_mib, self.cpu, self.mem, self.sig)
+    def shape(self) -> tuple[int, int, int, int, int, int, int]:
+        return (self.gpu_whole, self.gpu_frac, self.gpu_mem_mib, self.cpu, self.mem, self.sig, self.gpu_devices)
 
 
 @dataclass(slots=True, eq=False, init=False)

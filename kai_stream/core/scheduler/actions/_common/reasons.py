@@ -6,6 +6,10 @@ what non-preemptible pods of other queues hold, which no reclaim frees), the rea
 (``InsufficientCapacity``): one queue alone on a full pool, a gang larger than the pool, a pool with no nodes, a
 gang behind non-preemptible pods. Both reasons carry their numbers (GPU in devices, CPU millicores, memory
 bytes) in the text and in the details.
+
+A job whose queue stays within its bound but whose reclaim search found no victim set, while some queue over its
+fair share runs jobs that the reclaim min-runtime protects, gets ``MinRuntimeProtected`` naming the first such
+job, its limit and how long it is still protected (``protected_reason``).
 """
 
 from __future__ import annotations
@@ -13,10 +17,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from kai_stream.core.scheduler.actions._common.fairness import UNLIMITED, _fmt, queue_details
-from kai_stream.core.scheduler.framework.info import RESOURCES, JobInfo, QueueInfo
+from kai_stream.core.scheduler.framework.hooks import narrowest
+from kai_stream.core.scheduler.framework.info import RESOURCES, RUNNING, JobInfo, QueueInfo
 from kai_stream.core.scheduler.framework.session import PendingInfo, Session
 
-__all__ = ["held_elsewhere", "share_reason"]
+__all__ = ["held_elsewhere", "protected_reason", "share_reason"]
 
 _UNITS = ("GPU", "millicores CPU", "bytes memory")
 
@@ -90,3 +95,51 @@ def _capacity(
         "room": _fmt(r, room),
     }
     return PendingInfo("InsufficientCapacity", text, predicates, details)
+
+
+def protected_reason(
+    ssn: Session, job: JobInfo, request: Sequence[int], predicates: dict[str, int]
+) -> PendingInfo | None:
+    """``MinRuntimeProtected`` when a queue over its fair share on a resource ``job`` requests runs a preemptible
+    job the reclaim min-runtime keeps from ``job`` (the first by queue and job name); None when there is none."""
+    from kai_stream.core.scheduler.plugins.minruntime import job_started, reclaim_min_runtime
+
+    leaf = job.queue
+    assert leaf is not None
+    if not ssn.hooks.victim_scopes:
+        return None
+    now = ssn.ctx.ts
+    for q in sorted(ssn.queues.values(), key=lambda q: q.name):
+        if q is leaf or q.children or not q.jobs:
+            continue
+        over = [r for r in range(3) if request[r] > 0 and q.allocated[r] > q.fair_share[r]]
+        if not over:
+            continue
+        judges = ssn.hooks.victim_judges("reclaim", job, q)
+        if not judges:
+            continue
+        for victim in sorted(q.jobs, key=lambda j: j.key):
+            if not victim.preemptible or not any(t.status == RUNNING for t in victim.tasks):
+                continue
+            if narrowest(judges, victim) != "none":
+                continue
+            limit = reclaim_min_runtime(leaf, q, ssn.config.reclaim_min_runtime_s)
+            started = job_started(victim)
+            r = over[0]
+            until = "never reclaimable (reclaimMinRuntime -1)"
+            left = ""
+            if limit > 0 and started is not None:
+                left = f"{started + limit - now:g}"
+                until = f"protected for {left} more seconds (reclaimMinRuntime {limit:g} s)"
+            text = (
+                f"job {job.key} does not fit; queue {q.name} is over its fair share ({_fmt(r, q.allocated[r])} >"
+                f" {_fmt(r, q.fair_share[r])} {_UNITS[r]}) but its job {victim.key} is {until}"
+            )
+            details = {
+                "victim_queue": q.name,
+                "victim_job": victim.key,
+                "reclaim_min_runtime_s": f"{limit:g}",
+                "protected_for_s": left,
+            }
+            return PendingInfo("MinRuntimeProtected", text, predicates, details)
+    return None

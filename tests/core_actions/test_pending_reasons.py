@@ -121,7 +121,7 @@ def test_a_victim_protected_by_min_runtime_says_so() -> None:
     reason = [d for d in result.decisions if isinstance(d, PodPending) and d.name == "a1"][-1]
     assert reason.code == "MinRuntimeProtected"
     assert reason.reason == (
-        "job ml/a1 does not fit; queue qb is over its fair share (1 > 0 GPU) but its job ml/b1 is protected for"
-        " 180 more seconds (reclaimMinRuntime 300 s)"
+        "job ml/a1 does not fit; queue qb is over its fair share (1 > 0 GPU) but its job ml/b1 is protected by"
+        " reclaimMinRuntime 300 s until 2026-01-01T00:15:00Z"
     )
     assert reason.details["victim_job"] == "ml/b1"

@@ -9,12 +9,14 @@ bytes) in the text and in the details.
 
 A job whose queue stays within its bound but whose reclaim search found no victim set, while some queue over its
 fair share runs jobs that the reclaim min-runtime protects, gets ``MinRuntimeProtected`` naming the first such
-job, its limit and how long it is still protected (``protected_reason``).
+job, its limit and when its protection ends (a fixed time, so the reason does not change from cycle to cycle;
+``protected_reason``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import UTC, datetime
 
 from kai_stream.core.scheduler.actions._common.fairness import UNLIMITED, _fmt, queue_details
 from kai_stream.core.scheduler.framework.hooks import narrowest
@@ -108,7 +110,6 @@ def protected_reason(
     assert leaf is not None
     if not ssn.hooks.victim_scopes:
         return None
-    now = ssn.ctx.ts
     for q in sorted(ssn.queues.values(), key=lambda q: q.name):
         if q is leaf or q.children or not q.jobs:
             continue
@@ -127,10 +128,10 @@ def protected_reason(
             started = job_started(victim)
             r = over[0]
             until = "never reclaimable (reclaimMinRuntime -1)"
-            left = ""
+            end = ""
             if limit > 0 and started is not None:
-                left = f"{started + limit - now:g}"
-                until = f"protected for {left} more seconds (reclaimMinRuntime {limit:g} s)"
+                end = datetime.fromtimestamp(started + limit, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+                until = f"protected by reclaimMinRuntime {limit:g} s until {end}"
             text = (
                 f"job {job.key} does not fit; queue {q.name} is over its fair share ({_fmt(r, q.allocated[r])} >"
                 f" {_fmt(r, q.fair_share[r])} {_UNITS[r]}) but its job {victim.key} is {until}"
@@ -139,7 +140,7 @@ def protected_reason(
                 "victim_queue": q.name,
                 "victim_job": victim.key,
                 "reclaim_min_runtime_s": f"{limit:g}",
-                "protected_for_s": left,
+                "protected_until": end,
             }
             return PendingInfo("MinRuntimeProtected", text, predicates, details)
     return None

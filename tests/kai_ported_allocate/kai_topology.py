@@ -239,8 +239,11 @@ def _job_events(job: dict[str, Any], index: int, count: int) -> list[AnyEvent]:
 def config_of(topology: dict[str, Any], actions: tuple[str, ...]) -> SchedulerConfig:
     raw: dict[str, Any] = {"actions": list(actions)}
     conf = ((topology.get("Mocks") or {}).get("SchedulerConf")) or {}
+    device: str | None = None
     for tier in conf.get("Tiers") or []:
         for plugin in tier.get("Plugins") or []:
+            if plugin.get("Name") in ("gpuspread", "gpupack"):
+                device = "spread" if plugin["Name"] == "gpuspread" else "binpack"
             args = plugin.get("Arguments") or {}
             placement = {}
             for key, resource in (("constants.GPUResource", "gpu"), ("constants.CPUResource", "cpu")):
@@ -248,6 +251,11 @@ def config_of(topology: dict[str, Any], actions: tuple[str, ...]) -> SchedulerCo
                     placement[resource] = _expr(args[key])
             if placement:
                 raw["placement"] = placement
+    if device is not None:
+        node = raw.get("placement", {}).get("gpu")
+        if node is not None and node != device:
+            raise ValueError("different node-level and GPU-level strategies are not modelled (one placement.gpu)")
+        raw["placement"] = {**raw.get("placement", {}), "gpu": device}
     return parse_config(raw)
 
 

@@ -165,6 +165,15 @@ class TopologyConstraint(Model):
     topology: str | None = None
 
 
+class SubGroupSpec(Model):
+    """One entry of a PodGroup's ``spec.subGroups``: its pods carry label ``kai.scheduler/subgroup-name``; at least
+    ``min_member`` of them run, or none (a subgroup with child subgroups only groups them)."""
+
+    name: str
+    min_member: int = 1
+    parent: str | None = None
+
+
 class PodGroupSpec(Model):
     namespace: str
     name: str
@@ -175,6 +184,7 @@ class PodGroupSpec(Model):
     priority: int | None = None
     preemptible: bool | None = None
     topology_constraint: TopologyConstraint | None = None
+    sub_groups: tuple[SubGroupSpec, ...] = ()
     pool: str = DEFAULT_POOL
     created: float = 0.0
 
@@ -201,6 +211,7 @@ class PodSpec(Model):
     uid: str
     queue: str
     pod_group: str | None = None
+    sub_group: str | None = None
     pool: str = DEFAULT_POOL
     requests: Resources = Resources()
     gpu_fraction_milli: int | None = None

@@ -51,6 +51,7 @@ from kai_stream.core.events import (
     QueueResources,
     QueueSpec,
     Resources,
+    SubGroupSpec,
     Taint,
     Toleration,
     TopologyConstraint,
@@ -74,6 +75,7 @@ __all__ = [
 ]
 
 LABEL_QUEUE = "kai.scheduler/queue"
+LABEL_SUBGROUP = "kai.scheduler/subgroup-name"
 LABEL_NODE_POOL = "kai.scheduler/node-pool"
 LABEL_GPU_MEMORY = "nvidia.com/gpu.memory"
 ANNOTATION_POD_GROUP = "pod-group-name"
@@ -351,6 +353,20 @@ def _pod_group(o: _Obj, ts: float) -> list[ObservedEvent]:
             topology=constraint.get("topology"),
         )
     pool = labels.get(LABEL_NODE_POOL, DEFAULT_POOL)
+    raw_subgroups = o.get("spec.subGroups") or []
+    if not isinstance(raw_subgroups, list):
+        raise o.error("spec.subGroups", "expected a list")
+    sub_groups: list[SubGroupSpec] = []
+    for i, entry in enumerate(raw_subgroups):
+        field = f"spec.subGroups[{i}]"
+        if not isinstance(entry, dict) or not entry.get("name"):
+            raise o.error(field, "expected a mapping with a name")
+        member = entry.get("minMember", 1)
+        if isinstance(member, bool) or not isinstance(member, int) or member < 1:
+            raise o.error(f"{field}.minMember", f"must be an integer >= 1, got {member!r}")
+        parent = entry.get("parent")
+        name = str(entry["name"])
+        sub_groups.append(SubGroupSpec(name=name, min_member=member, parent=str(parent) if parent else None))
     spec = PodGroupSpec(
         namespace=o.namespace,
         name=o.name,
@@ -360,6 +376,7 @@ def _pod_group(o: _Obj, ts: float) -> list[ObservedEvent]:
         priority_class=o.get("spec.priorityClassName"),
         preemptible=None if preemptibility is None else preemptibility == "preemptible",
         topology_constraint=topology,
+        sub_groups=tuple(sub_groups),
         pool=pool,
         created=o.created(ts),
     )
@@ -527,6 +544,7 @@ def _pod(o: _Obj, ts: float, scheduler_name: str) -> list[ObservedEvent]:
         uid=o.uid(),
         queue=labels.get(LABEL_QUEUE, "") if managed else "",
         pod_group=annotations.get(ANNOTATION_POD_GROUP) or labels.get(ANNOTATION_POD_GROUP) if managed else None,
+        sub_group=labels.get(LABEL_SUBGROUP) if managed else None,
         pool=pool,
         requests=requests,
         gpu_fraction_milli=fraction,

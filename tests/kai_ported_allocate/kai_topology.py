@@ -42,6 +42,7 @@ from kai_stream.core.events import (
     QueueResources,
     QueueSpec,
     Resources,
+    SubGroupSpec,
 )
 from kai_stream.core.scheduler.cycle import run_cycle
 from kai_stream.core.state import ClusterState, apply
@@ -78,7 +79,7 @@ def _expr(value: Any) -> Any:
         if m := re.fullmatch(r"(\d+) \* 10e6", text):
             return int(m.group(1)) * 10**7
         if m := re.fullmatch(
-            r"(?:ptr\.To \( int64 \(|test_utils\.CreateFloat64Pointer \(|pointer\.Int \() ([\d.]+) \)+", text
+            r"(?:ptr\.To \( int64 \(|test_utils\.CreateFloat64Pointer \(|pointer\.Int \() ([\d.]+)(?: \))+", text
         ):
             return float(m.group(1))
         if m := re.fullmatch(r"test_utils\.CreateFloat64Pointer \( (\d+) \* (\d+) \)", text):
@@ -191,8 +192,7 @@ def _job_events(job: dict[str, Any], index: int, count: int) -> list[AnyEvent]:
     tasks = job.get("Tasks") or []
     subgroups = _subgroups(job)
     min_member = len(tasks) if subgroups is None else sum(k for _, k in subgroups)
-    if subgroups is not None and len(subgroups) > 1:
-        raise ValueError("PodGroup subGroups are not modelled yet")
+    named = tuple(SubGroupSpec(name=n, min_member=k) for n, k in subgroups or () if n != "default")
     group = PodGroupSpec(
         namespace="default",
         name=name,
@@ -201,6 +201,7 @@ def _job_events(job: dict[str, Any], index: int, count: int) -> list[AnyEvent]:
         min_member=max(1, min_member),
         priority=priority,
         created=created,
+        sub_groups=named,
     )
     out: list[AnyEvent] = [PodGroupObserved(event_id=f"pg-{name}", ts=T0, pod_group=group)]
     gpus = float(_get(job, "RequiredGPUsPerTask", 0))
@@ -222,6 +223,7 @@ def _job_events(job: dict[str, Any], index: int, count: int) -> list[AnyEvent]:
             uid=f"{name}-{t}",
             queue=job["QueueName"],
             pod_group=name,
+            sub_group=task.get("SubGroupName") or None,
             requests=Resources(gpu_milli=round(task_gpus * 1000), cpu_milli=round(cpu * 1000), memory=round(memory)),
             gpu_fraction_milli=fraction,
             priority=priority,

@@ -692,6 +692,9 @@ class _JobBuilder:
             0,
             bool(first.pod_group) and group is None,
         )
+        if group is not None and group.sub_groups:
+            parents = {s.parent for s in group.sub_groups if s.parent}
+            job.sub_groups = tuple((s.name, s.min_member) for s in group.sub_groups if s.name not in parents)
         pending = nominated = False
         pipelined = state.pipelined
         evicting = state.evicting
@@ -738,6 +741,8 @@ class _JobBuilder:
                 pod.started,
                 pod.gpu_fraction_devices if gpu_frac else 1,
             )
+            if pod.sub_group is not None:
+                task.sub_group = pod.sub_group
             job_tasks.append(task)
             tasks[uid] = task
             if node_name is not None:

@@ -212,6 +212,15 @@ class TopologyConstraint(Model):
     topology: Name | None = None
 
 
+class SubGroupSpec(Model):
+    """One entry of a PodGroup's ``spec.subGroups``: its pods carry label ``kai.scheduler/subgroup-name``; at least
+    ``min_member`` of them run, or none (a subgroup with child subgroups only groups them)."""
+
+    name: Name
+    min_member: Count = 1
+    parent: Name | None = None
+
+
 class PodGroupSpec(Model):
     namespace: Name
     name: Name
@@ -222,6 +231,7 @@ class PodGroupSpec(Model):
     priority: Int64 | None = None
     preemptible: bool | None = None
     topology_constraint: TopologyConstraint | None = None
+    sub_groups: Annotated[tuple[SubGroupSpec, ...], Field(max_length=MAX_ITEMS)] = ()
     pool: Name = DEFAULT_POOL
     created: Ts = 0.0
 
@@ -236,8 +246,9 @@ class PodSpec(Model):
       it still consumes that node's resources (its ``queue`` is then ""). Unbound foreign pods are not events.
     * ``queue`` is the ``kai.scheduler/queue`` label; "" means "take it from the pod group".
     * ``requests.gpu_milli`` is the whole GPU request (``nvidia.com/gpu`` × 1000) or, for a fraction,
-      ``gpu_fraction_milli``. A ``gpu-memory`` pod has ``gpu_memory_mib`` set and ``requests.gpu_milli`` 0: its
-      fraction depends on the node (memory per GPU).
+      ``gpu_fraction_milli``, on each of ``gpu_fraction_devices`` GPUs (annotation ``gpu-fraction-num-devices``;
+      the pod is charged the fraction times the devices). A ``gpu-memory`` pod has ``gpu_memory_mib`` set and
+      ``requests.gpu_milli`` 0: its fraction depends on the node (memory per GPU).
     * ``duration_s`` (annotation ``kai.scheduler/duration-seconds``): how long it runs once bound (simulated
       kubelet and trace simulation only).
     """
@@ -247,9 +258,11 @@ class PodSpec(Model):
     uid: Name
     queue: Name
     pod_group: Name | None = None
+    sub_group: Name | None = None
     pool: Name = DEFAULT_POOL
     requests: Resources = Resources()
     gpu_fraction_milli: Annotated[int, Field(ge=0, le=1000)] | None = None
+    gpu_fraction_devices: Annotated[int, Field(ge=1, le=MAX_ITEMS)] = 1
     gpu_memory_mib: Count | None = None
     priority_class: Name | None = None
     priority: Int64 | None = None
@@ -429,6 +442,8 @@ PendingCode = Literal[
     "QueueOverLimit",
     "OverDeservedNonPreemptible",
     "NotEnoughOverQuotaShare",
+    "InsufficientCapacity",
+    "MinRuntimeProtected",
     "GangIncomplete",
     "WaitingForReclaim",
     "UnknownQueue",

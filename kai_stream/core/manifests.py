@@ -51,6 +51,7 @@ from kai_stream.core.events import (
     QueueResources,
     QueueSpec,
     Resources,
+    SubGroupSpec,
     Taint,
     Toleration,
     TopologyConstraint,
@@ -77,10 +78,12 @@ __all__ = [
 ]
 
 LABEL_QUEUE = "kai.scheduler/queue"
+LABEL_SUBGROUP = "kai.scheduler/subgroup-name"
 LABEL_NODE_POOL = "kai.scheduler/node-pool"
 LABEL_GPU_MEMORY = "nvidia.com/gpu.memory"
 ANNOTATION_POD_GROUP = "pod-group-name"
 ANNOTATION_GPU_FRACTION = "gpu-fraction"
+ANNOTATION_GPU_FRACTION_DEVICES = "gpu-fraction-num-devices"
 ANNOTATION_GPU_MEMORY = "gpu-memory"
 ANNOTATION_DURATION = "kai.scheduler/duration-seconds"
 ANNOTATION_GPU_INDICES = "kai.scheduler/gpu-indices"
@@ -361,6 +364,20 @@ def _pod_group(o: _Obj, ts: float) -> list[ObservedEvent]:
             topology=constraint.get("topology"),
         )
     pool = labels.get(LABEL_NODE_POOL, DEFAULT_POOL)
+    raw_subgroups = o.get("spec.subGroups") or []
+    if not isinstance(raw_subgroups, list):
+        raise o.error("spec.subGroups", "expected a list")
+    sub_groups: list[SubGroupSpec] = []
+    for i, entry in enumerate(raw_subgroups):
+        field = f"spec.subGroups[{i}]"
+        if not isinstance(entry, dict) or not entry.get("name"):
+            raise o.error(field, "expected a mapping with a name")
+        member = entry.get("minMember", 1)
+        if isinstance(member, bool) or not isinstance(member, int) or member < 1:
+            raise o.error(f"{field}.minMember", f"must be an integer >= 1, got {member!r}")
+        parent = entry.get("parent")
+        name = str(entry["name"])
+        sub_groups.append(SubGroupSpec(name=name, min_member=member, parent=str(parent) if parent else None))
     spec = PodGroupSpec(
         namespace=o.namespace,
         name=o.name,
@@ -370,6 +387,7 @@ def _pod_group(o: _Obj, ts: float) -> list[ObservedEvent]:
         priority_class=o.get("spec.priorityClassName"),
         preemptible=None if preemptibility is None else preemptibility == "preemptible",
         topology_constraint=topology,
+        sub_groups=tuple(sub_groups),
         pool=pool,
         created=o.created(ts),
     )
@@ -496,6 +514,15 @@ def _pod(o: _Obj, ts: float, scheduler_name: str) -> list[ObservedEvent]:
         if requests.gpu_milli:
             raise o.error(field, f"cannot be combined with a {GPU_RESOURCE} request")
         requests = requests.model_copy(update={"gpu_milli": fraction})
+    devices = 1
+    if ANNOTATION_GPU_FRACTION_DEVICES in annotations:
+        field = f"metadata.annotations.{ANNOTATION_GPU_FRACTION_DEVICES}"
+        if fraction is None:
+            raise o.error(field, f"needs {ANNOTATION_GPU_FRACTION}")
+        count = o.number(field, annotations[ANNOTATION_GPU_FRACTION_DEVICES])
+        if count != int(count) or count < 1:
+            raise o.error(field, f"must be a whole number >= 1, got {annotations[ANNOTATION_GPU_FRACTION_DEVICES]!r}")
+        devices = int(count)
     if ANNOTATION_GPU_MEMORY in annotations:
         field = f"metadata.annotations.{ANNOTATION_GPU_MEMORY}"
         gpu_memory = int(o.number(field, annotations[ANNOTATION_GPU_MEMORY]))
@@ -528,9 +555,11 @@ def _pod(o: _Obj, ts: float, scheduler_name: str) -> list[ObservedEvent]:
         uid=o.uid(),
         queue=labels.get(LABEL_QUEUE, "") if managed else "",
         pod_group=annotations.get(ANNOTATION_POD_GROUP) or labels.get(ANNOTATION_POD_GROUP) if managed else None,
+        sub_group=labels.get(LABEL_SUBGROUP) if managed else None,
         pool=pool,
         requests=requests,
         gpu_fraction_milli=fraction,
+        gpu_fraction_devices=devices,
         gpu_memory_mib=gpu_memory,
         priority_class=o.get("spec.priorityClassName") or labels.get("priorityClassName"),
         priority=priority,

@@ -1,29 +1,36 @@
 """Hierarchical fair share, per resource, top-down through the queue tree (kai-semantics.md).
 
-At every level, for the children of one parent (or the roots, with the pool's total):
+At every level, for the children of one parent (or the roots, with the pool's total), as KAI's
+``resource_division`` does:
 
 1. each queue gets ``min(deserved, requestable)``; ``requestable = min(limit, allocated + pending)``; a
    quota of -1 (unlimited) deserves at most the level's total;
-2. what remains goes by priority tier (highest first); inside a tier, in rounds, each unsatisfied queue
-   with weight ``w > 0`` gets ``min(floor(remaining * w / Σw), unmet)``;
-3. when a round can no longer give whole units, the leftover units go one at a time to the largest
-   remainder ``remaining * w mod Σw`` (ties: older queue, then uid), skipping satisfied queues;
+2. what remains goes by priority tier (highest first), in rounds: each queue of the tier not yet satisfied,
+   with weight ``w > 0``, is offered ``round total * w / Σw`` (Σ over the unsatisfied); a queue that asks
+   no more than its offer gets what it asks, any other gets its offer floored to whole units (whole GPUs;
+   millicores; bytes) and keeps the fraction it lost as its remainder; another round runs while some queue
+   took less than its offer;
+3. once every tier has had its rounds, the units still left go, tier by tier (highest first), one unit (or
+   what is left, if less) to each queue with a remainder, largest remainder first (ties: older queue, then
+   uid);
 4. each parent's share is then split among its children the same way.
 
-All arithmetic is in the schema's integer units (GPU milli-devices, millicores, bytes), so the result is
-exact and independent of float rounding. Example: 100 GPUs, two queues deserving 10 and requesting 100,
-weights 3 and 1 → 70 and 30.
+All arithmetic is exact (integer units, rational offers), so the result does not depend on float rounding.
+Example: 100 GPUs, two queues deserving 10 and requesting 100, weights 3 and 1 → 70 and 30.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from fractions import Fraction
 
 from kai_stream.core.scheduler.framework.info import QueueInfo
 
 __all__ = ["divide", "set_fair_shares"]
 
 UNLIMITED = -1
+WHOLE = (1000, 1, 1)
+"""The whole unit a round floors to, per resource (GPU milli-devices, millicores, bytes)."""
 
 
 def _requestable(queue: QueueInfo, r: int) -> int:
@@ -46,53 +53,69 @@ def divide(total: int, queues: Sequence[QueueInfo], r: int, weights: dict[str, i
         deserved = total if q.quota[r] == UNLIMITED else q.quota[r]
         share[q.name] = max(0, min(deserved, requestable[q.name]))
         remaining -= share[q.name]
-    remaining = max(0, remaining)
-    for priority in sorted({q.priority for q in ordered}, reverse=True):
+    if remaining <= 0:
+        return share
+    unit = WHOLE[r]
+    tiers = [[q for q in ordered if q.priority == p] for p in sorted({q.priority for q in ordered}, reverse=True)]
+    remainders: list[dict[str, Fraction]] = []
+    for tier in tiers:
+        remaining, left = _up_to_fair_share(remaining, tier, r, share, requestable, weights, unit)
+        remainders.append(left)
+    for tier, left in zip(tiers, remainders, strict=True):
         if remaining <= 0:
             break
-        tier = [q for q in ordered if q.priority == priority]
-        remaining = _over_quota(remaining, tier, r, share, requestable, weights)
+        for q in sorted((q for q in tier if q.name in left), key=lambda q: (-left[q.name], *_age(q))):
+            if remaining <= 0:
+                break
+            amount = min(unit, remaining)
+            share[q.name] += amount
+            remaining -= amount
     return share
 
 
-def _over_quota(
+def _up_to_fair_share(
     remaining: int,
     tier: list[QueueInfo],
     r: int,
     share: dict[str, int],
     requestable: dict[str, int],
     weights: dict[str, int] | None,
-) -> int:
+    unit: int,
+) -> tuple[int, dict[str, Fraction]]:
+    """The rounds of one priority tier; returns what is left and each floored queue's lost fraction."""
+
     def weight(q: QueueInfo) -> int:
         return weights[q.name] if weights is not None and q.name in weights else q.weight[r]
 
+    left: dict[str, Fraction] = {}
     while remaining > 0:
-        hungry = [q for q in tier if weight(q) > 0 and share[q.name] < requestable[q.name]]
-        if not hungry:
-            return remaining
-        total_weight = sum(weight(q) for q in hungry)
-        given = 0
+        hungry = [q for q in tier if share[q.name] < requestable[q.name]]
+        total_weight = sum(max(0, weight(q)) for q in hungry)
+        if total_weight == 0:
+            break
+        offered_total = remaining
+        again = False
         for q in hungry:
-            amount = min(remaining * weight(q) // total_weight, requestable[q.name] - share[q.name])
-            share[q.name] += amount
-            given += amount
-        if given > 0:
-            remaining -= given
-            continue
-        by_remainder = sorted(hungry, key=lambda q: (-(remaining * weight(q) % total_weight), *_age(q)))
-        while remaining > 0:
-            progressed = False
-            for q in by_remainder:
-                if remaining == 0:
-                    break
-                if share[q.name] < requestable[q.name]:
-                    share[q.name] += 1
-                    remaining -= 1
-                    progressed = True
-            if not progressed:
+            if remaining == 0:
                 break
-        return remaining
-    return remaining
+            w = weight(q)
+            if w <= 0:
+                continue
+            asked = requestable[q.name] - share[q.name]
+            offer = Fraction(offered_total * w, total_weight)
+            if asked <= offer:
+                amount = asked
+                left.pop(q.name, None)
+                again = again or asked < offer
+            else:
+                amount = (offer.numerator // offer.denominator) // unit * unit
+                if offer > amount:
+                    left[q.name] = offer - amount
+            share[q.name] += amount
+            remaining -= amount
+        if not again:
+            break
+    return remaining, left
 
 
 def set_fair_shares(roots: Sequence[QueueInfo], total: Sequence[int]) -> None:

@@ -13,7 +13,7 @@ each of them would hit the same verdict. A saturated cycle tries only the first 
 from __future__ import annotations
 
 from kai_stream.core.events import PendingCode
-from kai_stream.core.scheduler.framework.info import JobClass, JobInfo, TaskInfo
+from kai_stream.core.scheduler.framework.info import PENDING, RELEASING, JobClass, JobInfo, TaskInfo
 from kai_stream.core.scheduler.framework.ordering import JobsByQueue
 from kai_stream.core.scheduler.framework.session import PendingInfo, Session
 from kai_stream.core.scheduler.framework.statement import Operation
@@ -139,6 +139,8 @@ class _Allocator:
         if cached is not None and cached[0] == ssn.state_id:
             self.mark(pending, cached[1])
             return cached[1]
+        if job.sub_groups:
+            pending = _subgroup_minimums_first(job, pending)
         start_id = ssn.state_id
         stmt = ssn.statement(NAME)
         unplaced: list[TaskInfo] = []
@@ -171,6 +173,25 @@ class _Allocator:
         if failure is not None:
             self.mark(unplaced, failure)
         return None
+
+
+def _subgroup_minimums_first(job: JobInfo, pending: list[TaskInfo]) -> list[TaskInfo]:
+    """``pending`` with, first, in each subgroup the tasks it still needs to reach its minMember (subgroups in
+    their declared order), then the rest in order: each subgroup's gang is tried before any task beyond one."""
+    active = {name: 0 for name, _ in job.sub_groups}
+    for task in job.tasks:
+        if task.sub_group in active and task.status != PENDING and task.status != RELEASING:
+            active[task.sub_group] += 1
+    first: list[TaskInfo] = []
+    rest: list[TaskInfo] = []
+    need = {name: max(0, k - active[name]) for name, k in job.sub_groups}
+    for task in pending:
+        if task.sub_group in need and need[task.sub_group] > 0:
+            need[task.sub_group] -= 1
+            first.append(task)
+        else:
+            rest.append(task)
+    return first + rest
 
 
 def run(session: Session) -> None:

@@ -29,17 +29,17 @@ from collections.abc import Callable, Hashable, Iterator
 
 from kai_stream.core.scheduler.actions._common.fairness import (
     UNLIMITED,
-    _fmt,
     queue_details,
     saturation_lower,
     within,
 )
+from kai_stream.core.scheduler.actions._common.reasons import protected_reason, share_reason
 from kai_stream.core.scheduler.actions._common.solver import SearchSpec, awaiting, free_gpu, search
 from kai_stream.core.scheduler.actions._common.victimorder import VictimOrder, kai_allocatable
 from kai_stream.core.scheduler.actions._common.victims import VictimLists, VictimUnit, victim_judges, victim_units
-from kai_stream.core.scheduler.framework.info import RESOURCES, JobClass, JobInfo, QueueInfo, TaskInfo
+from kai_stream.core.scheduler.framework.info import JobClass, JobInfo, QueueInfo, TaskInfo
 from kai_stream.core.scheduler.framework.ordering import JobsByQueue
-from kai_stream.core.scheduler.framework.session import PendingInfo, Session
+from kai_stream.core.scheduler.framework.session import Session
 
 NAME = "reclaim"
 
@@ -65,8 +65,6 @@ class _Reclaim:
         """``VictimOrder`` keys of queues as they stand, with the queue's version (shared by the searches)."""
         self._allocatable: dict[str, tuple[int, int, int]] = {}
         """KAI's allocatable share per queue (fixed for the session)."""
-        self._over_details: dict[tuple[str, tuple[int, ...]], dict[str, str]] = {}
-        """``NotEnoughOverQuotaShare`` details per queue and allocation (shared, never mutated)."""
 
     @property
     def pool_free(self) -> int:
@@ -247,28 +245,17 @@ class _Reclaim:
         return None
 
     def over_share(self, job: JobInfo, pending: list[TaskInfo], bound: str, allocated: list[int]) -> None:
-        """Give ``pending`` the reason ``NotEnoughOverQuotaShare``, with the queue's numbers at ``allocated``."""
-        leaf = job.queue
-        assert leaf is not None
+        """Give ``pending`` the reason for its queue passing ``bound`` at ``allocated``: ``NotEnoughOverQuotaShare``,
+        or ``InsufficientCapacity`` when the pool could not hold it anyway (``share_reason``)."""
         previous = self.ssn.pending.get(pending[0].uid)
-        key = (leaf.name, tuple(allocated))
-        details = self._over_details.get(key)
-        if details is None:
-            details = queue_details("queue", leaf)
-            for r, name in enumerate(RESOURCES):
-                details[f"queue_{name}_allocated"] = _fmt(r, allocated[r])
-            self._over_details[key] = details
-        info = PendingInfo(
-            "NotEnoughOverQuotaShare",
-            f"job {job.key} does not fit and queue {leaf.name} would exceed its {bound} by reclaiming",
-            previous.predicates if previous is not None else {},
-            details,
-        )
+        predicates = previous.predicates if previous is not None else {}
+        info = share_reason(self.ssn, job, self.ssn.job_request(job), allocated, bound, predicates)
         self.ssn.set_pending(pending, info)
 
     def over_share_at_start(self, job: JobInfo, pending: list[TaskInfo], request: list[int], bound: str) -> None:
         """After a failed search: ``NotEnoughOverQuotaShare`` if the queue was over its bound with the job as the
-        action began (the reason allocate gave stays otherwise)."""
+        action began, else ``MinRuntimeProtected`` if min-runtime kept victims from it (``protected_reason``);
+        the reason allocate gave stays otherwise."""
         leaf = job.queue
         assert leaf is not None
         start = self._at_start[leaf.name]
@@ -277,6 +264,10 @@ class _Reclaim:
             if request[r] > 0 and limit[r] != UNLIMITED and start[r] + request[r] > limit[r]:
                 self.over_share(job, pending, bound, start)
                 return
+        previous = self.ssn.pending.get(pending[0].uid)
+        protected = protected_reason(self.ssn, job, request, previous.predicates if previous is not None else {})
+        if protected is not None:
+            self.ssn.set_pending(pending, protected)
 
 
 _SEARCHES = "searches"

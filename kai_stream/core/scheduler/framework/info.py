@@ -110,6 +110,10 @@ class TaskInfo:
     gpu_portion: int = 0
     prev_pipelined: tuple[str, tuple[int, ...]] | None = None
     started: float | None = None
+    gpu_devices: int = 1
+    """How many GPUs a fraction spans (``gpu-fraction-num-devices``): ``gpu_frac`` on each of them."""
+    sub_group: str | None = None
+    """The PodGroup subgroup the pod belongs to (label ``kai.scheduler/subgroup-name``)."""
 
     def __init__(
         self,
@@ -133,20 +137,23 @@ class TaskInfo:
         gpu_portion: int = 0,
         prev_pipelined: tuple[str, tuple[int, ...]] | None = None,
         started: float | None = None,
+        gpu_devices: int = 1,
+        sub_group: str | None = None,
     ) -> None:
         self.uid, self.namespace, self.name, self.job = uid, namespace, name, job
         self.gpu_whole, self.gpu_frac, self.gpu_mem_mib, self.cpu, self.mem = gpu_whole, gpu_frac, gpu_mem_mib, cpu, mem
         self.sig, self.node_selector, self.affinity, self.tolerations = sig, node_selector, affinity, tolerations
         self.created, self.status, self.node, self.gpus = created, status, node, gpus
         self.gpu_portion, self.prev_pipelined, self.started = gpu_portion, prev_pipelined, started
+        self.gpu_devices, self.sub_group = gpu_devices, sub_group
 
     @property
     def key(self) -> str:
         return f"{self.namespace}/{self.name}"
 
     @property
-    def shape(self) -> tuple[int, int, int, int, int, int]:
-        return (self.gpu_whole, self.gpu_frac, self.gpu_mem_mib, self.cpu, self.mem, self.sig)
+    def shape(self) -> tuple[int, int, int, int, int, int, int]:
+        return (self.gpu_whole, self.gpu_frac, self.gpu_mem_mib, self.cpu, self.mem, self.sig, self.gpu_devices)
 
 
 @dataclass(slots=True, eq=False, init=False)
@@ -180,6 +187,9 @@ class JobInfo:
     request_at: int = -1
     signature_memo: tuple[Hashable, ...] = ()
     signature_at: int = -1
+    sub_groups: tuple[tuple[str, int], ...] = ()
+    """(name, minMember) of each subgroup that holds pods (``spec.subGroups`` without children): each one runs
+    at least its minMember pods, or the job does not start."""
     """The memos of ``Session.job_key``, ``pending_of``, ``job_class``, ``job_request`` and
     ``Hooks.queue_key_signature``, each with the version it was computed at (-1: none). They live on the job, so a
     job the fold left alone keeps them from cycle to cycle in a parked snapshot."""
@@ -203,12 +213,14 @@ class JobInfo:
         succeeded: int = 0,
         group_missing: bool = False,
         version: int = 0,
+        sub_groups: tuple[tuple[str, int], ...] = (),
     ) -> None:
         self.key, self.namespace, self.name, self.uid, self.queue_name = key, namespace, name, uid, queue_name
         self.queue, self.priority, self.preemptible, self.min_member = queue, priority, preemptible, min_member
         self.created, self.tasks = created, [] if tasks is None else tasks
         self.request_cache, self.topology, self.changed = request_cache, topology, changed
         self.succeeded, self.group_missing, self.version = succeeded, group_missing, version
+        self.sub_groups = sub_groups
         self.key_memo, self.key_at, self.pending_memo, self.pending_at = (), -1, [], -1
         self.class_memo, self.class_at, self.request_memo, self.request_at = None, -1, [], -1
         self.signature_memo, self.signature_at = (), -1

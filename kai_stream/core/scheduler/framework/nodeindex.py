@@ -228,7 +228,7 @@ class NodeIndex:
         if task.gpu_whole:
             node = self._whole(task, task.gpu_whole, hooks.gpu_strategy == "spread")
             return None if node is None else Placement(node, self._free_gpus(node, task.gpu_whole), UNIT)
-        if task.gpu_frac:
+        if task.gpu_frac and task.gpu_devices == 1:
             return self._fraction(task, task.gpu_frac, hooks.gpu_strategy == "spread")
         if task.gpu_mem_mib:
             return self._scan(task, future=False)
@@ -312,15 +312,19 @@ class NodeIndex:
         if portion == 0:
             return Placement(node, (), 0, pipelined=future)
         fitting = [(f, g) for g, f in enumerate(_gpu_free(node, future)) if f >= portion and node.healthy[g]]
-        if not fitting:
+        devices = task.gpu_devices
+        if len(fitting) < devices:
             return None
         spread = self.ssn.hooks.gpu_strategy == "spread"
+        if devices > 1:
+            chosen = sorted(fitting, key=lambda x: (-x[0], x[1]))[:devices] if spread else sorted(fitting)[:devices]
+            return Placement(node, tuple(sorted(g for _, g in chosen)), portion, pipelined=future)
         _, g = max(fitting, key=lambda x: (x[0], -x[1])) if spread else min(fitting)
         return Placement(node, (g,), portion, pipelined=future)
 
     def _scan(self, task: TaskInfo, *, future: bool) -> Placement | None:
         """Full scan (CPU-only and gpu-memory tasks): score every feasible node."""
-        gpu_task = bool(task.gpu_mem_mib)
+        gpu_task = bool(task.gpu_mem_mib or task.gpu_frac)
         spread = (self.ssn.hooks.gpu_strategy if gpu_task else self.ssn.hooks.cpu_strategy) == "spread"
         best: tuple[tuple[int, int, int], Placement] | None = None
         for node in self.ssn.nodes:
@@ -369,7 +373,7 @@ class NodeIndex:
         if task.gpu_whole or task.gpu_frac or task.gpu_mem_mib:
             if task.gpu_mem_mib and node.gpu_memory_mib <= 0 and node.healthy:
                 return "InsufficientGPUMemory"
-            need = task.gpu_whole or 1
+            need = task.gpu_whole or task.gpu_devices
             if task.gpu_whole:
                 if node.free_whole < need:
                     if False not in node.healthy:

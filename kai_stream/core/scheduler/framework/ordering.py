@@ -1,7 +1,9 @@
 """Which job goes next: queues ordered through the tree by the queue-order hooks, jobs by the job-order hooks.
 
 Each leaf queue with pending jobs has one heap entry keyed by the path of queue keys from the root down to
-the leaf (so siblings are compared at every level, parents first), computed with that leaf's head job.
+the leaf (so siblings are compared at every level, parents first), computed with that leaf's head job. A level
+where the queue has no sibling with pending jobs below it (e.g. a single department over every queue) is left
+out of the path: KAI compares a queue only with its siblings, never with itself under another leaf's job.
 Keys only get worse as a cycle allocates (allocation grows), so an entry is checked lazily when it comes
 to the top: if a queue on its path changed since the push (``QueueInfo.version``) and its key went stale,
 it is re-pushed with the fresh key. The session's ``queue_epoch`` says cheaply that no queue changed at all.
@@ -50,10 +52,13 @@ class JobsByQueue:
         self.followed = False
         """Whether the job ``in_order`` yielded last was taken by ``next_alike`` after the one before it (nothing
         changed any queue in between)."""
+        on_paths = {q.name: q for leaf in self._leaves.values() for q in leaf.ancestry()}
+        siblings: dict[str | None, int] = {}
+        for q in on_paths.values():
+            siblings[q.parent_name] = siblings.get(q.parent_name, 0) + 1
         for name, leaf in self._leaves.items():
-            path = leaf.ancestry()
-            path.reverse()
-            self._paths[name] = path
+            path = [q for q in reversed(leaf.ancestry()) if siblings[q.parent_name] > 1]
+            self._paths[name] = path or [leaf]
         for name in sorted(self._jobs):
             self._push(name)
 

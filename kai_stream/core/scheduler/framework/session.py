@@ -178,7 +178,7 @@ class Session:
 
     def task_request(self, task: TaskInfo) -> list[int]:
         """What a pending task asks for (a gpu-memory task counts as its fraction of the pool's largest GPU)."""
-        gpu = task.gpu_whole * UNIT + task.gpu_frac
+        gpu = task.gpu_whole * UNIT + task.gpu_frac * task.gpu_devices
         if task.gpu_mem_mib:
             gpu = -(-task.gpu_mem_mib * UNIT // self.reference_memory) if self.reference_memory else UNIT
         return [gpu, task.cpu, task.mem]
@@ -246,7 +246,7 @@ class Session:
             if task.gpu_mem_mib:
                 gpu += -(-task.gpu_mem_mib * UNIT // reference) if reference else UNIT
             else:
-                gpu += task.gpu_whole * UNIT + task.gpu_frac
+                gpu += task.gpu_whole * UNIT + task.gpu_frac * task.gpu_devices
             cpu += task.cpu
             mem += task.mem
         return [gpu, cpu, mem]
@@ -564,6 +564,9 @@ def _first_fit_gpus(node: NodeInfo, task: TaskInfo) -> tuple[tuple[int, ...], in
     portion = task.gpu_frac or _memory_fraction(task, node)
     if portion <= 0:
         return (), 0
+    if task.gpu_devices > 1:
+        fitting = sorted((-node.gpu_used[g], g) for g in range(node.gpu_count) if node.gpu_used[g] + portion <= UNIT)
+        return tuple(sorted(g for _, g in fitting[: task.gpu_devices])), portion
     best = -1
     for g in range(node.gpu_count):
         if node.gpu_used[g] + portion <= UNIT and (best < 0 or node.gpu_used[g] > node.gpu_used[best]):
@@ -689,6 +692,9 @@ class _JobBuilder:
             0,
             bool(first.pod_group) and group is None,
         )
+        if group is not None and group.sub_groups:
+            parents = {s.parent for s in group.sub_groups if s.parent}
+            job.sub_groups = tuple((s.name, s.min_member) for s in group.sub_groups if s.name not in parents)
         pending = nominated = False
         pipelined = state.pipelined
         evicting = state.evicting
@@ -733,7 +739,10 @@ class _JobBuilder:
                 0,
                 None if previous is None else (previous.node, previous.gpu_indices),
                 pod.started,
+                pod.gpu_fraction_devices if gpu_frac else 1,
             )
+            if pod.sub_group is not None:
+                task.sub_group = pod.sub_group
             job_tasks.append(task)
             tasks[uid] = task
             if node_name is not None:

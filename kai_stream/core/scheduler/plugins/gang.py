@@ -1,4 +1,5 @@
-"""Gang scheduling: a job is committed only with at least minMember active pods; jobs below it go first."""
+"""Gang scheduling: a job is committed only with at least minMember active pods, and as many as each of its
+subgroups' minMember in that subgroup (all-or-nothing per subgroup); jobs below their minimum go first."""
 
 from __future__ import annotations
 
@@ -25,7 +26,17 @@ def _below_minimum_first(job: JobInfo) -> SortKey:
 
 
 def _ready(job: JobInfo, active: int) -> bool:
-    return active >= job.min_member
+    if active < job.min_member:
+        return False
+    for name, need in job.sub_groups:
+        for task in job.tasks:
+            if task.sub_group == name and task.status in _ACTIVE:
+                need -= 1
+                if need <= 0:
+                    break
+        if need > 0:
+            return False
+    return True
 
 
 class GangPlugin:

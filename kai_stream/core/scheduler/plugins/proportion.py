@@ -2,7 +2,12 @@
 
 Queue order, smaller first: not over fair share; stays within deserved with the job; higher queue
 priority; lower dominant-resource share with the job, then without (share of a resource = allocated /
-min(limit, max(deserved, fair share))); then older queue (creation time, uid).
+allocatable share, see ``allocatable_share``); then the smaller allocatable share (KAI's partial order "no
+larger in any resource, smaller in one", read lexicographically GPU, CPU, memory); then older queue (creation
+time, uid).
+
+A job is refused when it would take a queue on its ancestry over its limit, or, non-preemptible, over the
+deserved quota of its leaf queue or of any ancestor.
 """
 
 from __future__ import annotations
@@ -16,19 +21,26 @@ from kai_stream.core.scheduler.framework.info import RESOURCES, JobInfo, QueueIn
 from kai_stream.core.scheduler.framework.session import Session
 
 UNLIMITED = -1
-INF = float("inf")
 _ZERO = [0, 0, 0]
 
 
-def allocatable_share(q: QueueInfo, r: int) -> int:
-    """min(limit, max(deserved, fair share)); the denominator of the dominant-resource share."""
-    deserved = q.fair_share[r] if q.quota[r] == UNLIMITED else q.quota[r]
-    cap = max(deserved, q.fair_share[r])
+NO_SHARE_PENALTY = (1, 1000, 1000)
+"""KAI's ``noFairShareDrfMultiplier`` (1000) per unit of ours: a resource the queue uses with an allocatable share
+of 0 counts as 1000 x what it uses (GPU in devices = our milli-devices x 1000 / 1000; millicores; bytes)."""
+
+
+def allocatable_share(q: QueueInfo, r: int, total: Sequence[int]) -> int:
+    """The denominator of the dominant-resource share (KAI ``GetAllocatableShare``): an unlimited deserved quota
+    is measured against the limit, or the pool's ``total`` when there is none; otherwise min(limit, max(deserved,
+    fair share))."""
+    if q.quota[r] == UNLIMITED:
+        return total[r] if q.limit[r] == UNLIMITED else q.limit[r]
+    cap = max(q.quota[r], q.fair_share[r])
     return cap if q.limit[r] == UNLIMITED else min(q.limit[r], cap)
 
 
 def dominant_share(q: QueueInfo, extra: Sequence[int]) -> float:
-    """max over resources of (allocated + extra) / allocatable share (inf when that share is 0)."""
+    """max over resources of (allocated + extra) / allocatable share (KAI's penalty when that share is 0)."""
     worst = 0.0
     alloc = q.allocated
     caps = q.share_cap
@@ -36,7 +48,7 @@ def dominant_share(q: QueueInfo, extra: Sequence[int]) -> float:
         used = alloc[r] + extra[r]
         if used > 0:
             cap = caps[r]
-            share = used / cap if cap > 0 else INF
+            share = used / cap if cap > 0 else float(used * NO_SHARE_PENALTY[r])
             if share > worst:
                 worst = share
     return worst
@@ -50,14 +62,16 @@ class ProportionPlugin:
         self._keys: dict[tuple[str, int, int, int, int, int, int], SortKey] = {}
         """Queue keys by (queue, allocation, job request): the rest of what a key reads is fixed per session."""
         self._limits: dict[str, tuple[tuple[QueueInfo, int], ...]] = {}
+        self._quotas: dict[str, tuple[tuple[QueueInfo, int], ...]] = {}
 
     def on_session_open(self, session: Session) -> None:
         self.session = session
         self._keys = {}
         self._limits = {}
+        self._quotas = {}
         set_fair_shares(session.roots, session.total)
         for q in session.queues.values():
-            q.share_cap = [allocatable_share(q, r) for r in range(3)]
+            q.share_cap = [allocatable_share(q, r, session.total) for r in range(3)]
         session.hooks.queue_keys.append(self.queue_key)
         session.hooks.queue_key_reads.append(self._request_read)
         session.hooks.job_checks.append(self.check_job)
@@ -97,6 +111,9 @@ class ProportionPlugin:
             -q.priority,
             dominant_share(q, request),
             dominant_share(q, _ZERO),
+            q.share_cap[0],
+            q.share_cap[1],
+            q.share_cap[2],
         )
 
     def _limits_of(self, queue: QueueInfo) -> tuple[tuple[QueueInfo, int], ...]:
@@ -107,6 +124,15 @@ class ProportionPlugin:
             limits = tuple((q, r) for q in queue.ancestry() for r in range(3) if q.limit[r] != UNLIMITED)
             self._limits[queue.name] = limits
         return limits
+
+    def _quotas_of(self, queue: QueueInfo) -> tuple[tuple[QueueInfo, int], ...]:
+        """The (queue, resource) pairs with a deserved quota on the queue's ancestry, leaf first: a
+        non-preemptible job must fit each of them (KAI's quota check walks the leaf and every ancestor)."""
+        quotas = self._quotas.get(queue.name)
+        if quotas is None:
+            quotas = tuple((q, r) for q in queue.ancestry() for r in range(3) if q.quota[r] != UNLIMITED)
+            self._quotas[queue.name] = quotas
+        return quotas
 
     def check_job(self, job: JobInfo, request: list[int]) -> tuple[PendingCode, str] | None:
         queue = job.queue
@@ -120,12 +146,12 @@ class ProportionPlugin:
                     f" + request {request[r]}",
                 )
         if not job.preemptible:
-            for r in range(3):
-                quota = queue.quota[r]
-                if quota != UNLIMITED and request[r] > 0 and queue.allocated_np[r] + request[r] > quota:
+            for q, r in self._quotas_of(queue):
+                quota = q.quota[r]
+                if request[r] > 0 and q.allocated_np[r] + request[r] > quota:
                     return (
                         "OverDeservedNonPreemptible",
-                        f"non-preemptible job over queue {queue.name} deserved {RESOURCES[r]} {quota}:"
-                        f" non-preemptible allocated {queue.allocated_np[r]} + request {request[r]}",
+                        f"non-preemptible job over queue {q.name} deserved {RESOURCES[r]} {quota}:"
+                        f" non-preemptible allocated {q.allocated_np[r]} + request {request[r]}",
                     )
         return None

@@ -86,8 +86,7 @@ def _departments(seed: int, nodes: int = 24, gpus: int = 8) -> ClusterState:
     """Two departments of three teams; team a-0 holds most GPUs with non-preemptible 'build' pods (department a
     past its deserved quota with them), team a-2 (a GPU limit below what it holds, so over its allocatable share)
     and the teams of department b the rest with 'train' pods. Team a-1's pending 'build' pods (non-preemptible)
-    reclaim from a-2 and are refused before placing: their department's non-preemptible pods would stay past its
-    deserved quota (KAI's check at every level of the reclaimer's ancestry); the teams of b reclaim too."""
+    would pass their department's deserved quota and are refused by the job check; the teams of b reclaim."""
     rng = random.Random(seed)
     events: list[AnyEvent] = node_events(nodes, gpus)
     total = nodes * gpus * 1000

@@ -100,6 +100,20 @@ class Server:
             await asyncio.sleep(0.1)
 
 
+async def remove_test_objects(api: client.ApiClient, namespace: str, prefix: str) -> None:
+    """What a test left on the shared real server that another test's scheduler would see: the namespace's
+    pods (no namespace controller runs to remove them), and the nodes and queues named with ``prefix``."""
+    v1 = client.CoreV1Api(api)
+    await v1.delete_collection_namespaced_pod(namespace, grace_period_seconds=0)
+    for node in (await v1.list_node()).items:
+        if node.metadata.name.startswith(prefix):
+            await v1.delete_node(node.metadata.name)
+    custom = client.CustomObjectsApi(api)
+    for queue in (await custom.list_cluster_custom_object("scheduling.run.ai", "v2", "queues"))["items"]:
+        if queue["metadata"]["name"].startswith(prefix):
+            await custom.delete_cluster_custom_object("scheduling.run.ai", "v2", "queues", queue["metadata"]["name"])
+
+
 @pytest.fixture(params=["sim", "apiserver"])
 async def server(request: pytest.FixtureRequest) -> AsyncIterator[Server]:
     namespace = f"ct-{uuid.uuid4().hex[:8]}"
@@ -118,5 +132,6 @@ async def server(request: pytest.FixtureRequest) -> AsyncIterator[Server]:
     try:
         await client.CoreV1Api(api).create_namespace(ns_body)
         yield Server("apiserver", api, namespace)
+        await remove_test_objects(api, namespace, f"{namespace}-")
     finally:
         await api.close()

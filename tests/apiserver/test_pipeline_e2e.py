@@ -1,7 +1,7 @@
 """The pipeline on a real kube-apiserver: pods created through the API are observed by the connector, decided by
 the processor (a faust subprocess) and bound by the binder; KWOK then runs them. The connector and the binder
 authenticate with tokens of the chart's ServiceAccounts, so RBAC allows them exactly what the chart's
-ClusterRoles grant; a reclaim evicts a running pod with its termination grace honoured."""
+ClusterRoles grant."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ from kai_stream.binder.runner import run_binder
 from kai_stream.settings import KafkaSettings
 from kai_stream.topics import TopicNames
 
-from .conftest import kubeconfig_client
+from .conftest import kubeconfig_client, remove_test_objects
 
 pytestmark = pytest.mark.apiserver
 
@@ -156,18 +156,18 @@ async def _until(check: Callable[[], Awaitable[Any]], what: str, components: Com
 
 
 async def _setup_cluster(admin: client.ApiClient, suffix: str, nodes: int) -> tuple[str, str, list[str]]:
-    """Namespace, queue and GPU nodes of this test (names unique: nodes and queues are cluster-wide)."""
+    """Namespace, queue and GPU nodes of this test (named e2e-<suffix>-*: nodes and queues are cluster-wide)."""
     v1 = client.CoreV1Api(admin)
     namespace = f"e2e-{suffix}"
     await v1.create_namespace({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
-    queue = f"q-{suffix}"
+    queue = f"{namespace}-q"
     unlimited = {"quota": -1, "overQuotaWeight": 1, "limit": -1}
     await client.CustomObjectsApi(admin).create_cluster_custom_object("scheduling.run.ai", "v2", "queues", {
         "apiVersion": "scheduling.run.ai/v2", "kind": "Queue", "metadata": {"name": queue},
         "spec": {"resources": {"gpu": unlimited, "cpu": unlimited, "memory": unlimited}}})
     names = []
     for i in range(nodes):
-        name = f"gpu-{suffix}-{i}"
+        name = f"{namespace}-gpu-{i}"
         await v1.create_node({"apiVersion": "v1", "kind": "Node",
                               "metadata": {"name": name, "labels": {"nvidia.com/gpu.memory": "81920"}}})
         await v1.patch_node_status(name, {"status": {"capacity": GPU_NODE, "allocatable": GPU_NODE}})
@@ -180,6 +180,14 @@ async def test_pods_created_on_the_api_server_are_bound_and_run(
 ) -> None:
     suffix = uuid.uuid4().hex[:6]
     namespace, queue, nodes = await _setup_cluster(admin, suffix, nodes=2)
+    try:
+        await _bind_and_run(admin, namespace, queue, nodes, pipeline)
+    finally:
+        await remove_test_objects(admin, namespace, f"{namespace}-")
+
+
+async def _bind_and_run(admin: client.ApiClient, namespace: str, queue: str, nodes: list[str],
+                        pipeline: Components) -> None:
     v1 = client.CoreV1Api(admin)
     names = [f"train-{i}" for i in range(5)]
     for i, name in enumerate(names):

@@ -63,7 +63,6 @@ def go_env() -> dict[str, str]:
         "GOMODCACHE": str(root / "mod"),
         "GOCACHE": str(root / "build"),
         "GOFLAGS": "-mod=mod",
-        "CGO_ENABLED": "0",
     }
 
 

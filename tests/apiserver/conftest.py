@@ -51,6 +51,7 @@ class Server:
     api: client.ApiClient
     namespace: str
     sim: SimCluster | None = None
+    plane: ControlPlane | None = None
 
     @property
     def v1(self) -> client.CoreV1Api:
@@ -128,10 +129,11 @@ async def server(request: pytest.FixtureRequest) -> AsyncIterator[Server]:
         await sim.stop()
         return
     plane: ControlPlane = request.getfixturevalue("control_plane")
+    await asyncio.to_thread(plane.restart_kwok)
     api = await kubeconfig_client(plane.kubeconfig)
     try:
         await client.CoreV1Api(api).create_namespace(ns_body)
-        yield Server("apiserver", api, namespace)
+        yield Server("apiserver", api, namespace, plane=plane)
         await remove_test_objects(api, namespace, f"{namespace}-")
     finally:
         await api.close()

@@ -25,13 +25,14 @@ def _binding(name: str, node_name: str) -> client.V1Binding:
                             target=client.V1ObjectReference(api_version="v1", kind="Node", name=node_name))
 
 
-async def _collect(stream: Any, count: int, timeout: float = 10.0) -> list[dict[str, Any]]:
+async def _collect(stream: Any, count: int, timeout: float = 10.0, until: str | None = None) -> list[dict[str, Any]]:
+    """Up to ``count`` events, or fewer when one of type ``until`` arrives."""
     events: list[dict[str, Any]] = []
 
     async def run() -> None:
         async for event in stream:
             events.append(event)
-            if len(events) == count:
+            if len(events) == count or event["type"] == until:
                 return
 
     await asyncio.wait_for(run(), timeout)
@@ -46,14 +47,18 @@ async def test_watch_from_list_resource_version(server: Server) -> None:
     rv = listed.metadata.resource_version
     async with watch.Watch() as w:
         stream = w.stream(v1.list_namespaced_pod, ns, resource_version=rv, timeout_seconds=10)
-        task = asyncio.ensure_future(_collect(stream, 3))
+        task = asyncio.ensure_future(_collect(stream, 4, until="DELETED"))
         await asyncio.sleep(0.2)
         await server.pod("after")
         await v1.patch_namespaced_pod("after", ns, {"metadata": {"labels": {"x": "1"}}})
         await v1.delete_namespaced_pod("after", ns)
         events = await task
-    assert [(e["type"], e["object"].metadata.name) for e in events] == [
-        ("ADDED", "after"), ("MODIFIED", "after"), ("DELETED", "after")]
+    assert [(e["type"], e["object"].metadata.name) for e in events[:2]] == [("ADDED", "after"), ("MODIFIED", "after")]
+    assert events[-1]["type"] == "DELETED"
+    # kube-apiserver first writes deletionTimestamp (a MODIFIED) even with grace 0; the simulator deletes at once.
+    between = events[2:-1]
+    assert all(e["type"] == "MODIFIED" and e["object"].metadata.deletion_timestamp for e in between)
+    assert len(between) == (1 if server.sim is None else 0)
     versions = [int(e["object"].metadata.resource_version) for e in events]
     assert versions == sorted(versions) and versions[0] > int(rv)
     assert events[1]["object"].metadata.labels == {"x": "1"}
@@ -67,10 +72,12 @@ async def test_bookmarks_carry_the_current_resource_version(server: Server) -> N
         stream = w.stream(v1.list_namespaced_pod, ns, resource_version=listed.metadata.resource_version,
                           allow_watch_bookmarks=True, timeout_seconds=4)
         events = await _collect(stream, 1)
-        assert events[0]["type"] == "BOOKMARK"
-        bookmark_rv = events[0]["raw_object"]["metadata"]["resourceVersion"]
-        assert int(bookmark_rv) >= int(listed.metadata.resource_version)
-        assert w.resource_version == bookmark_rv
+    # The simulator sends one every bookmark_interval; kube-apiserver may send none within a short watch here.
+    if server.sim is not None:
+        assert [e["type"] for e in events] == ["BOOKMARK"]
+    for event in events:
+        assert event["type"] == "BOOKMARK"
+        assert int(event["raw_object"]["metadata"]["resourceVersion"]) >= int(listed.metadata.resource_version)
 
 
 async def test_no_bookmarks_unless_allowed(server: Server) -> None:
@@ -83,24 +90,24 @@ async def test_no_bookmarks_unless_allowed(server: Server) -> None:
 
 
 async def _expired_resource_version(server: Server) -> str:
-    """A resourceVersion the server can no longer resume a watch from: on the simulator one the bounded history
-    has dropped, on the real server one older than the watch cache's window."""
-    if server.sim is None:
-        return "1"
+    """A resourceVersion the simulator's bounded history has dropped."""
     listed = await server.v1.list_namespaced_pod(server.namespace)
     for n in range(SIM_HISTORY + 1):
         await server.pod(f"filler-{n}")
     return str(listed.metadata.resource_version)
 
 
-async def test_too_old_resource_version_is_410_and_relist_recovers(server: Server) -> None:
+async def test_too_old_resource_version_is_410_on_the_simulator_and_relist_recovers(server: Server) -> None:
     v1, ns = server.v1, server.namespace
-    old_rv = await _expired_resource_version(server)
-    with pytest.raises(ApiException) as expired:
-        async with watch.Watch() as w:
-            async for _ in w.stream(v1.list_namespaced_pod, ns, resource_version=old_rv, timeout_seconds=3):
-                pass
-    assert expired.value.status == 410 and "Expired" in str(expired.value.reason)
+    if server.sim is not None:
+        # Not provoked on kube-apiserver here: a watch from resourceVersion 1, even after an etcd compaction
+        # (ControlPlane.compact_etcd), was served by the watch cache without a 410.
+        old_rv = await _expired_resource_version(server)
+        with pytest.raises(ApiException) as expired:
+            async with watch.Watch() as w:
+                async for _ in w.stream(v1.list_namespaced_pod, ns, resource_version=old_rv, timeout_seconds=3):
+                    pass
+        assert expired.value.status == 410 and "Expired" in str(expired.value.reason)
 
     relisted = await v1.list_namespaced_pod(ns)
     async with watch.Watch() as w:
@@ -139,7 +146,7 @@ async def test_binding_201_then_409_and_404_and_pod_scheduled(server: Server) ->
         pod = await server.find_pod("b1")
         return pod is not None and pod.status.phase == "Running"
 
-    await server.until(is_running, "b1 Running on its node")
+    await server.until(is_running, "b1 Running on its node", timeout=60)
 
 
 async def test_binding_preconditions_on_uid(server: Server) -> None:
@@ -163,10 +170,10 @@ async def test_eviction_of_a_running_pod(server: Server) -> None:
         pod = await server.find_pod("victim")
         return pod is not None and pod.status.phase == "Running"
 
-    await server.until(running, "victim Running")
+    await server.until(running, "victim Running", timeout=60)
     eviction = client.V1Eviction(metadata=client.V1ObjectMeta(name="victim", namespace=ns))
     await v1.create_namespaced_pod_eviction("victim", ns, eviction)
-    await server.until(lambda: _gone(server, "victim"), "victim gone")
+    await server.until(lambda: _gone(server, "victim"), "victim gone", timeout=60)
     with pytest.raises(ApiException) as missing:
         await v1.create_namespaced_pod_eviction("victim", ns, eviction)
     assert missing.value.status == 404
@@ -186,7 +193,7 @@ async def test_graceful_eviction_keeps_the_pod_terminating_for_its_grace_period(
         pod = await server.find_pod("slow")
         return pod is not None and pod.status.phase == "Running"
 
-    await server.until(running, "slow Running")
+    await server.until(running, "slow Running", timeout=60)
     eviction = client.V1Eviction(metadata=client.V1ObjectMeta(name="slow", namespace=ns))
     await v1.create_namespaced_pod_eviction("slow", ns, eviction)
     terminating = await v1.read_namespaced_pod("slow", ns)
@@ -196,7 +203,7 @@ async def test_graceful_eviction_keeps_the_pod_terminating_for_its_grace_period(
     assert refused.status == 409
     await asyncio.sleep(1.0)
     assert await server.find_pod("slow") is not None, "removed before its grace period ended"
-    await server.until(lambda: _gone(server, "slow"), "slow removed after its grace period", timeout=15)
+    await server.until(lambda: _gone(server, "slow"), "slow removed after its grace period", timeout=60)
 
 
 async def test_status_patch_sets_pod_scheduled_false_and_leaves_metadata(server: Server) -> None:
@@ -209,7 +216,8 @@ async def test_status_patch_sets_pod_scheduled_false_and_leaves_metadata(server:
     scheduled = [c for c in updated.status.conditions if c.type == "PodScheduled"]
     assert [(c.status, c.reason, c.message) for c in scheduled] == [
         ("False", "Unschedulable", "queue team-a is over quota")]
-    assert updated.metadata.labels == {"keep": "me"}, "a /status write must not change metadata"
+    if server.sim is not None:  # kube-apiserver keeps label changes sent to /status; the binder sends none
+        assert updated.metadata.labels == {"keep": "me"}, "a /status write must not change metadata"
     other = {"type": "DisruptionTarget", "status": "True", "reason": "PreemptionByScheduler"}
     merged = await v1.patch_namespaced_pod_status("s", ns, {"status": {"conditions": [other]}})
     assert {c.type for c in merged.status.conditions} >= {"PodScheduled", "DisruptionTarget"}, \
@@ -286,7 +294,7 @@ async def test_label_and_field_selectors(server: Server) -> None:
     async def a_running() -> bool:
         return await names(field_selector="status.phase=Running") == ["a"]
 
-    await server.until(a_running, "a Running")
+    await server.until(a_running, "a Running", timeout=60)
     assert await names(field_selector="status.phase!=Pending") == ["a"]
     with pytest.raises(ApiException) as bad:
         await v1.list_namespaced_pod(ns, field_selector="spec.priority=3")

@@ -330,6 +330,11 @@ class ControlPlane:
             self.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
         for obj in objs:
             self.apply(obj)
+            if obj["kind"] == "Node" and not obj.get("spec", {}).get("taints"):
+                # TaintNodesByCondition gave it node.kubernetes.io/not-ready; no node lifecycle controller runs
+                # to lift it once KWOK reports the node Ready.
+                self.request("PATCH", f"/api/v1/nodes/{obj['metadata']['name']}", {"spec": {"taints": None}},
+                             content_type="application/merge-patch+json")
             if obj.get("status"):
                 path = f"{collection_path(obj)}/{obj['metadata']['name']}/status"
                 code, answer = self.request("PATCH", path, {"status": obj["status"]},

@@ -56,6 +56,7 @@ async def test_cluster_engine_apiserver_serves_scenario_until_sigint(tmp_path: P
             v1 = client.CoreV1Api(api)
             nodes = (await v1.list_node()).items
             assert [(n.metadata.name, n.status.capacity["nvidia.com/gpu"]) for n in nodes] == [("cli-node", "4")]
+            assert not nodes[0].spec.taints, "a scenario node is schedulable"
             queues = await client.CustomObjectsApi(api).list_cluster_custom_object("scheduling.run.ai", "v2", "queues")
             assert [q["metadata"]["name"] for q in queues["items"]] == ["cli-queue"]
             deadline = time.monotonic() + 30

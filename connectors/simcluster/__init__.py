@@ -36,6 +36,14 @@ How clients must call it (the same holds against a real apiserver; the contract 
 * Pod spec is immutable after create except the fields Kubernetes allows: ``spec.nodeName`` is set only
   by the binding subresource. The main resource ignores `status`; write it through ``/status``.
 
+Where it differs from kube-apiserver v1.34.4 (found by the contract suite, ``tests/apiserver``, which runs the
+same tests against both): deleting a pod is one DELETED event here, while kube-apiserver first writes
+``deletionTimestamp`` (a MODIFIED event) even with grace 0; a ``/status`` write ignores metadata here, while
+kube-apiserver keeps label changes sent with it; bookmarks come every ``bookmark_interval`` here, while
+kube-apiserver sends them rarely (none within a 4 s watch); a watch from a resourceVersion older than the
+bounded history is 410 here, while kube-apiserver's watch cache served resourceVersion 1 even after an etcd
+compaction; a namespaced object in a missing namespace creates it here and is 404 there.
+
 Simulated kubelets (only for pods bound to an existing Node): a bound pod turns Running after
 `start_delay`; a pod annotated ``kai.scheduler/duration-seconds: "N"`` turns Succeeded N simulated
 seconds later (× `time_scale` in wall seconds); a deleted or evicted running pod is removed at once, or

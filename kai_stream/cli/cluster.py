@@ -1,19 +1,45 @@
-"""`kai-stream cluster`: serve a scenario as a simulated Kubernetes cluster over HTTP until Ctrl-C."""
+"""`kai-stream cluster`: serve a scenario as a Kubernetes cluster until Ctrl-C: the simulated cluster over HTTP
+(``--engine sim``, prints its URL) or a real control plane, etcd + kube-apiserver + KWOK (``--engine apiserver``,
+prints the path of its admin kubeconfig; see connectors/apiserver)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import signal
+import threading
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.console import Console
 
-from connectors.simcluster import ScenarioError, SimCluster
+from connectors.apiserver import BuildError, ControlPlane, ControlPlaneError
+from connectors.simcluster import ScenarioError, SimCluster, read_documents
 from kai_stream.cli import app
 from kai_stream.cli.scenario import validate_scenario_file
+
+
+class Engine(StrEnum):
+    sim = "sim"
+    apiserver = "apiserver"
+
+
+def _serve_apiserver(scenario: Path | None, workdir: Path | None) -> None:
+    console = Console(stderr=True)
+    objs = read_documents(scenario) if scenario is not None else []
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    console.print("starting etcd + kube-apiserver + KWOK (the first run builds them: minutes)")
+    with ControlPlane(workdir=workdir) as plane:
+        plane.load_objects(objs)
+        print(plane.kubeconfig, flush=True)
+        console.print(f"kube-apiserver at [bold]{plane.url}[/] ({len(objs)} objects loaded); "
+                      f"admin kubeconfig {plane.kubeconfig}; Ctrl-C to stop")
+        stop.wait()
+    console.print("stopped")
 
 
 async def _serve(
@@ -57,11 +83,24 @@ def cluster(
         bool, typer.Option("--enforce-capacity", help="kubelets reject pods that do not fit (Failed, OutOf<resource>)")
     ] = False,
     lenient: Annotated[bool, typer.Option("--lenient", help="accept unknown fields in the manifests")] = False,
+    engine: Annotated[
+        Engine, typer.Option("--engine", help="sim: the simulated cluster; apiserver: etcd + kube-apiserver + KWOK")
+    ] = Engine.sim,
+    workdir: Annotated[
+        Path | None, typer.Option("--workdir", help="apiserver engine: where certs, kubeconfigs, logs and etcd go "
+                                                     "(default: a temporary directory removed on exit)")
+    ] = None,
 ) -> None:
-    """Serve the Kubernetes REST API with simulated kubelets; prints the base URL on stdout."""
+    """Serve the Kubernetes API: simulated (prints the base URL) or a real control plane (prints a kubeconfig)."""
     if scenario is not None:
         validate_scenario_file(scenario, lenient=lenient)
     try:
-        asyncio.run(_serve(scenario, host, port, time_scale, termination_grace, enforce_capacity))
+        if engine is Engine.apiserver:
+            _serve_apiserver(scenario, workdir)
+        else:
+            asyncio.run(_serve(scenario, host, port, time_scale, termination_grace, enforce_capacity))
     except ScenarioError as err:
         raise typer.BadParameter(str(err), param_hint="--scenario") from err
+    except (BuildError, ControlPlaneError) as err:
+        Console(stderr=True).print(f"[red]control plane failed:[/] {err}")
+        raise typer.Exit(1) from err

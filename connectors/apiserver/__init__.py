@@ -1,0 +1,19 @@
+"""A real Kubernetes control plane for tests and local runs: etcd + kube-apiserver + KWOK on loopback.
+
+``build`` builds kube-apiserver (k8s.io/kubernetes, pinned in ``go/kube-apiserver/go.mod``) and KWOK
+(``go/kwok/go.mod``) once into ``~/.cache/kai-stream/bin/`` and installs Debian's etcd-server when etcd is
+missing; ``chart`` renders the Helm chart's CRDs, RBAC and ServiceAccounts; ``controlplane.ControlPlane``
+starts it all (TLS, token auth, RBAC authorization) and hands out an admin kubeconfig and, per component, a
+kubeconfig with the chart's ServiceAccount token.
+
+Usage::
+
+    with ControlPlane() as plane:
+        plane.kubeconfig                              # admin (system:masters)
+        plane.service_account_kubeconfig("binder")    # only what the chart's ClusterRole grants
+"""
+
+from connectors.apiserver.build import BuildError
+from connectors.apiserver.controlplane import ControlPlane, ControlPlaneError
+
+__all__ = ["BuildError", "ControlPlane", "ControlPlaneError"]

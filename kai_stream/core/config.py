@@ -72,6 +72,14 @@ class SchedulerConfig(BaseModel):
         description="the pool's reclaim min-runtime where no queue on the resolution path sets one "
         "(seconds; -1 never, 0 none)",
     )
+    bind_backoff_s: float = Field(
+        default=1.0,
+        ge=0,
+        le=86_400,
+        description="after a failed bind the pod is not placed again for this long (event time, seconds), "
+        "doubled with each further failure in a row",
+    )
+    bind_backoff_max_s: float = Field(default=60.0, ge=0, le=86_400, description="the longest bind back-off")
 
     @field_validator("actions")
     @classmethod

@@ -448,6 +448,7 @@ PendingCode = Literal[
     "WaitingForReclaim",
     "UnknownQueue",
     "Unhealthy",
+    "BindBackoff",
 ]
 
 

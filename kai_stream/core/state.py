@@ -13,7 +13,9 @@ Rules (everything that changes state lives here):
    connector observes the pod on its node (or a ``BindFailed`` withdraws it; one with ``pod_gone`` also
    forgets the pod, which the API server no longer has); an ``EvictionRequested``
    marks the pod as releasing; a ``PodPending`` records the last reason given, so an unchanged reason is
-   not re-emitted.
+   not re-emitted. A ``BindFailed`` that leaves the pod (not ``pod_gone``) is counted in ``bind_failures``
+   (consecutive failures, the last one's event time and error) until the pod is bound (``PodBound``, or observed
+   on a node) or forgotten; the scheduler backs the pod off from that record (``framework/backoff.py``).
    An observed pod or node that carries a ``resource_version`` not above the one the state holds for that
    object (pods by uid, nodes by name and uid) is stale (a re-list's or a re-delivered copy) and is ignored, so
    it can never undo a newer observation or a bind folded from ``PodBound``. The version is forgotten with the
@@ -80,6 +82,15 @@ class Assumed:
     gpu_indices: tuple[int, ...]
     decision_id: str
     ts: float
+
+
+@dataclass(frozen=True)
+class BindFailures:
+    """A pod's binds that failed in a row: how many, the last failure's event time and its error."""
+
+    count: int
+    ts: float
+    error: str
 
 
 @dataclass(frozen=True)
@@ -258,6 +269,8 @@ class ClusterState:
     evicting_for: dict[str, str] = field(default_factory=dict)
     """Per releasing pod (uid) evicted for a preemptor: that preemptor's job key, until the pod is gone."""
     """Per job key ("ns/podgroup", or "ns/pod" for a lone pod): event time its set of pods last changed."""
+    bind_failures: dict[str, BindFailures] = field(default_factory=dict)
+    """Per pod (uid): its consecutive failed binds since it was last bound (rule 3)."""
     versions: dict[str, int] = field(default_factory=dict)
     """The resourceVersion of the last observation folded, per pod (``pod/<uid>``) and node (``node/<name>/<uid>``)."""
     seen: SeenIds = field(default_factory=SeenIds, compare=False, repr=False)
@@ -320,6 +333,7 @@ def _observe_pod(state: ClusterState, pod: PodSpec, ts: float) -> None:
         state.assumed.pop(pod.uid, None)
         state.pipelined.pop(pod.uid, None)
         state.last_pending.pop(pod.uid, None)
+        state.bind_failures.pop(pod.uid, None)
     if pod.phase in ("Succeeded", "Failed") or (pod.node_name is None and previous is not None):
         state.evicting.pop(pod.uid, None)
         state.evicting_for.pop(pod.uid, None)
@@ -351,6 +365,7 @@ def _forget_pod(state: ClusterState, uid: str) -> None:
     state.evicting.pop(uid, None)
     state.evicting_for.pop(uid, None)
     state.last_pending.pop(uid, None)
+    state.bind_failures.pop(uid, None)
 
 
 def _gpu_view(gpus: tuple[GpuDevice, ...] | None) -> tuple[tuple[int, str, int, bool, str], ...] | None:
@@ -453,14 +468,19 @@ def apply(state: ClusterState, event: AnyEvent, offset: int | None = None) -> bo
                 )
                 derived.pod_changed(bound, state.pods[uid])
                 _group_changed(state, uid, event.ts)
+            state.bind_failures.pop(uid, None)
             if state.assumed.pop(uid, None) is not None:
                 _pod_touched(state, uid)
-        case BindFailed(uid=uid, pod_gone=gone):
+        case BindFailed(uid=uid, pod_gone=gone, error=error):
             if state.assumed.pop(uid, None) is not None:
                 _pod_touched(state, uid)
             if gone:
                 _group_changed(state, uid, event.ts)
                 _forget_pod(state, uid)
+            elif uid in state.pods:
+                failed = state.bind_failures.get(uid)
+                state.bind_failures[uid] = BindFailures(failed.count + 1 if failed else 1, event.ts, error)
+                _pod_touched(state, uid)
         case PodEvicted(uid=uid, decision_id=decision_id):
             state.evicted[uid] = decision_id
             if uid in state.pods and state.evicting.get(uid) is None:

@@ -25,6 +25,7 @@ from kai_stream.core.events import (
     QueueSpec,
     stable_id,
 )
+from kai_stream.core.scheduler.framework.backoff import held_jobs
 from kai_stream.core.scheduler.framework.hooks import Hooks, SortKey
 from kai_stream.core.scheduler.framework.info import (
     ALLOCATED,
@@ -1000,6 +1001,9 @@ class Snapshot:
             pending_jobs = [j for j in base.jobs if j.key in pending]
         else:
             pending_jobs = sorted((self.job_by_key[k] for k in pending), key=_job_order)
+        held: list[tuple[JobInfo, str]] = []
+        if state.bind_failures:
+            pending_jobs, held = held_jobs(pending_jobs, base.tasks, state, config)
         ssn = Session(
             ctx=ctx,
             config=config,
@@ -1018,6 +1022,8 @@ class Snapshot:
         )
         ssn.index = base.index.clone(ssn)
         ssn.nominated = set(self.builder.nominated)
+        for job, reason in held:
+            ssn.set_pending(job.pending_tasks(), PendingInfo("BindBackoff", reason, {}, {}))
         tasks = base.tasks
         for uid, preemptor in sorted(state.evicting_for.items()):
             victim = tasks.get(uid)

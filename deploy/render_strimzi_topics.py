@@ -44,6 +44,7 @@ def kafka_topic(spec: TopicSpec, cluster: str = CLUSTER) -> dict[str, Any]:
                 "retention.ms": spec.retention_ms,
                 "cleanup.policy": "delete",
                 "min.insync.replicas": MIN_INSYNC,
+                **({"max.message.bytes": spec.max_message_bytes} if spec.max_message_bytes is not None else {}),
             },
         },
     }

@@ -7,14 +7,17 @@ Rules that keep one code path correct on both Tansu and real Kafka:
 * the end of a partition is the high-watermark returned by fetches (``consumer.highwater(tp)``), never
   ``end_offsets()`` / ``seek_to_end()`` / ``auto_offset_reset="latest"`` (wrong on Tansu);
 * every producer routes a pool's records with ``partition_for(pool, n)``: Kafka's murmur2 key hash, so a
-  keyed record lands on the same partition whichever client (Java, librdkafka, aiokafka) produced it.
+  keyed record lands on the same partition whichever client (Java, librdkafka, aiokafka) produced it;
+* records that must reach the log together (one scheduling cycle's) go as one record batch (``send_unit``):
+  a partition appends a batch whole or not at all, on Kafka and on Tansu alike (no transaction needed, so
+  consumers need no ``read_committed`` and a killed producer leaves no open transaction behind).
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Iterable, Sequence
 from typing import Any, TypeAlias
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
@@ -122,6 +125,30 @@ async def send_keyed(
     future: asyncio.Future[Any] = await producer.send(topic, value, key=pool.encode(), partition=partition)
     if urgent:
         expedite(producer, topic, partition)
+    return future
+
+
+UNIT_MAX_BYTES = 64 * 2**20
+"""Largest record batch ``send_unit`` builds (and the decisions topic's ``max.message.bytes``): about 90,000
+decisions."""
+
+
+class UnitTooLarge(ValueError):
+    """The records do not fit one batch of the producer's ``max_batch_size``."""
+
+
+async def send_unit(
+    producer: AIOKafkaProducer, topic: str, partition: int, key: bytes, values: Sequence[bytes]
+) -> asyncio.Future[Any]:
+    """Enqueue ``values`` (in order, each keyed ``key``) as ONE record batch on ``topic``/``partition``: the broker
+    appends all of them or none, whenever the producer dies. Await the returned future for delivery.
+    ``UnitTooLarge`` when they do not fit the producer's ``max_batch_size`` (nothing is sent then)."""
+    batch = producer.create_batch()
+    for value in values:
+        if batch.append(key=key, value=value, timestamp=None) is None:
+            raise UnitTooLarge(f"{len(values)} records do not fit one batch on {topic}/{partition}")
+    batch.close()
+    future: asyncio.Future[Any] = await producer.send_batch(batch, topic, partition=partition)
     return future
 
 

@@ -42,6 +42,8 @@ class TopicSpec(BaseModel):
     retention_ms: int = Field(ge=-1)
     schema_file: str = Field(alias="schema")
     model: str
+    max_message_bytes: int | None = Field(default=None, ge=1024)
+    """The topic's ``max.message.bytes`` (largest record batch) where the broker's default is too small."""
 
     def model_type(self) -> Any:
         """The pydantic type (model or annotated union) named by ``model`` (``module:attribute``)."""
@@ -55,7 +57,10 @@ class TopicSpec(BaseModel):
         return {"$schema": JSON_SCHEMA_DIALECT, "title": self.name, **schema}
 
     def configs(self) -> dict[str, str]:
-        return {"retention.ms": str(self.retention_ms)}
+        configs = {"retention.ms": str(self.retention_ms)}
+        if self.max_message_bytes is not None:
+            configs["max.message.bytes"] = str(self.max_message_bytes)
+        return configs
 
 
 @dataclass(frozen=True)

@@ -11,13 +11,15 @@ import asyncio
 import logging
 import os
 import signal as signals
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
+from faust.transport.drivers import aiokafka as faust_aiokafka
 from faust.types import TP, EventT
 from mode.types.signals import BaseSignalT
 
 from kai_stream.core.events import Model, dumps
+from kai_stream.kafka import send_unit
 from kai_stream.observability import Health, HealthSettings, serve_health
 from kai_stream.streams import tables, topics
 from kai_stream.streams.app import PARTITIONS, app, kafka, names, settings
@@ -33,6 +35,13 @@ async def _send(topic: str, partition: int, key: bytes, record: Model) -> Any:
     return await app.producer.send(topic, key, dumps(record), partition, None, None)
 
 
+async def _send_unit(topic: str, partition: int, key: bytes, records: Sequence[Model]) -> Any:
+    """Hand one cycle's records of a pool to faust's producer as one record batch (appended whole or not at all)."""
+    producer = app.producer
+    assert isinstance(producer, faust_aiokafka.Producer)
+    return await send_unit(producer._ensure_producer(), topic, partition, key, [dumps(r) for r in records])
+
+
 runtime = SchedulerRuntime(
     kafka,
     names,
@@ -44,6 +53,7 @@ runtime = SchedulerRuntime(
     gc_freeze_interval_s=settings.gc_freeze_interval_s,
     cycle_on_tick=settings.cycle_on == "tick",
     metrics_interval_s=settings.metrics_interval_s,
+    send_unit=_send_unit,
 )
 
 

@@ -31,7 +31,7 @@ from faust.types import TP
 
 from kai_stream.fetchgaps import gap_guarded
 from kai_stream.fetchwait import governed
-from kai_stream.kafka import make_consumer
+from kai_stream.kafka import UNIT_MAX_BYTES, make_consumer
 from kai_stream.quirks import tansu_workarounds
 from kai_stream.settings import KafkaSettings
 from kai_stream.streams.settings import ProcessorSettings
@@ -112,5 +112,7 @@ app = faust.App(
     broker_heartbeat_interval=kafka.heartbeat_interval_ms / 1000,
     broker_commit_interval=settings.commit_interval_s,
     producer_linger=0.001,
+    producer_max_batch_size=UNIT_MAX_BYTES,
+    producer_max_request_size=UNIT_MAX_BYTES + 2**20,
 )
 app.transport = Transport(app.conf.broker_consumer, app)

@@ -5,6 +5,11 @@ cycles and hands every decision to the producer, and returns the deliveries; the
 offsets only once they are all acknowledged, while it already folds the next batch (``process`` does both in
 one call). Decisions keep their order: one producer, one partition per pool.
 
+A cycle's records for one pool (its ``ConfigRecorded`` when due, then its decisions) reach the decisions topic
+atomically when a ``send_unit`` is given (the agent's): as one record batch, which the partition appends whole or
+not at all, so a processor killed while publishing never leaves half a cycle for the binder, a rebuild or replay
+to read. Without one (tests that publish record by record) they are sent one at a time.
+
 Between cycles the processor keeps a large, long-lived state (every pod and node of its pools); it is moved
 out of the cyclic garbage collector's reach (``gc.freeze``) after a rebuild and then every
 ``gc_freeze_interval_s`` (when set: it acts on the whole process), after a collection of what is young, so
@@ -47,7 +52,7 @@ from kai_stream.core.events import (
     loads_decisions_record,
 )
 from kai_stream.core.scheduler.framework.session import Session
-from kai_stream.kafka import make_consumer, partition_for, read_to_end, read_topic
+from kai_stream.kafka import UnitTooLarge, make_consumer, partition_for, read_to_end, read_topic
 from kai_stream.observability import CYCLE_DURATION, DEAD_LETTERS, DECISIONS, EVENTS_CONSUMED, EVENTS_PUBLISHED
 from kai_stream.settings import KafkaSettings
 from kai_stream.streams.engine import Outgoing, PartitionEngine
@@ -57,6 +62,8 @@ from kai_stream.topics import TopicNames
 log = logging.getLogger(__name__)
 
 Send = Callable[[str, int, bytes, Model], Awaitable[Awaitable[Any]]]
+SendUnit = Callable[[str, int, bytes, Sequence[Model]], Awaitable[Awaitable[Any]]]
+"""Publish records on one partition as one unit (all appended or none); returns the delivery to await."""
 COMPONENT = "processor"
 
 
@@ -92,8 +99,10 @@ class SchedulerRuntime:
         gc_freeze_interval_s: float | None = None,
         cycle_on_tick: bool = False,
         metrics_interval_s: float = 1.0,
+        send_unit: SendUnit | None = None,
     ) -> None:
         self.kafka = kafka
+        self.send_unit = send_unit
         self.names = names
         self.config = config
         self.code_version = code_version
@@ -333,9 +342,8 @@ class SchedulerRuntime:
             self._last_cost[partition] = elapsed
             for pool in pools:
                 CYCLE_DURATION.labels(pool=pool).observe(elapsed / max(len(pools), 1))
+            deliveries.extend(await self._publish(out))
             for item in out:
-                target = partition_for(item.pool, self.partitions)
-                deliveries.append(await self.send(self.names.decisions, target, item.pool.encode(), item.record))
                 kind = str(getattr(item.record, "type", ""))
                 EVENTS_PUBLISHED.labels(component=COMPONENT, topic=self.names.decisions, type=kind).inc()
                 if hasattr(item.record, "action"):
@@ -352,6 +360,23 @@ class SchedulerRuntime:
         if self.gc_freeze_interval_s is not None and time.monotonic() - self._frozen_at >= self.gc_freeze_interval_s:
             self.settle_heap()
         return published, deliveries
+
+    async def _publish(self, out: list[Outgoing]) -> list[Awaitable[Any]]:
+        """Hand a cycle's records to the producer: each pool's as one unit when ``send_unit`` is set."""
+        topic = self.names.decisions
+        deliveries: list[Awaitable[Any]] = []
+        for pool in sorted({item.pool for item in out}):
+            records = [item.record for item in out if item.pool == pool]
+            target, key = partition_for(pool, self.partitions), pool.encode()
+            if self.send_unit is not None:
+                try:
+                    deliveries.append(await self.send_unit(topic, target, key, records))
+                    continue
+                except UnitTooLarge as exc:
+                    log.error("processor: pool %s: %s; its cycle is sent record by record (not atomic)", pool, exc)
+            for record in records:
+                deliveries.append(await self.send(topic, target, key, record))
+        return deliveries
 
     def _meter(self, pool: str) -> QueueMeter:
         meter = self._meters.get(pool)

@@ -233,7 +233,7 @@ class Pipeline:
         self._binder_stop: asyncio.Event | None = None
         self._processor: subprocess.Popen[bytes] | None = None
         self._binder: subprocess.Popen[bytes] | None = None
-        self._extra_processors: list[subprocess.Popen[bytes]] = []
+        self._extra_processes: list[subprocess.Popen[bytes]] = []
         self._workdir = tempfile.TemporaryDirectory(prefix="kai-stream-pipeline-")
         self._processor_log: Any = None
         self._terminating: set[str] = set()
@@ -279,8 +279,8 @@ class Pipeline:
                 log.warning("pipeline: stopping: %r", exc)
                 failures.append(exc)
 
-        def stop_extra_processors() -> None:
-            for extra in self._extra_processors:
+        def stop_extra_processes() -> None:
+            for extra in self._extra_processes:
                 if extra.poll() is None:
                     extra.terminate()
                     try:
@@ -291,7 +291,7 @@ class Pipeline:
         await step(self.stop_binder)
         await step(lambda: self._cancel("connector"))
         await step(self.stop_processor)
-        await step(lambda: asyncio.to_thread(stop_extra_processors))
+        await step(lambda: asyncio.to_thread(stop_extra_processes))
         if self.tail is not None:
             await step(self.tail.stop)
         if self._api is not None:
@@ -396,7 +396,7 @@ class Pipeline:
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
-        self._extra_processors.append(proc)
+        self._extra_processes.append(proc)
         return proc
 
     def stop_processor(self, *, kill: bool = False) -> None:
@@ -426,16 +426,7 @@ class Pipeline:
         """The binder: a task on this loop, or (``binder_subprocess``) a ``kai-stream binder`` process."""
         assert self.kafka is not None and self.cluster.url is not None
         if self.options.binder_subprocess:
-            argv = [
-                sys.executable, "-c", "from kai_stream.cli import main; main()", "binder",
-                "--bootstrap-servers", self.kafka.bootstrap_servers, "--api-url", self.cluster.url,
-                "--group-id", self.binder_group_id, "--topic-prefix", self.options.topic_prefix,
-                "--health-port", "0",
-            ]
-            self._binder = subprocess.Popen(
-                argv, env=self.processor_env(), stdin=subprocess.DEVNULL,
-                stdout=self._log_file(), stderr=subprocess.STDOUT, start_new_session=True,
-            )
+            self._binder = self._spawn_binder()
             return
         self._binder_stop = asyncio.Event()
         self._tasks["binder"] = asyncio.create_task(
@@ -448,6 +439,26 @@ class Pipeline:
             ),
             name="binder",
         )
+
+    def _spawn_binder(self) -> subprocess.Popen[bytes]:
+        assert self.kafka is not None and self.cluster.url is not None
+        argv = [
+            sys.executable, "-c", "from kai_stream.cli import main; main()", "binder",
+            "--bootstrap-servers", self.kafka.bootstrap_servers, "--api-url", self.cluster.url,
+            "--group-id", self.binder_group_id, "--topic-prefix", self.options.topic_prefix,
+            "--health-port", "0",
+        ]
+        return subprocess.Popen(
+            argv, env=self.processor_env(), stdin=subprocess.DEVNULL,
+            stdout=self._log_file(), stderr=subprocess.STDOUT, start_new_session=True,
+        )
+
+    def add_binder(self) -> subprocess.Popen[bytes]:
+        """Another binder process in the same consumer group (the group spreads the decisions' partitions over
+        them; when one dies, the others take its partitions over once its session times out)."""
+        proc = self._spawn_binder()
+        self._extra_processes.append(proc)
+        return proc
 
     async def stop_binder(self, *, kill: bool = False) -> None:
         """Stop the binder: gracefully (finish, commit) or, with ``kill``, at once (SIGKILL / cancel)."""

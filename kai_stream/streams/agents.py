@@ -1,8 +1,9 @@
 """The scheduler agent: cluster-events batches -> ``SchedulerRuntime.process`` (decode, core, send).
 
-Partitions revoked in a rebalance drop their state; the next record from an assigned partition rebuilds it
-from the log (``runtime.py``). A batch's offsets are committed by a background task once its decisions are on
-the broker, so the agent goes on to the next batch without waiting for the commit's round trip.
+Partitions revoked in a rebalance and assigned again in the next generation keep their state; the others drop
+it, and the next record from a newly assigned partition rebuilds it from the log (``runtime.py``). A batch's
+offsets are committed by a background task once its decisions are on the broker, so the agent goes on to the next
+batch without waiting for the commit's round trip.
 """
 
 from __future__ import annotations
@@ -176,10 +177,12 @@ async def _parent_alive() -> None:
 
 @app.on_partitions_assigned.connect
 async def _assigned(sender: Any, /, *args: Any, signal: BaseSignalT[Any], **kwargs: Any) -> None:
+    assigned: set[TP] = args[0] if args else kwargs.get("assigned", set())
+    runtime.assigned([tp.partition for tp in assigned if tp.topic == names.cluster_events], app.consumer_generation_id)
     health.set_condition("assigned", True)
 
 
 @app.on_partitions_revoked.connect
 async def _revoked(sender: Any, /, *args: Any, signal: BaseSignalT[Any], **kwargs: Any) -> None:
     revoked: set[TP] = args[0] if args else kwargs.get("revoked", set())
-    runtime.forget([tp.partition for tp in revoked if tp.topic == names.cluster_events])
+    runtime.revoked([tp.partition for tp in revoked if tp.topic == names.cluster_events], app.consumer_generation_id)

@@ -31,7 +31,7 @@ import gc
 import logging
 import time
 from collections import defaultdict
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -125,6 +125,21 @@ class SchedulerRuntime:
         self.metrics_interval_s = metrics_interval_s
         self._meters: dict[str, QueueMeter] = {}
         self._metered_at: dict[tuple[int, str], float] = {}
+        self._held: tuple[int, set[int]] = (-1, set())
+
+    def revoked(self, partitions: Collection[int], generation: int) -> None:
+        """A rebalance took ``partitions`` away (in group ``generation``): their state is held until the assignment
+        that ends the rebalance says whether they come back (``assigned``)."""
+        self._held = (generation, {p for p in partitions if p in self.engines})
+
+    def assigned(self, partitions: Collection[int], generation: int) -> None:
+        """The rebalance's new assignment (group ``generation``): keep the state of a partition revoked in the
+        generation just before and assigned again, as nobody else can have owned it in between (faust's eager
+        rebalance revokes everything, then assigns); drop every other (a later record of it rebuilds it)."""
+        held_generation, held = self._held
+        keep = held & set(partitions) if generation == held_generation + 1 else set()
+        self._held = (-1, set())
+        self.forget([p for p in sorted(self.engines) if p not in keep])
 
     def forget(self, partitions: Sequence[int]) -> None:
         """Drop the state of revoked partitions; a later assignment rebuilds it."""
@@ -302,12 +317,17 @@ class SchedulerRuntime:
         deliveries: list[Awaitable[Any]] = []
         touched: dict[int, set[str]] = defaultdict(set)
         ticked: dict[int, set[str]] = defaultdict(set)
+        missing: dict[int, int] = {}
         for record in batch:
-            engine = self.engines.get(record.partition)
-            if engine is None:
-                engine = await self.rebuild(record.partition, record.offset)
-                touched[record.partition].update(engine.pools)
-                ticked[record.partition].update(self._rebuilt_ticks.pop(record.partition, set()))
+            if record.partition not in self.engines:
+                missing.setdefault(record.partition, record.offset)
+        if missing:
+            rebuilt = await asyncio.gather(*(self.rebuild(p, first) for p, first in sorted(missing.items())))
+            for partition, engine in zip(sorted(missing), rebuilt, strict=True):
+                touched[partition].update(engine.pools)
+                ticked[partition].update(self._rebuilt_ticks.pop(partition, set()))
+        for record in batch:
+            engine = self.engines[record.partition]
             if record.offset <= engine.offset:
                 continue
             try:

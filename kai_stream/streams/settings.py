@@ -14,9 +14,10 @@ class ProcessorSettings(BaseSettings):
     test) on a shared broker; ``config_path`` is a scheduler config YAML (defaults when unset).
     ``max_cycle_delay_s``: while more records are known to be waiting, a cycle waits for them as long as the
     previous cycle took, never longer than this.
-    ``fair_share_interval_s``: fair shares (a full session) are recomputed on a Tick at most this often, and only
-    when the pool changed since. ``gc_freeze_interval_s``: how often the long-lived state is frozen out of
-    the garbage collector's scans.
+    ``fair_share_table``: keep a faust table of fair shares (``tables.py``; off: its changelog recovery delays
+    every rebalance). ``fair_share_interval_s``: with it, fair shares (a full session) are recomputed on a Tick at
+    most this often, and only when the pool changed since. ``gc_freeze_interval_s``: how often the long-lived
+    state is frozen out of the garbage collector's scans.
     ``cycle_on``: ``batch`` (default) runs a cycle for every pool a consumed batch touched; ``tick`` only for
     the pools a Tick touched, everything else is folded and waits for the next Tick. ``tick`` is for runs driven
     in rounds from outside (``simulate --live`` publishes a round-barrier Tick once the log holds the cluster's
@@ -39,7 +40,7 @@ class ProcessorSettings(BaseSettings):
     fetch_max_wait_ms: int = 5
     commit_interval_s: float = 0.5
     data_dir: str = ".kai-stream/faust"
-    fair_share_table: bool = True
+    fair_share_table: bool = False
     fair_share_interval_s: float = 10.0
     gc_freeze_interval_s: float = 10.0
     log_level: str = "WARNING"

@@ -184,12 +184,17 @@ class SchedulerRuntime:
 
     async def rebuild(self, partition: int, before: int) -> PartitionEngine:
         """State of ``partition`` from its whole log (to the fetch high-watermark) and its published decisions
-        (see engine.rebuild). Reading to the end rather than to ``before`` means a (re)started processor
-        decides once on the current state instead of once per historical batch."""
+        (see engine.rebuild), both read at once. Reading to the end rather than to ``before`` means a (re)started
+        processor decides once on the current state instead of once per historical batch. The partition is this
+        processor's, so no decision of it is published while they are read (a recorded decision whose input event
+        the read has not reached waits in the engine's ``awaiting``)."""
         started = time.monotonic()
         engine = self._new_engine(partition)
+        published, logged = await asyncio.gather(
+            self._read_partition(self.names.decisions, partition), self._read_through(partition, before - 1)
+        )
         recorded: list[DecisionsRecord] = []
-        for record in await self._read_partition(self.names.decisions, partition):
+        for record in published:
             try:
                 recorded.append(loads_decisions_record(record.value or b""))
             except MalformedEvent:
@@ -197,7 +202,7 @@ class SchedulerRuntime:
         events: list[tuple[int, ClusterEvent]] = []
         last = -1
         malformed: list[tuple[InRecord, str]] = []
-        for record in await self._read_through(partition, before - 1):
+        for record in logged:
             last = record.offset
             raw = InRecord(partition, record.offset, record.key, record.value, record.timestamp)
             try:

@@ -352,8 +352,8 @@ class SchedulerRuntime:
         if self.cycle_on_tick:
             touched, backlog = ticked, None
         for partition in sorted(set(touched) | set(self._deferred)):
-            engine = self.engines.get(partition)
-            if engine is None:
+            owned = self.engines.get(partition)
+            if owned is None:
                 continue
             pools: set[str] = touched.get(partition, set()) | self._deferred.get(partition, set())
             if self._defer(partition, pools, backlog):
@@ -361,7 +361,7 @@ class SchedulerRuntime:
             self._deferred.pop(partition, None)
             inspect = self._due_meters(partition, pools)
             started = time.perf_counter()
-            out = engine.cycle(pools, inspect)
+            out = owned.cycle(pools, inspect)
             elapsed = time.perf_counter() - started
             self._last_cycle[partition] = time.monotonic()
             self._last_cost[partition] = elapsed

@@ -418,9 +418,11 @@ class Pipeline:
     def processor_pid(self) -> int | None:
         return self._processor.pid if self._processor is not None else None
 
-    def processor_output(self) -> str:
+    def processor_output(self, chars: int | None = 4000) -> str:
+        """The end of what the processors printed (``chars=None``: all of it)."""
         path = Path(self._workdir.name) / "processor.log"
-        return path.read_text(errors="replace")[-4000:] if path.exists() else ""
+        text = path.read_text(errors="replace") if path.exists() else ""
+        return text[-chars:] if chars is not None else text
 
     def start_binder(self) -> None:
         """The binder: a task on this loop, or (``binder_subprocess``) a ``kai-stream binder`` process."""

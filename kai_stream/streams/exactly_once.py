@@ -5,7 +5,8 @@ at-least-once (re-deliveries are skipped by offset after a rebuild, a kill can l
 in the log). On Apache Kafka this loop replaces that agent:
 
 * records come off an aiokafka consumer of the processor's group in bulk (``getmany``, up to ``batch_max`` per
-  call), straight into ``SchedulerRuntime.submit`` (no per-message faust event, ack or stream);
+  call), straight into ``SchedulerRuntime.submit`` (no per-message faust event, ack or stream); the partitions of
+  one ``getmany`` are processed concurrently (their rebuilds' reads overlap), each in its own task;
 * each partition's batch runs in one Kafka transaction of that partition's producer
   (``transactional.id`` = ``<app id>-<partition>``): its decisions and dead letters, the engine snapshot when one
   is due (``snapshots.py``) and the consumed offsets (``send_offsets_to_transaction``) become visible together or
@@ -15,7 +16,8 @@ in the log). On Apache Kafka this loop replaces that agent:
   owner of the partition and aborts its open transaction, so the rebuild reads a stable log;
 * a rebuild starts from the partition's last snapshot when there is one (``SchedulerRuntime.rebuild``).
 
-Snapshots are taken at most every ``snapshot_interval_s`` per partition, and only after a batch that left no
+Snapshots are taken at most every ``snapshot_interval_s`` per partition (the first with the first batch after a
+rebuild), and only after a batch that left no
 pool waiting (deferred or awaiting a recorded decision's input), so the snapshot's engine has decided on
 everything it folded and any later decision's input offset lies past it.
 """
@@ -23,6 +25,7 @@ everything it folded and any later decision's input offset lies past it.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -40,6 +43,9 @@ from kai_stream.streams.runtime import InRecord, SchedulerRuntime
 from kai_stream.topics import TopicNames
 
 log = logging.getLogger(__name__)
+
+_current: contextvars.ContextVar[AIOKafkaProducer | None] = contextvars.ContextVar("transaction", default=None)
+"""The producer whose transaction the running partition batch publishes in (batches of partitions run at once)."""
 
 
 class TransactionalLoop(ConsumerRebalanceListener):  # type: ignore[misc]
@@ -68,7 +74,6 @@ class TransactionalLoop(ConsumerRebalanceListener):  # type: ignore[misc]
         self.state_topic = snapshots.topic_name(group_id)
         self.consumer: AIOKafkaConsumer | None = None
         self._producers: dict[int, AIOKafkaProducer] = {}
-        self._current: AIOKafkaProducer | None = None
         self._busy = asyncio.Lock()
         self._snapshot_at: dict[int, float] = {}
         runtime.send = self.send
@@ -77,8 +82,9 @@ class TransactionalLoop(ConsumerRebalanceListener):  # type: ignore[misc]
 
     async def send(self, topic: str, partition: int, key: bytes, record: Model) -> Awaitable[RecordMetadata]:
         """``SchedulerRuntime``'s send: into the transaction of the batch being processed."""
-        assert self._current is not None, "send outside a batch"
-        future: Awaitable[RecordMetadata] = await self._current.send(topic, dumps(record), key=key, partition=partition)
+        producer = _current.get()
+        assert producer is not None, "send outside a batch"
+        future: Awaitable[RecordMetadata] = await producer.send(topic, dumps(record), key=key, partition=partition)
         return future
 
     async def run(self) -> None:
@@ -102,11 +108,18 @@ class TransactionalLoop(ConsumerRebalanceListener):  # type: ignore[misc]
         try:
             while True:
                 batches = await consumer.getmany(timeout_ms=100, max_records=self.batch_max)
-                for tp in sorted(batches):
-                    async with self._busy:
-                        if tp in consumer.assignment():
-                            await self._batch(tp, batches[tp])
-                    self.on_batch(True)
+                if not batches:
+                    continue
+                async with self._busy:
+                    assigned = consumer.assignment()
+                    done = await asyncio.gather(
+                        *(self._batch(tp, records) for tp, records in sorted(batches.items()) if tp in assigned),
+                        return_exceptions=True,
+                    )
+                failed = [result for result in done if isinstance(result, BaseException)]
+                if failed:
+                    raise failed[0]
+                self.on_batch(True)
         finally:
             self.consumer = None
             await self._close(sorted(self._producers))
@@ -137,7 +150,7 @@ class TransactionalLoop(ConsumerRebalanceListener):  # type: ignore[misc]
         partition = tp.partition
         producer = await self._producer(partition)
         batch = [InRecord(partition, r.offset, r.key, r.value, r.timestamp) for r in records]
-        self._current = producer
+        token = _current.set(producer)
         try:
             async with producer.transaction():
                 _, deliveries = await self.runtime.submit(batch, self.backlog)
@@ -154,7 +167,7 @@ class TransactionalLoop(ConsumerRebalanceListener):  # type: ignore[misc]
             await self._close([partition])
             raise
         finally:
-            self._current = None
+            _current.reset(token)
 
     async def _maybe_snapshot(self, producer: AIOKafkaProducer, partition: int) -> None:
         if self.snapshot_interval_s <= 0:
@@ -165,7 +178,7 @@ class TransactionalLoop(ConsumerRebalanceListener):  # type: ignore[misc]
             engine is None
             or engine.awaiting
             or self.runtime.deferred(partition)
-            or now - self._snapshot_at.setdefault(partition, now) < self.snapshot_interval_s
+            or now - self._snapshot_at.get(partition, -self.snapshot_interval_s) < self.snapshot_interval_s
         ):
             return
         snapshot = snapshots.Snapshot(engine, self.runtime.decisions_end.get(partition, 0))

@@ -61,6 +61,7 @@ class TransactionalLoop(ConsumerRebalanceListener):  # type: ignore[misc]
         batch_max: int,
         snapshot_interval_s: float,
         transaction_timeout_ms: int = 10_000,
+        instance_id: str | None = None,
         on_batch: Callable[[bool], None] = lambda ok: None,
     ) -> None:
         self.runtime = runtime
@@ -70,6 +71,7 @@ class TransactionalLoop(ConsumerRebalanceListener):  # type: ignore[misc]
         self.batch_max = batch_max
         self.snapshot_interval_s = snapshot_interval_s
         self.transaction_timeout_ms = transaction_timeout_ms
+        self.instance_id = instance_id
         self.on_batch = on_batch
         self.state_topic = snapshots.topic_name(group_id)
         self.consumer: AIOKafkaConsumer | None = None
@@ -102,7 +104,13 @@ class TransactionalLoop(ConsumerRebalanceListener):  # type: ignore[misc]
                 await asyncio.sleep(1.0)
 
     async def _consume(self) -> None:
-        consumer = make_consumer(self.kafka, self.names.cluster_events, group_id=self.group_id, listener=self)
+        consumer = make_consumer(
+            self.kafka,
+            self.names.cluster_events,
+            group_id=self.group_id,
+            listener=self,
+            group_instance_id=self.instance_id,
+        )
         await start_consumer(consumer)
         self.consumer = consumer
         try:

@@ -119,5 +119,7 @@ app = faust.App(
     broker_heartbeat_interval=kafka.heartbeat_interval_ms / 1000,
     broker_commit_interval=settings.commit_interval_s,
     producer_linger=0.001,
+    # static on Kafka too: the app's tasks (the transactional loop) start only once its table group has assigned
+    consumer_group_instance_id=f"{settings.instance_id}-tables" if BULK and settings.instance_id else None,
 )
 app.transport = Transport(app.conf.broker_consumer, app)

@@ -77,17 +77,21 @@ def key(partition: int) -> bytes:
 
 async def ensure_topic(settings: KafkaSettings, name: str, partitions: int) -> None:
     """Create the compacted state topic unless it exists (segments roll each minute so the cleaner can drop the
-    superseded snapshots)."""
+    superseded snapshots), replicated like the offsets topic would be: on up to three brokers."""
     admin = make_admin(settings)
     await admin.start()
     try:
+        brokers = (await admin.describe_cluster())["brokers"]
+        replicas = max(1, min(3, len(brokers)))
         configs = {
             "cleanup.policy": "compact",
             "max.message.bytes": str(MAX_SNAPSHOT_BYTES),
             "segment.ms": "60000",
             "min.cleanable.dirty.ratio": "0.1",
         }
-        await admin.create_topics([NewTopic(name, partitions, 1, topic_configs=configs)])
+        if replicas > 1:
+            configs["min.insync.replicas"] = "2"
+        await admin.create_topics([NewTopic(name, partitions, replicas, topic_configs=configs)])
     except TopicAlreadyExistsError:
         pass
     finally:

@@ -53,6 +53,6 @@ class ProcessorSettings(BaseSettings):
     cycle_on: Literal["batch", "tick"] = "batch"
     parent_pid: int | None = None
     metrics_interval_s: float = 1.0
-    snapshot_interval_s: float = 5.0
+    snapshot_interval_s: float = 30.0
     transaction_timeout_ms: int = 10_000
     instance_id: str | None = None

@@ -2,7 +2,9 @@
 
 Rules that keep one code path correct on both Tansu and real Kafka:
 
-* no idempotent or transactional producer (Tansu fails InitProducerId): at-least-once, consumers dedupe;
+* no idempotent or transactional producer (Tansu fails InitProducerId): at-least-once, consumers dedupe; the
+  processor alone writes in transactions, on Apache Kafka only (``streams/exactly_once.py``), and every consumer
+  there reads committed records only (``read_committed``), so an aborted batch of decisions is never seen;
 * manual commits only (``enable_auto_commit=False``);
 * the end of a partition is the high-watermark returned by fetches (``consumer.highwater(tp)``), never
   ``end_offsets()`` / ``seek_to_end()`` / ``auto_offset_reset="latest"`` (wrong on Tansu);
@@ -83,7 +85,7 @@ def make_consumer(
     On Tansu (``quirks.py``) its fetch wait starts at ``settings.fetch_max_wait_ms`` (short by default: Tansu never
     answers a fetch early) and grows while Tansu answers it empty behind the log end (``fetchwait.py``); its fetch
     answers are cut at the first offset Tansu has not stored yet, so it never moves past a record it was not given
-    (``fetchgaps.py``). On Apache Kafka it is a plain aiokafka consumer.
+    (``fetchgaps.py``). On Apache Kafka it is a plain aiokafka consumer reading committed records only.
 
     With ``topics`` it subscribes (optionally with a rebalance ``listener``); without, assign partitions.
     """
@@ -96,9 +98,12 @@ def make_consumer(
         "heartbeat_interval_ms": settings.heartbeat_interval_ms,
         "fetch_max_wait_ms": settings.fetch_max_wait_ms,
     }
+    tansu = tansu_workarounds(settings)
+    if not tansu:
+        kwargs["isolation_level"] = "read_committed"
     kwargs.update(overrides)
     consumer = AIOKafkaConsumer(**kwargs)
-    if tansu_workarounds(settings):
+    if tansu:
         governed(consumer, kwargs["fetch_max_wait_ms"], settings.fetch_max_wait_limit_ms)
         gap_guarded(consumer, settings.fetch_hole_patience_s)  # outside the governor: it sees the answer uncut
     if topics:

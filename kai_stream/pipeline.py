@@ -134,6 +134,10 @@ class LogTail:
         self.decisions: dict[int, list[DecisionsRecord]] = defaultdict(list)
         self.last_arrival = time.monotonic()
         self.positions: dict[TopicPartition, int] = {}
+        """Per partition: past the last record read (what a consumer group commits after it)."""
+        self.read_to: dict[TopicPartition, int] = {}
+        """Per partition: the consumer's position, past control records too (Kafka's transaction markers take
+        offsets): what compares with the high-watermark."""
         self.listeners: list[Callable[[DecisionsRecord], None]] = []
         self._task: asyncio.Task[None] | None = None
 
@@ -158,6 +162,8 @@ class LogTail:
                         self._take(tp, record)
                     self.positions[tp] = records[-1].offset + 1
                     self.last_arrival = time.monotonic()
+                for tp in consumer.assignment():
+                    self.read_to[tp] = await consumer.position(tp)
         finally:
             await consumer.stop()
 
@@ -364,6 +370,7 @@ class Pipeline:
             "KAI_STREAM_PROCESSOR_DATA_DIR": str(Path(self._workdir.name) / "faust"),
             "KAI_STREAM_HEALTH_ENABLED": "false",
             "KAI_STREAM_PROCESSOR_PARENT_PID": str(os.getpid()),
+            "KAI_STREAM_PROCESSOR_INSTANCE_ID": f"{self.processor_app_id}-0",
             **self.options.processor_env,
         }
         if self.options.config_path is not None:
@@ -388,9 +395,11 @@ class Pipeline:
 
     def add_processor(self) -> subprocess.Popen[bytes]:
         """Another processor in the same consumer group (the group spreads the partitions over them)."""
+        env = self.processor_env()
+        env.pop("KAI_STREAM_PROCESSOR_INSTANCE_ID")  # a dynamic member: the static id is the first processor's
         proc = subprocess.Popen(
             [sys.executable, "-m", "kai_stream.streams"],
-            env=self.processor_env(),
+            env=env,
             stdin=subprocess.DEVNULL,
             stdout=self._log_file(),
             stderr=subprocess.STDOUT,
@@ -418,9 +427,11 @@ class Pipeline:
     def processor_pid(self) -> int | None:
         return self._processor.pid if self._processor is not None else None
 
-    def processor_output(self) -> str:
+    def processor_output(self, chars: int | None = 4000) -> str:
+        """The end of what the processors printed (``chars=None``: all of it)."""
         path = Path(self._workdir.name) / "processor.log"
-        return path.read_text(errors="replace")[-4000:] if path.exists() else ""
+        text = path.read_text(errors="replace") if path.exists() else ""
+        return text[-chars:] if chars is not None else text
 
     def start_binder(self) -> None:
         """The binder: a task on this loop, or (``binder_subprocess``) a ``kai-stream binder`` process."""
@@ -667,8 +678,8 @@ class Pipeline:
         """Until the tail has read every decision on the broker now (fetch high-watermarks)."""
         assert self.kafka is not None
         ends = await high_watermarks(self.kafka, self.names.decisions)
-        while any(self.tail_ends(self.names.decisions).get(TopicPartition(self.names.decisions, p), 0) < end
-                  for p, end in ends.items()):
+        assert self.tail is not None
+        while any(self.tail.read_to.get(TopicPartition(self.names.decisions, p), 0) < end for p, end in ends.items()):
             if time.monotonic() > deadline:
                 raise TimeoutError("the tail did not read the round's decisions")
             await asyncio.sleep(0.02)

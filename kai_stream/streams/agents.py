@@ -1,5 +1,8 @@
 """The scheduler agent: cluster-events batches -> ``SchedulerRuntime.process`` (decode, core, send).
 
+On Apache Kafka the batches come from ``exactly_once.TransactionalLoop`` (bulk reads, a transaction per batch)
+run as an app task instead of the faust agent; what follows describes the agent (Tansu).
+
 Partitions revoked in a rebalance and assigned again in the next generation keep their state; the others drop
 it, and the next record from a newly assigned partition rebuilds it from the log (``runtime.py``). A batch's
 offsets are committed by a background task once its decisions are on the broker, so the agent goes on to the next
@@ -23,7 +26,8 @@ from kai_stream.core.events import Model, dumps
 from kai_stream.kafka import send_unit
 from kai_stream.observability import Health, HealthSettings, serve_health
 from kai_stream.streams import tables, topics
-from kai_stream.streams.app import PARTITIONS, app, kafka, names, settings
+from kai_stream.streams.app import BULK, PARTITIONS, app, kafka, names, settings
+from kai_stream.streams.exactly_once import TransactionalLoop
 from kai_stream.streams.runtime import InRecord, SchedulerRuntime, load_scheduler_config
 
 log = logging.getLogger(__name__)
@@ -129,7 +133,6 @@ health = Health("processor", stale_after_s=60)
 health.set_condition("assigned", False, "waiting for partitions")
 
 
-@app.agent(topics.cluster_events)
 async def schedule(stream: Any) -> AsyncIterator[None]:
     async for batch in stream.take_events(settings.batch_max, within=settings.batch_within_s):
         health.working()
@@ -145,9 +148,32 @@ async def schedule(stream: Any) -> AsyncIterator[None]:
         yield None
 
 
-@app.task  # type: ignore[untyped-decorator]
-async def _commit_offsets() -> None:
-    await committer.run()
+def _batch_done(ok: bool) -> None:
+    if ok:
+        health.done()
+    else:
+        health.failed("batch failed: state rebuilt from the log")
+
+
+if BULK:
+    loop = TransactionalLoop(
+        runtime,
+        kafka,
+        names,
+        group_id=settings.app_id,
+        batch_max=settings.batch_max,
+        snapshot_interval_s=settings.snapshot_interval_s,
+        transaction_timeout_ms=settings.transaction_timeout_ms,
+        instance_id=settings.instance_id,
+        on_batch=_batch_done,
+    )
+    app.task(loop.run)
+else:
+    app.agent(topics.cluster_events)(schedule)
+
+    @app.task  # type: ignore[untyped-decorator]
+    async def _commit_offsets() -> None:
+        await committer.run()
 
 
 @app.task  # type: ignore[untyped-decorator]

@@ -1,5 +1,9 @@
 """The faust app of the scheduler processor (one per process), configured from the environment.
 
+On Apache Kafka the app only hosts the processor (timers, health, the fair-share table under the group
+``<app id>-tables``): records are consumed in bulk and published in transactions by ``exactly_once.py`` in the
+group ``<app id>``. On Tansu, which has no transactions, a faust agent consumes them (``agents.py``).
+
 faust-streaming 0.15.3 runs on the embedded Tansu broker (agents, consumer group, rebalance, tables) once
 four things are worked around, here and in ``agents.py`` (the first three only on Tansu, ``quirks.py``):
 
@@ -96,8 +100,11 @@ def _credentials() -> Any:
     return None
 
 
+BULK = not tansu_workarounds(kafka)
+"""Whether ``exactly_once.py`` consumes (Apache Kafka) rather than a faust agent (Tansu)."""
+
 app = faust.App(
-    settings.app_id,
+    f"{settings.app_id}-tables" if BULK else settings.app_id,
     broker=f"kafka://{kafka.bootstrap_servers.split(',')[0]}",
     broker_credentials=_credentials(),
     store="memory://",
@@ -114,5 +121,7 @@ app = faust.App(
     producer_linger=0.001,
     producer_max_batch_size=UNIT_MAX_BYTES,
     producer_max_request_size=UNIT_MAX_BYTES + 2**20,
+    # static on Kafka too: the app's tasks (the transactional loop) start only once its table group has assigned
+    consumer_group_instance_id=f"{settings.instance_id}-tables" if BULK and settings.instance_id else None,
 )
 app.transport = Transport(app.conf.broker_consumer, app)

@@ -55,6 +55,7 @@ from kai_stream.core.scheduler.framework.session import Session
 from kai_stream.kafka import UnitTooLarge, make_consumer, partition_for, read_to_end, read_topic
 from kai_stream.observability import CYCLE_DURATION, DEAD_LETTERS, DECISIONS, EVENTS_CONSUMED, EVENTS_PUBLISHED
 from kai_stream.settings import KafkaSettings
+from kai_stream.streams import snapshots
 from kai_stream.streams.engine import Outgoing, PartitionEngine
 from kai_stream.streams.queue_metrics import QueueMeter
 from kai_stream.topics import TopicNames
@@ -126,6 +127,10 @@ class SchedulerRuntime:
         self._meters: dict[str, QueueMeter] = {}
         self._metered_at: dict[tuple[int, str], float] = {}
         self._held: tuple[int, set[int]] = (-1, set())
+        self.state_topic: str | None = None
+        """The compacted snapshot topic a rebuild starts from when set (Apache Kafka, ``exactly_once.py``)."""
+        self.decisions_end: dict[int, int] = {}
+        """Per partition: the decisions topic's offset past the last decision this engine has folded."""
 
     def revoked(self, partitions: Collection[int], generation: int) -> None:
         """A rebalance took ``partitions`` away (in group ``generation``): their state is held until the assignment
@@ -147,6 +152,11 @@ class SchedulerRuntime:
             self.engines.pop(partition, None)
             self._deferred.pop(partition, None)
             self._fair_share_stale.pop(partition, None)
+            self.decisions_end.pop(partition, None)
+
+    def deferred(self, partition: int) -> bool:
+        """Whether pools of ``partition`` folded records whose cycle was put off."""
+        return bool(self._deferred.get(partition))
 
     def _new_engine(self, partition: int) -> PartitionEngine:
         return PartitionEngine.for_config(partition, self.config, self.code_version)
@@ -165,11 +175,11 @@ class SchedulerRuntime:
         finally:
             await consumer.stop()
 
-    async def _read_through(self, partition: int, needed: int, timeout_s: float = 60.0) -> list[Any]:
-        """Cluster-events of ``partition`` from offset 0 to its end, and at least through offset ``needed`` (the
+    async def _read_through(self, partition: int, needed: int, timeout_s: float = 60.0, start: int = 0) -> list[Any]:
+        """Cluster-events of ``partition`` from ``start`` to its end, and at least through offset ``needed`` (the
         last one an earlier instance consumed: never delivered to this one). A read that ends short of it (the
         broker reported a low end for a moment) goes on from where it stopped; no event may be skipped."""
-        records = await self._read_partition(self.names.cluster_events, partition)
+        records = await self._read_partition(self.names.cluster_events, partition, start)
         deadline = time.monotonic() + timeout_s
         while (records[-1].offset if records else -1) < needed:
             if time.monotonic() > deadline:
@@ -184,17 +194,28 @@ class SchedulerRuntime:
 
     async def rebuild(self, partition: int, before: int) -> PartitionEngine:
         """State of ``partition`` from its whole log (to the fetch high-watermark) and its published decisions
-        (see engine.rebuild), both read at once. Reading to the end rather than to ``before`` means a (re)started
-        processor decides once on the current state instead of once per historical batch. The partition is this
-        processor's, so no decision of it is published while they are read (a recorded decision whose input event
-        the read has not reached waits in the engine's ``awaiting``)."""
+        (see engine.rebuild), or from its last snapshot and what both logs hold past it (``state_topic``); both
+        logs are read at once. Reading to the end rather than to ``before`` means a (re)started processor decides
+        once on the current state instead of once per historical batch. The partition is this processor's, so no
+        decision of it is published while they are read (a recorded decision whose input event the read has not
+        reached waits in the engine's ``awaiting``)."""
         started = time.monotonic()
         engine = self._new_engine(partition)
+        decisions_from = 0
+        resumed = ""
+        if self.state_topic is not None:
+            snapshot = await snapshots.latest(self.kafka, self.state_topic, partition, usable_by=engine)
+            if snapshot is not None:
+                engine, decisions_from = snapshot.engine, snapshot.decisions_from
+                resumed = f" after its snapshot at offset {engine.offset}"
+        self.decisions_end[partition] = decisions_from
         published, logged = await asyncio.gather(
-            self._read_partition(self.names.decisions, partition), self._read_through(partition, before - 1)
+            self._read_partition(self.names.decisions, partition, decisions_from),
+            self._read_through(partition, before - 1, start=engine.offset + 1),
         )
         recorded: list[DecisionsRecord] = []
         for record in published:
+            self.decisions_end[partition] = record.offset + 1
             try:
                 recorded.append(loads_decisions_record(record.value or b""))
             except MalformedEvent:
@@ -220,8 +241,9 @@ class SchedulerRuntime:
             for pool in (engine.pools if event.pool == ALL_POOLS else (event.pool,))
         }
         log.info(
-            "processor: rebuilt partition %d to offset %d (%d events, %d decisions) in %.2fs",
-            partition, engine.offset, len(events), len(recorded), time.monotonic() - started,
+            "processor: rebuilt partition %d to offset %d (%d events, %d decisions%s) in %.2fs",
+            partition, engine.offset, len(events), len(recorded),
+            resumed, time.monotonic() - started,
         )
         self.engines[partition] = engine
         self._fair_share_stale[partition].update(engine.pools)

@@ -24,6 +24,13 @@ class ProcessorSettings(BaseSettings):
     whole reaction), so where a cycle lands never depends on how the broker split the log into fetches.
     ``fetch_max_wait_ms``: Tansu answers a fetch only when its wait expires, so a short wait is the
     latency floor of every hop (faust hard-codes 1500 ms; the app overrides it).
+    ``snapshot_interval_s``: on Apache Kafka, how often (at most) a partition's engine is written to the
+    processor's compacted state topic, where a restart resumes from (0: never; a restart then folds both logs from
+    the beginning). ``transaction_timeout_ms``: how long the broker keeps a killed processor's open transaction
+    (and so what its partition's readers see) before aborting it, when no successor fences it sooner.
+    ``instance_id``: on Apache Kafka, the processor's static membership of its group (``group.instance.id``): a
+    processor restarted with the same id takes its partitions back at once instead of after the session timeout
+    of the instance it replaces. Unset: a dynamic member. Two running processors must not share one.
     ``metrics_interval_s``: a pool's queue gauges (fair share, allocation) are set by at most one cycle this often.
     ``parent_pid``: when set, the processor stops itself (SIGTERM, a clean shutdown) once its parent process is
     gone, so a pipeline killed without its own shutdown (``timeout``, SIGKILL) leaves no processor behind.
@@ -47,3 +54,6 @@ class ProcessorSettings(BaseSettings):
     cycle_on: Literal["batch", "tick"] = "batch"
     parent_pid: int | None = None
     metrics_interval_s: float = 1.0
+    snapshot_interval_s: float = 30.0
+    transaction_timeout_ms: int = 10_000
+    instance_id: str | None = None

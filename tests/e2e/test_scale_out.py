@@ -1,6 +1,7 @@
 """Two processors in one consumer group share the pools' partitions; when one is SIGKILLed its pools move to
 the other, which rebuilds them from the log: every pod of both pools is bound once, decisions stay unique
-and each pool's hash chain stays intact. Real broker over TCP, simulated cluster over HTTP."""
+and each pool's hash chain stays intact. Real broker over TCP (Tansu and Apache Kafka, where each partition's
+transactional producer moves with it), simulated cluster over HTTP."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
 from kubernetes_asyncio import client
 
 from connectors.simcluster.client import api_client
@@ -20,6 +22,7 @@ from kai_stream.invariants import check_history
 from kai_stream.kafka import partition_for
 from kai_stream.pipeline import Pipeline, PipelineOptions
 from replay.testing import assert_replays_identically
+from tests.engines import EngineUnderTest
 
 POOLS = ("blue", "green")
 POOL_LABEL = "kai.scheduler/node-pool"
@@ -65,12 +68,19 @@ async def _until(predicate: Callable[[], bool], what: str, pipeline: Pipeline, t
         await asyncio.sleep(0.1)
 
 
-async def test_two_processors_share_pools_and_survive_one_dying(broker: str, topic_prefix: str, tmp_path: Path) -> None:
+@pytest.mark.kafka
+async def test_two_processors_share_pools_and_survive_one_dying(
+    engine: EngineUnderTest, topic_prefix: str, tmp_path: Path
+) -> None:
     assert partition_for(POOLS[0], 8) != partition_for(POOLS[1], 8)
     scenario = tmp_path / "pools.yaml"
     scenario.write_text(CLUSTER)
     options = PipelineOptions(
-        scenario=scenario, bootstrap_servers=broker, topic_prefix=topic_prefix, tick_interval_s=0.5
+        scenario=scenario,
+        bootstrap_servers=engine.settings.bootstrap_servers,
+        engine=engine.name,
+        topic_prefix=topic_prefix,
+        tick_interval_s=0.5,
     )
     async with Pipeline(options) as pipeline, api_client(pipeline.cluster.url or "") as api:
         core = client.CoreV1Api(api)

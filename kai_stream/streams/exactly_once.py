@@ -1,0 +1,215 @@
+"""The processor's consume → decide → publish loop on Apache Kafka: bulk reads and one transaction per batch.
+
+On Tansu the faust agent (``agents.py``) delivers records one message at a time and the processor is
+at-least-once (re-deliveries are skipped by offset after a rebuild, a kill can leave part of a batch's decisions
+in the log). On Apache Kafka this loop replaces that agent:
+
+* records come off an aiokafka consumer of the processor's group in bulk (``getmany``, up to ``batch_max`` per
+  call), straight into ``SchedulerRuntime.submit`` (no per-message faust event, ack or stream); the partitions of
+  one ``getmany`` are processed concurrently (their rebuilds' reads overlap), each in its own task;
+* each partition's batch runs in one Kafka transaction of that partition's producer
+  (``transactional.id`` = ``<app id>-<partition>``): its decisions and dead letters, the engine snapshot when one
+  is due (``snapshots.py``) and the consumed offsets (``send_offsets_to_transaction``) become visible together or
+  not at all. Every kai-stream consumer on Kafka reads committed records only (``kafka.make_consumer``), so a
+  processor killed mid-batch leaves nothing of that batch behind: exactly once;
+* a partition's producer is started (``InitProducerId``) before its state is rebuilt, which fences the previous
+  owner of the partition and aborts its open transaction, so the rebuild reads a stable log;
+* a rebuild starts from the partition's last snapshot when there is one (``SchedulerRuntime.rebuild``).
+
+Snapshots are taken at most every ``snapshot_interval_s`` per partition (the first with the first batch after a
+rebuild), and only after a batch that left no
+pool waiting (deferred or awaiting a recorded decision's input), so the snapshot's engine has decided on
+everything it folded and any later decision's input offset lies past it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.abc import ConsumerRebalanceListener
+from aiokafka.structs import RecordMetadata
+
+from kai_stream.core.events import Model, dumps
+from kai_stream.kafka import make_consumer, make_producer, start_consumer
+from kai_stream.settings import KafkaSettings
+from kai_stream.streams import snapshots
+from kai_stream.streams.runtime import InRecord, SchedulerRuntime
+from kai_stream.topics import TopicNames
+
+log = logging.getLogger(__name__)
+
+_current: contextvars.ContextVar[AIOKafkaProducer | None] = contextvars.ContextVar("transaction", default=None)
+"""The producer whose transaction the running partition batch publishes in (batches of partitions run at once)."""
+
+
+class TransactionalLoop(ConsumerRebalanceListener):  # type: ignore[misc]
+    """Consumes cluster-events for ``group_id`` and publishes each partition's batch in one transaction."""
+
+    def __init__(
+        self,
+        runtime: SchedulerRuntime,
+        kafka: KafkaSettings,
+        names: TopicNames,
+        *,
+        group_id: str,
+        batch_max: int,
+        snapshot_interval_s: float,
+        transaction_timeout_ms: int = 10_000,
+        instance_id: str | None = None,
+        on_batch: Callable[[bool], None] = lambda ok: None,
+    ) -> None:
+        self.runtime = runtime
+        self.kafka = kafka
+        self.names = names
+        self.group_id = group_id
+        self.batch_max = batch_max
+        self.snapshot_interval_s = snapshot_interval_s
+        self.transaction_timeout_ms = transaction_timeout_ms
+        self.instance_id = instance_id
+        self.on_batch = on_batch
+        self.state_topic = snapshots.topic_name(group_id)
+        self.consumer: AIOKafkaConsumer | None = None
+        self._producers: dict[int, AIOKafkaProducer] = {}
+        self._busy = asyncio.Lock()
+        self._snapshot_at: dict[int, float] = {}
+        runtime.send = self.send
+        runtime.send_unit = None
+        """A cycle's records are atomic by the batch's transaction; a record batch through another producer would
+        leave it."""
+        if snapshot_interval_s > 0:
+            runtime.state_topic = self.state_topic
+
+    async def send(self, topic: str, partition: int, key: bytes, record: Model) -> Awaitable[RecordMetadata]:
+        """``SchedulerRuntime``'s send: into the transaction of the batch being processed."""
+        producer = _current.get()
+        assert producer is not None, "send outside a batch"
+        future: Awaitable[RecordMetadata] = await producer.send(topic, dumps(record), key=key, partition=partition)
+        return future
+
+    async def run(self) -> None:
+        """Consume until cancelled; a failing batch drops the state and restarts the consumer (re-delivered)."""
+        if self.snapshot_interval_s > 0:
+            await snapshots.ensure_topic(self.kafka, self.state_topic, self.runtime.partitions)
+        while True:
+            try:
+                await self._consume()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.warning("processor: batch failed, rebuilding from the log: %r", exc)
+                self.on_batch(False)
+                await asyncio.sleep(1.0)
+
+    async def _consume(self) -> None:
+        consumer = make_consumer(
+            self.kafka,
+            self.names.cluster_events,
+            group_id=self.group_id,
+            listener=self,
+            group_instance_id=self.instance_id,
+        )
+        await start_consumer(consumer)
+        self.consumer = consumer
+        try:
+            while True:
+                batches = await consumer.getmany(timeout_ms=100, max_records=self.batch_max)
+                if not batches:
+                    continue
+                async with self._busy:
+                    assigned = consumer.assignment()
+                    done = await asyncio.gather(
+                        *(self._batch(tp, records) for tp, records in sorted(batches.items()) if tp in assigned),
+                        return_exceptions=True,
+                    )
+                failed = [result for result in done if isinstance(result, BaseException)]
+                if failed:
+                    raise failed[0]
+                self.on_batch(True)
+        finally:
+            self.consumer = None
+            await self._close(sorted(self._producers))
+            self.runtime.forget(sorted(self.runtime.engines))
+            await consumer.stop()
+
+    def backlog(self, partition: int, last_offset: int) -> int:
+        """Records of the partition known (from fetch high-watermarks) to follow ``last_offset``."""
+        high = self.consumer.highwater(TopicPartition(self.names.cluster_events, partition)) if self.consumer else None
+        return max(0, (high or 0) - last_offset - 1)
+
+    async def _producer(self, partition: int) -> AIOKafkaProducer:
+        producer = self._producers.get(partition)
+        if producer is None:
+            producer = make_producer(
+                self.kafka,
+                enable_idempotence=True,
+                transactional_id=f"{self.group_id}-{partition}",
+                transaction_timeout_ms=self.transaction_timeout_ms,
+                max_request_size=snapshots.MAX_SNAPSHOT_BYTES,
+                linger_ms=0,
+            )
+            await producer.start()  # InitProducerId: the partition's previous owner is fenced, its open batch aborted
+            self._producers[partition] = producer
+        return producer
+
+    async def _batch(self, tp: TopicPartition, records: list[Any]) -> None:
+        partition = tp.partition
+        producer = await self._producer(partition)
+        batch = [InRecord(partition, r.offset, r.key, r.value, r.timestamp) for r in records]
+        token = _current.set(producer)
+        try:
+            async with producer.transaction():
+                _, deliveries = await self.runtime.submit(batch, self.backlog)
+                delivered = await asyncio.gather(*deliveries)
+                for meta in delivered:
+                    if meta.topic == self.names.decisions and meta.partition == partition:
+                        self.runtime.decisions_end[partition] = max(
+                            self.runtime.decisions_end.get(partition, 0), meta.offset + 1
+                        )
+                await self._maybe_snapshot(producer, partition)
+                await producer.send_offsets_to_transaction({tp: records[-1].offset + 1}, self.group_id)
+        except BaseException:
+            self.runtime.forget([partition])  # the engine may hold decisions the aborted transaction dropped
+            await self._close([partition])
+            raise
+        finally:
+            _current.reset(token)
+
+    async def _maybe_snapshot(self, producer: AIOKafkaProducer, partition: int) -> None:
+        if self.snapshot_interval_s <= 0:
+            return
+        engine = self.runtime.engines.get(partition)
+        now = time.monotonic()
+        if (
+            engine is None
+            or engine.awaiting
+            or self.runtime.deferred(partition)
+            or now - self._snapshot_at.get(partition, -self.snapshot_interval_s) < self.snapshot_interval_s
+        ):
+            return
+        snapshot = snapshots.Snapshot(engine, self.runtime.decisions_end.get(partition, 0))
+        value = snapshots.encode(snapshot)
+        await producer.send(self.state_topic, value, key=snapshots.key(partition), partition=partition)
+        self._snapshot_at[partition] = now
+
+    async def _close(self, partitions: list[int]) -> None:
+        for partition in partitions:
+            producer = self._producers.pop(partition, None)
+            self._snapshot_at.pop(partition, None)
+            if producer is not None:
+                await producer.stop()
+
+    async def on_partitions_revoked(self, revoked: list[TopicPartition]) -> None:
+        """After the batch in flight: drop the revoked partitions' state and producers (their next owner fences)."""
+        async with self._busy:
+            gone = sorted(tp.partition for tp in revoked if tp.topic == self.names.cluster_events)
+            self.runtime.forget(gone)
+            await self._close(gone)
+
+    async def on_partitions_assigned(self, assigned: list[TopicPartition]) -> None:
+        """Nothing to do before a partition's first batch, which rebuilds its state."""

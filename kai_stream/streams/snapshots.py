@@ -1,0 +1,135 @@
+"""The processor's state changelog on Apache Kafka: a compacted topic holding, per cluster-events partition, the
+latest snapshot of its ``PartitionEngine`` and where the logs stood when it was taken.
+
+A restarted (or newly assigned) processor starts from the snapshot and folds only what cluster-events and the
+decisions topic hold past it, instead of both logs from offset 0. Snapshots are written inside the processor's
+transaction for the batch they follow (``exactly_once.py``), so a snapshot is visible exactly when the decisions
+and the consumed offsets it reflects are, never ahead of them nor behind.
+
+A snapshot is usable only by the same code version and config hash (else the processor rebuilds from the logs).
+Its body is a zlib-compressed pickle read back by an unpickler that builds nothing but the engine's own classes
+(``kai_stream.core``'s models and state, ``streams.engine``) and a deque; still, the topic holds the scheduler's
+state and should be writable by the processor alone (as its consumer group and the decisions topic are).
+"""
+
+from __future__ import annotations
+
+import io
+import pickle
+import struct
+import zlib
+from dataclasses import dataclass
+from typing import Any
+
+from aiokafka import TopicPartition
+from aiokafka.admin import NewTopic
+from aiokafka.errors import TopicAlreadyExistsError
+
+from kai_stream.kafka import make_admin, make_consumer, read_to_end, topic_partitions
+from kai_stream.settings import KafkaSettings
+from kai_stream.streams.engine import PartitionEngine
+
+MAX_SNAPSHOT_BYTES = 64 * 1024 * 1024
+_HEADER = struct.Struct(">qq")
+_ALLOWED_MODULES = ("kai_stream.core.", "kai_stream.streams.engine")
+_ALLOWED_GLOBALS = frozenset({("collections", "deque")})
+
+
+def topic_name(app_id: str) -> str:
+    """The state topic of a processor group (named after it, as faust names its changelogs)."""
+    return f"{app_id}-engine-changelog"
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """An engine as it stood after a transaction: it has folded cluster-events through ``engine.offset`` and every
+    decision of its partition before ``decisions_from``."""
+
+    engine: PartitionEngine
+    decisions_from: int
+
+
+class _EngineUnpickler(pickle.Unpickler):
+    def find_class(self, module: str, name: str) -> Any:
+        found = super().find_class(module, name)
+        own = module.startswith(_ALLOWED_MODULES) and isinstance(found, type) and found.__module__ == module
+        if not own and (module, name) not in _ALLOWED_GLOBALS:
+            raise pickle.UnpicklingError(f"snapshot names {module}.{name}, which is not engine state")
+        return found
+
+
+def encode(snapshot: Snapshot) -> bytes:
+    body = zlib.compress(pickle.dumps(snapshot.engine, protocol=pickle.HIGHEST_PROTOCOL), 1)
+    return _HEADER.pack(snapshot.engine.offset, snapshot.decisions_from) + body
+
+
+def decode(value: bytes) -> Snapshot:
+    _, decisions_from = _HEADER.unpack_from(value)
+    engine = _EngineUnpickler(io.BytesIO(zlib.decompress(value[_HEADER.size :]))).load()
+    if not isinstance(engine, PartitionEngine):
+        raise pickle.UnpicklingError(f"snapshot holds a {type(engine).__name__}, not a PartitionEngine")
+    return Snapshot(engine=engine, decisions_from=decisions_from)
+
+
+def key(partition: int) -> bytes:
+    return str(partition).encode()
+
+
+async def ensure_topic(settings: KafkaSettings, name: str, partitions: int) -> None:
+    """Create the compacted state topic unless it exists (segments roll each minute so the cleaner can drop the
+    superseded snapshots), replicated like the offsets topic would be: on up to three brokers."""
+    admin = make_admin(settings)
+    await admin.start()
+    try:
+        brokers = (await admin.describe_cluster())["brokers"]
+        replicas = max(1, min(3, len(brokers)))
+        configs = {
+            "cleanup.policy": "compact",
+            "max.message.bytes": str(MAX_SNAPSHOT_BYTES),
+            "segment.ms": "60000",
+            "min.cleanable.dirty.ratio": "0.1",
+        }
+        if replicas > 1:
+            configs["min.insync.replicas"] = "2"
+        await admin.create_topics([NewTopic(name, partitions, replicas, topic_configs=configs)])
+    except TopicAlreadyExistsError:
+        pass
+    finally:
+        await admin.close()
+
+
+async def latest(settings: KafkaSettings, topic: str, partition: int, *, usable_by: PartitionEngine) -> Snapshot | None:
+    """The last committed snapshot of ``partition``, if there is one that ``usable_by`` (a fresh engine of this
+    processor) may continue from: same partition, code version and config hash."""
+    consumer = make_consumer(
+        settings, group_id=None, fetch_max_wait_ms=20, max_partition_fetch_bytes=MAX_SNAPSHOT_BYTES
+    )
+    await consumer.start()
+    try:
+        if partition not in await topic_partitions(consumer, topic):
+            return None
+        tp = TopicPartition(topic, partition)
+        consumer.assign([tp])
+        end = (await consumer.end_offsets([tp]))[tp]
+        back = 2
+        values: list[bytes] = []
+        while not values:
+            start = max(0, end - back)
+            consumer.seek(tp, start)
+            records = await read_to_end(consumer, timeout_s=60.0)
+            values = [r.value for r in records if r.key == key(partition) and r.value]
+            if start == 0:
+                break
+            back *= 4
+    finally:
+        await consumer.stop()
+    if not values:
+        return None
+    snapshot = decode(values[-1])
+    engine = snapshot.engine
+    if (engine.partition, engine.code_version, engine.config_hash) != (
+        usable_by.partition, usable_by.code_version, usable_by.config_hash
+    ):
+        return None
+    engine.config = usable_by.config
+    return snapshot

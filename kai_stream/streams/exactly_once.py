@@ -79,9 +79,7 @@ class TransactionalLoop(ConsumerRebalanceListener):  # type: ignore[misc]
         self._busy = asyncio.Lock()
         self._snapshot_at: dict[int, float] = {}
         runtime.send = self.send
-        runtime.send_unit = None
-        """A cycle's records are atomic by the batch's transaction; a record batch through another producer would
-        leave it."""
+        runtime.send_unit = None  # the batch's transaction makes a cycle atomic; another producer would leave it
         if snapshot_interval_s > 0:
             runtime.state_topic = self.state_topic
 

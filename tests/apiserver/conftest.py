@@ -129,7 +129,6 @@ async def server(request: pytest.FixtureRequest) -> AsyncIterator[Server]:
         await sim.stop()
         return
     plane: ControlPlane = request.getfixturevalue("control_plane")
-    await asyncio.to_thread(plane.restart_kwok)
     api = await kubeconfig_client(plane.kubeconfig)
     try:
         await client.CoreV1Api(api).create_namespace(ns_body)

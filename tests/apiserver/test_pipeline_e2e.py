@@ -123,15 +123,6 @@ class Components:
 
 
 @pytest.fixture
-async def admin(control_plane: ControlPlane) -> AsyncIterator[client.ApiClient]:
-    api = await kubeconfig_client(control_plane.kubeconfig)
-    try:
-        yield api
-    finally:
-        await api.close()
-
-
-@pytest.fixture
 async def pipeline(control_plane: ControlPlane, kafka_settings: KafkaSettings, topics: TopicNames,
                    topic_prefix: str, tmp_path: Path) -> AsyncIterator[Components]:
     components = Components(control_plane, kafka_settings, topics, topic_prefix, tmp_path)

@@ -37,7 +37,15 @@ Both phases also print the CPU seconds per pod of the processor subprocess, of t
 process (simulated API, connector, binder, pod creation): on a shared, loaded machine the latencies mostly
 measure how long each process waits for a core, the CPU figures are what changes compare.
 
-Usage: ``python benchmarks/bench_pipeline.py [--nodes 1000] [--pods 10000] [--rate 100] [--burst 5000]``.
+**On a real API server** (``--cluster apiserver``): the same pipeline against etcd + kube-apiserver + KWOK
+(``connectors/apiserver``; connector and binder with the chart's ServiceAccount tokens), and, in the same run and
+measured the same way, against the simulated cluster. For each: ``--pods`` one-GPU pods created at ``--rate`` on
+``--nodes`` nodes; time from the first creation until a pod watch (this process, raw JSON lines) saw the last one
+bound, pods bound/s, pod-created (its create answered) -> seen bound p50 / p99, and the CPU seconds of every
+process (kube-apiserver, etcd and KWOK too). Then the ratios real / simulated. No burst phase there.
+
+Usage: ``python benchmarks/bench_pipeline.py [--nodes 1000] [--pods 10000] [--rate 100] [--burst 5000]
+[--cluster sim|apiserver]``.
 """
 
 from __future__ import annotations
@@ -55,8 +63,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import orjson
 import yaml
 from kubernetes_asyncio import client
+from kubernetes_asyncio import config as kube_config
 
 import kai_stream
 from connectors.simcluster.client import kube_client_config
@@ -116,10 +126,12 @@ def pod(i: int) -> dict[str, Any]:
     }
 
 
-async def create_pods(url: str, first: int, count: int, rate: float) -> float:
+async def create_pods(url: str | client.Configuration, first: int, count: int, rate: float,
+                      created: dict[str, float] | None = None) -> float:
     """Create pods ``first..first+count-1``, one every 1/rate s (as fast as the API takes them when rate <= 0);
-    return the start time (perf_counter)."""
-    async with api_client(kube_client_config(url)) as api:
+    return the start time (perf_counter). ``created``: filled with when each create was answered."""
+    configuration = kube_client_config(url) if isinstance(url, str) else url
+    async with api_client(configuration) as api:
         core = client.CoreV1Api(api)
         slots = asyncio.Semaphore(64)
         started = time.perf_counter()
@@ -133,6 +145,8 @@ async def create_pods(url: str, first: int, count: int, rate: float) -> float:
                     response.release()  # unreleased, its connection would stay out of the pool
                 if response.status != 201:
                     raise RuntimeError(f"creating pod {i}: HTTP {response.status}: {body[:200]!r}")
+                if created is not None:
+                    created[pod(i)["metadata"]["name"]] = time.perf_counter()
 
         tasks = []
         for n in range(count):
@@ -432,18 +446,11 @@ async def main(
     with tempfile.TemporaryDirectory() as tmp:
         scenario = Path(tmp) / "cluster.yaml"
         scenario.write_text(cluster_yaml(nodes, gpus))
-        options = PipelineOptions(
+        options = _pipeline_options(
+            engine,
             scenario=scenario,
-            engine=engine,
             bootstrap_servers=bootstrap_servers,
             topic_prefix=f"bench{uuid.uuid4().hex[:8]}-" if bootstrap_servers else "",
-            tick_interval_s=1.0,
-            tail=False,
-            # long enough for the burst phase's pause; Tansu holds the first join for half of it
-            processor_env={
-                "KAI_STREAM_KAFKA_SESSION_TIMEOUT_MS": "30000",
-                "KAI_STREAM_KAFKA_HEARTBEAT_INTERVAL_MS": "1000",
-            },
         )
         async with Pipeline(options) as pipeline:
             assert pipeline.kafka is not None
@@ -471,6 +478,131 @@ async def main(
             print(f"load average {os.getloadavg()[0]:.1f}")
 
 
+class BoundWatch:
+    """When each pod of ``bench`` was first seen with a node, by a watch from the current resourceVersion read as
+    raw JSON lines (kubernetes-asyncio's models would cost this process more than the rest of it); a watch the
+    server ends is resumed from the last resourceVersion seen."""
+
+    def __init__(self, api: client.ApiClient) -> None:
+        self.api = api
+        self.bound_at: dict[str, float] = {}
+        self.started = asyncio.Event()
+
+    async def run(self) -> None:
+        v1 = client.CoreV1Api(self.api)
+        version = (await v1.list_namespaced_pod("bench", limit=1)).metadata.resource_version
+        while True:
+            response = await v1.list_namespaced_pod(
+                "bench", watch=True, resource_version=version, allow_watch_bookmarks=True, timeout_seconds=3600,
+                _preload_content=False, _request_timeout=3600)
+            self.started.set()
+            try:
+                async for line in response.content:
+                    event = orjson.loads(line)
+                    obj = event.get("object") or {}
+                    if event.get("type") == "ERROR":
+                        raise RuntimeError(f"pod watch: {obj.get('message')}")
+                    version = obj["metadata"]["resourceVersion"]
+                    if (obj.get("spec") or {}).get("nodeName"):
+                        self.bound_at.setdefault(obj["metadata"]["name"], time.perf_counter())
+            finally:
+                response.release()
+
+
+@dataclass
+class BindFigures:
+    """One cluster's figures of ``bind_all``."""
+
+    cluster: str
+    pods: int
+    seconds: float
+    p50_ms: float
+    p99_ms: float
+    cpu_s: dict[str, float]
+
+    @property
+    def pods_per_s(self) -> float:
+        return self.pods / self.seconds
+
+    def report(self) -> str:
+        cpu = ", ".join(f"{name} {s:.1f}s" for name, s in self.cpu_s.items())
+        return (f"{self.cluster}: {self.pods} pods bound in {self.seconds:.1f}s = {self.pods_per_s:,.1f} pods/s; "
+                f"created -> seen bound p50 {self.p50_ms:.0f} ms, p99 {self.p99_ms:.0f} ms; CPU: {cpu}")
+
+
+async def bind_all(pipeline: Pipeline, cluster: str, configuration: client.Configuration, pids: dict[str, int],
+                   pods: int, rate: float, timeout_s: float = 1800) -> BindFigures:
+    """Create ``pods`` one-GPU pods at ``rate`` and wait until the watch saw every one bound."""
+    await pipeline.wait_processor_caught_up(timeout_s=600)
+    async with api_client(configuration) as api:
+        watcher = BoundWatch(api)
+        watching = asyncio.create_task(watcher.run())
+        await asyncio.wait_for(watcher.started.wait(), 60)
+        processes = {"processor": pipeline.processor_pid, "broker": pipeline.broker.pid if pipeline.broker else None,
+                     **pids}
+        before = {name: process_cpu_s(pid) for name, pid in processes.items()}
+        here = time.process_time()
+        created: dict[str, float] = {}
+        print(f"{cluster}: creating {pods} pods at {rate or 'max'} pods/s ...", flush=True)
+        started = await create_pods(configuration, 0, pods, rate, created)
+        deadline = time.monotonic() + timeout_s
+        try:
+            while len(watcher.bound_at) < pods:
+                if (failure := pipeline.failed()) is not None:
+                    raise RuntimeError(failure)
+                if watching.done():
+                    raise RuntimeError(f"the pod watch ended: {watching.exception()!r}")
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"{cluster}: only {len(watcher.bound_at)}/{pods} bound in {timeout_s}s")
+                await asyncio.sleep(0.1)
+        finally:
+            watching.cancel()
+            await asyncio.gather(watching, return_exceptions=True)
+        cpu = {name: process_cpu_s(pid) - before[name] for name, pid in processes.items()}
+        cpu["this process (connector, binder" + (", simulated API)" if cluster == "sim" else ")")] = (
+            time.process_time() - here)
+    p50, p99 = quantiles([(watcher.bound_at[n] - at) * 1000 for n, at in created.items()])
+    return BindFigures(cluster, pods, max(watcher.bound_at.values()) - started, p50, p99, cpu)
+
+
+def _pipeline_options(engine: Engine, **kwargs: Any) -> PipelineOptions:
+    """Options of every run: no tail; a group session long enough for the burst phase's pause (Tansu holds the
+    first join for half of it)."""
+    session = {"KAI_STREAM_KAFKA_SESSION_TIMEOUT_MS": "30000", "KAI_STREAM_KAFKA_HEARTBEAT_INTERVAL_MS": "1000"}
+    return PipelineOptions(engine=engine, tick_interval_s=1.0, tail=False, processor_env=session, **kwargs)
+
+
+async def compare_apiserver(nodes: int, pods: int, rate: float, gpus: int, engine: Engine) -> None:
+    """The same bind-all run on the simulated cluster, then on etcd + kube-apiserver + KWOK; their ratios."""
+    from connectors.apiserver import ControlPlane
+
+    print(f"engine {engine}; {nodes} nodes x {gpus} GPUs; load average {os.getloadavg()[0]:.1f}; scheduler core "
+          f"{'compiled (mypyc)' if compiled() else 'sources (not compiled)'}", flush=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        scenario = Path(tmp) / "cluster.yaml"
+        scenario.write_text(cluster_yaml(nodes, gpus))
+        async with Pipeline(_pipeline_options(engine, scenario=scenario)) as pipeline:
+            assert pipeline.cluster.url is not None
+            sim = await bind_all(pipeline, "sim", kube_client_config(pipeline.cluster.url), {}, pods, rate)
+        print(sim.report(), flush=True)
+    with ControlPlane() as plane:
+        started = time.perf_counter()
+        objs = list(yaml.safe_load_all(cluster_yaml(nodes, gpus)))
+        await asyncio.to_thread(plane.load_objects, objs)
+        plane.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "bench"}})
+        print(f"apiserver: control plane up, {nodes} nodes loaded in {time.perf_counter() - started:.0f}s", flush=True)
+        options = _pipeline_options(engine, kubeconfig=plane.service_account_kubeconfig("connector"),
+                                    binder_kubeconfig=plane.service_account_kubeconfig("binder"))
+        admin = client.Configuration()
+        await kube_config.load_kube_config(config_file=str(plane.kubeconfig), client_configuration=admin)
+        async with Pipeline(options) as pipeline:
+            real = await bind_all(pipeline, "apiserver", admin, plane.pids(), pods, rate)
+        print(real.report(), flush=True)
+    print(f"ratio apiserver / sim: pods/s {real.pods_per_s / sim.pods_per_s:.2f}, p50 latency "
+          f"{real.p50_ms / sim.p50_ms:.2f}x, p99 latency {real.p99_ms / sim.p99_ms:.2f}x; "
+          f"load average {os.getloadavg()[0]:.1f}")
+
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", type=int, default=1000)
@@ -481,8 +613,13 @@ if __name__ == "__main__":
     parser.add_argument("--engine", choices=ENGINES, default="tansu", help="the embedded broker")
     parser.add_argument("--no-restarts", action="store_true", help="skip the processor restart phase")
     parser.add_argument("--bootstrap-servers", help="a running broker of --engine (topics under a fresh prefix)")
+    parser.add_argument("--cluster", choices=("sim", "apiserver"), default="sim",
+                        help="apiserver: bind-all on etcd + kube-apiserver + KWOK beside the simulated cluster")
     args = parser.parse_args()
-    asyncio.run(main(
-        args.nodes, args.pods, args.rate, args.gpus, args.burst, args.engine, not args.no_restarts,
-        args.bootstrap_servers,
-    ))
+    if args.cluster == "apiserver":
+        asyncio.run(compare_apiserver(args.nodes, args.pods, args.rate, args.gpus, args.engine))
+    else:
+        asyncio.run(main(
+            args.nodes, args.pods, args.rate, args.gpus, args.burst, args.engine, not args.no_restarts,
+            args.bootstrap_servers,
+        ))

@@ -29,6 +29,7 @@ from typing import Any
 
 from aiokafka import TopicPartition
 from kubernetes_asyncio import client
+from kubernetes_asyncio import config as kube_config
 
 from connectors.kubernetes import KubernetesConnector
 from connectors.kubernetes.catalog import event_key
@@ -78,6 +79,10 @@ class PipelineOptions:
     (``Pipeline.scenario_now``: 0, advanced only by the rounds' grace-period jumps) and the pods the
     uid/creation time ``load_scenario`` gives them; every component still runs for real.
     ``termination_grace``: simulated seconds an evicted pod stays terminating (× ``time_scale`` wall seconds).
+    ``kubeconfig``: talk to that Kubernetes API instead of starting the simulated cluster (``scenario`` is then not
+    loaded; ``cluster`` stays unstarted), the binder with ``binder_kubeconfig`` when given.
+    ``binder_subprocess`` / ``connector_subprocess``: run that component as a ``kai-stream`` process (which a test
+    can SIGKILL) instead of a task on this loop.
     """
 
     scenario: Path | None = None
@@ -97,7 +102,10 @@ class PipelineOptions:
     binder_group_id: str | None = None
     processor_env: dict[str, str] = field(default_factory=dict)
     binder_subprocess: bool = False
+    connector_subprocess: bool = False
     tail: bool = True
+    kubeconfig: Path | None = None
+    binder_kubeconfig: Path | None = None
 
 
 def pin_identity(objs: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -112,6 +120,12 @@ def pin_identity(objs: list[dict[str, Any]]) -> list[dict[str, Any]]:
         meta.setdefault("creationTimestamp", EPOCH)
         pinned.append({**obj, "metadata": meta})
     return pinned
+
+
+async def _load_kubeconfig(path: Path) -> client.Configuration:
+    configuration = client.Configuration()
+    await kube_config.load_kube_config(config_file=str(path), client_configuration=configuration)
+    return configuration
 
 
 def _without_sigint(start: Callable[[], object]) -> None:
@@ -237,9 +251,11 @@ class Pipeline:
         self._api: client.ApiClient | None = None
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._binder_stop: asyncio.Event | None = None
+        self._binder_config: client.Configuration | None = None
         self._processor: subprocess.Popen[bytes] | None = None
         self._binder: subprocess.Popen[bytes] | None = None
         self._extra_processes: list[subprocess.Popen[bytes]] = []
+        self._connector_process: subprocess.Popen[bytes] | None = None
         self._workdir = tempfile.TemporaryDirectory(prefix="kai-stream-pipeline-")
         self._processor_log: Any = None
         self._terminating: set[str] = set()
@@ -259,15 +275,19 @@ class Pipeline:
         if opts.tail:
             self.tail = LogTail(self.kafka, self.names)
             await self.tail.start()
-        url = await self.cluster.start()
-        if opts.scenario is not None:
-            objs = sim_scenario.read_documents(opts.scenario)
-            self.cluster.load_objects(pin_identity(objs) if opts.pin_scenario_identity else objs)
-        self._api = api_client(kube_client_config(url))
+        if opts.kubeconfig is not None:
+            self._api = api_client(await _load_kubeconfig(opts.kubeconfig))
+            self._binder_config = await _load_kubeconfig(opts.binder_kubeconfig or opts.kubeconfig)
+        else:
+            url = await self.cluster.start()
+            if opts.scenario is not None:
+                objs = sim_scenario.read_documents(opts.scenario)
+                self.cluster.load_objects(pin_identity(objs) if opts.pin_scenario_identity else objs)
+            self._api = api_client(kube_client_config(url))
         self.start_connector()
-        assert self.connector is not None
-        await asyncio.wait_for(self.connector.synced.wait(), 60)
-        await self.connector.flush()
+        if self.connector is not None:
+            await asyncio.wait_for(self.connector.synced.wait(), 60)
+            await self.connector.flush()
         self.start_processor()
         self.start_binder()
 
@@ -295,7 +315,7 @@ class Pipeline:
                         extra.kill()
 
         await step(self.stop_binder)
-        await step(lambda: self._cancel("connector"))
+        await step(self.stop_connector)
         await step(self.stop_processor)
         await step(lambda: asyncio.to_thread(stop_extra_processes))
         if self.tail is not None:
@@ -342,12 +362,29 @@ class Pipeline:
             return f"processor exited with {self._processor.returncode}:\n{self.processor_output()}"
         if self._binder is not None and self._binder.poll() is not None:
             return f"binder exited with {self._binder.returncode}:\n{self.processor_output()}"
+        if self._connector_process is not None and self._connector_process.poll() is not None:
+            return f"connector exited with {self._connector_process.returncode}:\n{self.processor_output()}"
         return None
 
     # ------------------------------------------------------------------ components
 
+    def _cli(self, command: str, kubeconfig: Path | None, *args: str) -> subprocess.Popen[bytes]:
+        """A ``kai-stream <command>`` process on this pipeline's broker and API, logging to the processor log."""
+        assert self.kafka is not None
+        api = ["--kubeconfig", str(kubeconfig)] if kubeconfig is not None else ["--api-url", str(self.cluster.url)]
+        argv = [sys.executable, "-c", "from kai_stream.cli import main; main()", command,
+                "--bootstrap-servers", self.kafka.bootstrap_servers, *api,
+                "--topic-prefix", self.options.topic_prefix, *args]
+        return subprocess.Popen(argv, env=self.processor_env(), stdin=subprocess.DEVNULL,
+                                stdout=self._log_file(), stderr=subprocess.STDOUT, start_new_session=True)
+
     def start_connector(self) -> None:
         assert self.kafka is not None and self._api is not None
+        if self.options.connector_subprocess:
+            self._connector_process = self._cli(
+                "connector", self.options.kubeconfig, "--scheduler-name", self.options.scheduler_name,
+                "--tick-interval", str(self.options.tick_interval_s or 0))
+            return
         self.connector = KubernetesConnector(
             self._api,
             self.kafka,
@@ -357,6 +394,14 @@ class Pipeline:
             clock=(lambda: self.scenario_now) if self.options.scenario_time else time.time,
         )
         self._tasks["connector"] = asyncio.create_task(self.connector.run(), name="connector")
+
+    async def stop_connector(self, *, kill: bool = False) -> None:
+        """Stop the connector: SIGTERM, or SIGKILL with ``kill``, for a process; cancel the task otherwise."""
+        proc, self._connector_process = self._connector_process, None
+        if proc is not None and proc.poll() is None:
+            proc.kill() if kill else proc.terminate()
+            await asyncio.to_thread(proc.wait, 15)
+        await self._cancel("connector")
 
     def processor_env(self) -> dict[str, str]:
         assert self.kafka is not None
@@ -435,7 +480,7 @@ class Pipeline:
 
     def start_binder(self) -> None:
         """The binder: a task on this loop, or (``binder_subprocess``) a ``kai-stream binder`` process."""
-        assert self.kafka is not None and self.cluster.url is not None
+        assert self.kafka is not None
         if self.options.binder_subprocess:
             self._binder = self._spawn_binder()
             return
@@ -443,7 +488,7 @@ class Pipeline:
         self._tasks["binder"] = asyncio.create_task(
             run_binder(
                 self.kafka,
-                kube_client_config(self.cluster.url),
+                self._binder_config or kube_client_config(str(self.cluster.url)),
                 stop_event=self._binder_stop,
                 topics=self.names,
                 group_id=self.binder_group_id,
@@ -452,17 +497,8 @@ class Pipeline:
         )
 
     def _spawn_binder(self) -> subprocess.Popen[bytes]:
-        assert self.kafka is not None and self.cluster.url is not None
-        argv = [
-            sys.executable, "-c", "from kai_stream.cli import main; main()", "binder",
-            "--bootstrap-servers", self.kafka.bootstrap_servers, "--api-url", self.cluster.url,
-            "--group-id", self.binder_group_id, "--topic-prefix", self.options.topic_prefix,
-            "--health-port", "0",
-        ]
-        return subprocess.Popen(
-            argv, env=self.processor_env(), stdin=subprocess.DEVNULL,
-            stdout=self._log_file(), stderr=subprocess.STDOUT, start_new_session=True,
-        )
+        return self._cli("binder", self.options.binder_kubeconfig or self.options.kubeconfig,
+                         "--group-id", self.binder_group_id, "--health-port", "0")
 
     def add_binder(self) -> subprocess.Popen[bytes]:
         """Another binder process in the same consumer group (the group spreads the decisions' partitions over

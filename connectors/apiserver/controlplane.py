@@ -120,7 +120,7 @@ class ControlPlane:
     def start(self) -> ControlPlane:
         apiserver = build.ensure_go_tool(build.KUBE_APISERVER)
         kwok = build.ensure_go_tool(build.KWOK) if self.kwok else None
-        etcd = build.ensure_etcd()
+        etcd = build.ensure_go_tool(build.ETCD)
         if self.workdir is None:
             self._tmp = tempfile.TemporaryDirectory(prefix="kai-stream-apiserver-")
             self.workdir = Path(self._tmp.name)
@@ -233,15 +233,6 @@ class ControlPlane:
             "--v=1",
         ])
         self._wait("kube-apiserver", lambda: self._get_status("/readyz") == 200)
-
-    def restart_kwok(self) -> None:
-        """A fresh KWOK (its informers relist): with Debian's etcd 3.4 the apiserver lacks RequestWatchProgress,
-        and KWOK's watches can stall after a while (seen in the contract suite); a new one picks everything up."""
-        proc = self._processes.pop("kwok", None)
-        if proc is not None and proc.poll() is None:
-            proc.terminate()
-            proc.wait(15)
-        self._start_kwok(build.ensure_go_tool(build.KWOK))
 
     def _start_kwok(self, kwok: Path) -> None:
         self._spawn("kwok", [

@@ -42,7 +42,11 @@ same tests against both): deleting a pod is one DELETED event here, while kube-a
 kube-apiserver keeps label changes sent with it; bookmarks come every ``bookmark_interval`` here, while
 kube-apiserver sends them rarely (none within a 4 s watch); a watch from a resourceVersion older than the
 bounded history is 410 here, while kube-apiserver's watch cache served resourceVersion 1 even after an etcd
-compaction; a namespaced object in a missing namespace creates it here and is 404 there.
+compaction; a namespaced object in a missing namespace creates it here and is 404 there; a pod naming a
+PriorityClass that does not exist is accepted here (without ``spec.priority``) and refused there (403), and a pod
+without a class gets no ``spec.priority`` here and 0 there (a class that exists sets it on both); a new node
+gets no taint here and ``node.kubernetes.io/not-ready:NoSchedule`` there (TaintNodesByCondition), lifted by
+the node lifecycle controller, which the project's control plane does not run.
 
 Simulated kubelets (only for pods bound to an existing Node): a bound pod turns Running after
 `start_delay`; a pod annotated ``kai.scheduler/duration-seconds: "N"`` turns Succeeded N simulated

@@ -298,8 +298,21 @@ class Store:
         meta.pop("deletionTimestamp", None)
         meta.setdefault("generation", 1)
         rules.prepare_create(rt, obj, loaded=keep_metadata)
+        if rt.key == "pods":
+            self._admit_priority(obj["spec"])
         self._commit(ADDED, rt, obj, None)
         return obj
+
+    def _admit_priority(self, spec: Obj) -> None:
+        """kube-apiserver's Priority admission where the store holds the pod's PriorityClass: its value becomes
+        ``spec.priority`` (and its ``preemptionPolicy``). Lenient otherwise, unlike kube-apiserver: a class the
+        store lacks is accepted (there: 403) and a pod without a class gets no priority (there: 0, or the global
+        default class's value); the scheduler's built-in classes stand in for both."""
+        name = spec.get("priorityClassName")
+        found = self.find(by_key("priorityclasses.scheduling.k8s.io"), "", str(name)) if name else None
+        if found is not None and "priority" not in spec:
+            spec["priority"] = int(found.get("value", 0))
+            spec.setdefault("preemptionPolicy", found.get("preemptionPolicy", "PreemptLowerPriority"))
 
     def _ensure_namespace(self, namespace: str) -> None:
         ns_type = by_key("namespaces")

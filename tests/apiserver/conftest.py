@@ -37,6 +37,16 @@ def control_plane() -> Iterator[ControlPlane]:
         plane.stop()
 
 
+@pytest.fixture
+async def admin(control_plane: ControlPlane) -> AsyncIterator[client.ApiClient]:
+    """An admin (system:masters) client of the session's real API server."""
+    api = await kubeconfig_client(control_plane.kubeconfig)
+    try:
+        yield api
+    finally:
+        await api.close()
+
+
 async def kubeconfig_client(path: Path) -> client.ApiClient:
     configuration = client.Configuration()
     await kube_config.load_kube_config(config_file=str(path), client_configuration=configuration)
@@ -129,7 +139,6 @@ async def server(request: pytest.FixtureRequest) -> AsyncIterator[Server]:
         await sim.stop()
         return
     plane: ControlPlane = request.getfixturevalue("control_plane")
-    await asyncio.to_thread(plane.restart_kwok)
     api = await kubeconfig_client(plane.kubeconfig)
     try:
         await client.CoreV1Api(api).create_namespace(ns_body)

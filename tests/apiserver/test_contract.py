@@ -316,3 +316,31 @@ async def test_filtered_watch_turns_selector_crossings_into_added(server: Server
         events = await task
     assert [(e["type"], e["object"].metadata.name) for e in events] == [("ADDED", "w")]
     assert events[0]["object"].spec.node_name == n1
+
+
+async def test_priority_admission_sets_spec_priority_from_the_priority_class(server: Server) -> None:
+    """Both servers copy a stored PriorityClass's value into spec.priority. Where they differ (the simulator is
+    lenient): kube-apiserver refuses a pod naming a class it does not have and gives a pod without a class
+    priority 0; the simulator accepts the first and leaves both without spec.priority, and the scheduler then
+    reads its built-in classes (its default class for a pod without one)."""
+    v1, ns = server.v1, server.namespace
+    scheduling = client.SchedulingV1Api(server.api)
+    high = server.name("high")
+    await scheduling.create_priority_class({"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+                                            "metadata": {"name": high}, "value": 200})
+    try:
+        body = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
+                "spec": {"priorityClassName": high, "containers": [{"name": "c", "image": "busybox"}]}}
+        created = await v1.create_namespaced_pod(ns, body)
+        assert (created.spec.priority, created.spec.preemption_policy) == (200, "PreemptLowerPriority")
+        plain = await server.pod("plain")
+        assert plain.spec.priority == (None if server.sim is not None else 0)
+        unknown = {**body, "metadata": {"name": "u"}, "spec": {**body["spec"], "priorityClassName": server.name("x")}}
+        if server.sim is not None:
+            assert (await v1.create_namespaced_pod(ns, unknown)).spec.priority is None
+        else:
+            with pytest.raises(ApiException) as refused:
+                await v1.create_namespaced_pod(ns, unknown)
+            assert refused.value.status == 403
+    finally:
+        await scheduling.delete_priority_class(high)

@@ -123,18 +123,8 @@ class Components:
 
 
 @pytest.fixture
-async def admin(control_plane: ControlPlane) -> AsyncIterator[client.ApiClient]:
-    api = await kubeconfig_client(control_plane.kubeconfig)
-    try:
-        yield api
-    finally:
-        await api.close()
-
-
-@pytest.fixture
 async def pipeline(control_plane: ControlPlane, kafka_settings: KafkaSettings, topics: TopicNames,
                    topic_prefix: str, tmp_path: Path) -> AsyncIterator[Components]:
-    await asyncio.to_thread(control_plane.restart_kwok)
     components = Components(control_plane, kafka_settings, topics, topic_prefix, tmp_path)
     try:
         await components.start()

@@ -114,12 +114,13 @@ async def create_pods(url: str, first: int, count: int, rate: float) -> float:
     return the start time (perf_counter)."""
     async with api_client(kube_client_config(url)) as api:
         core = client.CoreV1Api(api)
+        create: Any = core.create_namespaced_pod  # a raw response with _preload_content=False, a dict body
         slots = asyncio.Semaphore(64)
         started = time.perf_counter()
 
         async def one(i: int) -> None:
             async with slots:
-                response = await core.create_namespaced_pod("bench", pod(i), _preload_content=False)
+                response = await create("bench", pod(i), _preload_content=False)
                 try:
                     body = await response.read()
                 finally:

@@ -12,11 +12,20 @@ from rich.table import Table
 
 from kai_stream.audit import verify_chain
 from kai_stream.cli import app
-from kai_stream.history.reader import SOURCE_ERRORS, open_history
+from kai_stream.history.reader import SOURCE_ERRORS, History, open_history
 from kai_stream.invariants import check_history
 
 audit_app = typer.Typer(no_args_is_help=True, help="Tamper evidence over the decisions log")
 app.add_typer(audit_app, name="audit")
+
+
+def _open(directory: Path | None, bootstrap_servers: str | None, topic_prefix: str) -> History:
+    """The log from ``directory`` or the broker; exit 2 naming the problem when it cannot be read."""
+    try:
+        return open_history(directory, bootstrap_servers=bootstrap_servers, topic_prefix=topic_prefix)
+    except SOURCE_ERRORS as exc:
+        Console(stderr=True, soft_wrap=True).print(f"[red]error:[/] {exc}")
+        raise typer.Exit(2) from None
 
 
 @audit_app.command("verify")
@@ -29,11 +38,7 @@ def verify(
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
 ) -> None:
     """Exit 1 when a decision's prev_hash does not match the hash of the decision before it."""
-    try:
-        history = open_history(from_history, bootstrap_servers=bootstrap_servers, topic_prefix=topic_prefix)
-    except SOURCE_ERRORS as exc:
-        Console(stderr=True, soft_wrap=True).print(f"[red]error:[/] {exc}")
-        raise typer.Exit(2) from None
+    history = _open(from_history, bootstrap_servers, topic_prefix)
     decisions = [d for log in history.pools.values() for d in log.decisions]
     offsets = [o for log in history.pools.values() for o in log.decision_offsets]
     report = verify_chain(decisions, offsets=offsets)
@@ -76,11 +81,7 @@ def invariants(
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
 ) -> None:
     """Exit 1 naming the first broken promise: capacity, double bind, partial gang, unaccounted pod, chain."""
-    try:
-        history = open_history(history_dir, bootstrap_servers=bootstrap_servers, topic_prefix=topic_prefix)
-    except SOURCE_ERRORS as exc:
-        Console(stderr=True).print(f"[red]error:[/] {exc}")
-        raise typer.Exit(2) from None
+    history = _open(history_dir, bootstrap_servers, topic_prefix)
     report = check_history(history)
     found = report.violation
     if as_json:

@@ -157,12 +157,13 @@ def _tail(path: Path) -> str:
     return text[-_TAIL_CHARS:]
 
 
-def _stop_process(proc: subprocess.Popen[bytes] | None) -> None:
+def stop_process(proc: subprocess.Popen[bytes] | None, grace_s: float = _STOP_GRACE_S) -> None:
+    """SIGTERM, then SIGKILL after ``grace_s``; nothing for a process that is gone or was never started."""
     if proc is None or proc.poll() is not None:
         return
     proc.terminate()
     try:
-        proc.wait(timeout=_STOP_GRACE_S)
+        proc.wait(timeout=grace_s)
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait()
@@ -281,8 +282,8 @@ class EmbeddedBroker(BrokerProcess):
 
     def stop(self) -> None:
         """Stop the broker, then its storage server; safe to call twice."""
-        _stop_process(self._broker)
-        _stop_process(self._rclone)
+        stop_process(self._broker)
+        stop_process(self._rclone)
         self._broker = None
         self._rclone = None
         for handle in self._log_files:
@@ -390,7 +391,7 @@ class EmbeddedBroker(BrokerProcess):
             try:
                 self._wait("tansu", self._broker, functools.partial(self._tansu_ready, log, port))
             except BrokerStartError:
-                _stop_process(self._broker)
+                stop_process(self._broker)
                 if attempt + 1 == attempts:
                     raise
                 continue

@@ -30,7 +30,7 @@ import uuid
 from pathlib import Path
 from typing import IO
 
-from kai_stream.broker import BrokerProcess, BrokerStartError, free_port, port_free
+from kai_stream.broker import BrokerProcess, BrokerStartError, free_port, port_free, stop_process
 
 KAFKA_VERSION = "4.1.1"
 POM = Path(__file__).parent / "brokers" / "kafka" / "pom.xml"
@@ -277,13 +277,7 @@ class KafkaBroker(BrokerProcess):
     def stop(self) -> None:
         """SIGTERM (controlled shutdown), SIGKILL after a grace period; safe to call twice."""
         proc, self._proc = self._proc, None
-        if proc is not None and proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(timeout=_STOP_GRACE_S)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        stop_process(proc, _STOP_GRACE_S)
         if self._log is not None:
             self._log.close()
             self._log = None

@@ -195,30 +195,27 @@ def outcome_of(decision: Decision) -> PodBound | PodEvicted | None:
 def pod_bound(decision: BindRequested, ts: float, event_id: str | None = None) -> PodBound:
     """The emulated cluster's answer to a bind, at ``ts``: the pod is bound where the decision said (``event_id``
     by default from the decision's)."""
-    return PodBound(
-        event_id=stable_id("PodBound", decision.decision_id) if event_id is None else event_id,
-        ts=ts,
-        pool=decision.pool,
-        decision_id=decision.decision_id,
-        namespace=decision.namespace,
-        name=decision.name,
-        uid=decision.uid,
-        node=decision.node,
-        gpu_indices=decision.gpu_indices,
-    )
+    answer = _answer(decision, ts, stable_id("PodBound", decision.decision_id) if event_id is None else event_id)
+    return PodBound(**answer, node=decision.node, gpu_indices=decision.gpu_indices)
 
 
 def pod_evicted(decision: EvictionRequested, ts: float, event_id: str | None = None) -> PodEvicted:
     """The emulated cluster's answer to an eviction, at ``ts`` (``event_id`` by default from the decision's)."""
-    return PodEvicted(
-        event_id=stable_id("PodEvicted", decision.decision_id) if event_id is None else event_id,
-        ts=ts,
-        pool=decision.pool,
-        decision_id=decision.decision_id,
-        namespace=decision.namespace,
-        name=decision.name,
-        uid=decision.uid,
-    )
+    answer = _answer(decision, ts, stable_id("PodEvicted", decision.decision_id) if event_id is None else event_id)
+    return PodEvicted(**answer)
+
+
+def _answer(decision: BindRequested | EvictionRequested, ts: float, event_id: str) -> dict[str, Any]:
+    """The fields every outcome of ``decision`` has."""
+    return {
+        "event_id": event_id,
+        "ts": ts,
+        "pool": decision.pool,
+        "decision_id": decision.decision_id,
+        "namespace": decision.namespace,
+        "name": decision.name,
+        "uid": decision.uid,
+    }
 
 
 LABEL_RECREATE = "kai.scheduler/recreate-on-evict"

@@ -19,6 +19,11 @@ audit_app = typer.Typer(no_args_is_help=True, help="Tamper evidence over the dec
 app.add_typer(audit_app, name="audit")
 
 
+_Broker = Annotated[str | None, typer.Option(help="read the log from this broker")]
+_TopicPrefix = Annotated[str, typer.Option(help="topic name prefix of the deployment")]
+_Json = Annotated[bool, typer.Option("--json", help="print one JSON object")]
+
+
 def _open(directory: Path | None, bootstrap_servers: str | None, topic_prefix: str) -> History:
     """The log from ``directory`` or the broker; exit 2 naming the problem when it cannot be read."""
     try:
@@ -33,9 +38,9 @@ def verify(
     from_history: Annotated[
         Path | None, typer.Option("--from-history", help="Parquet history directory (default: .kai-stream/history)")
     ] = None,
-    bootstrap_servers: Annotated[str | None, typer.Option(help="read the decisions topic from this broker")] = None,
-    topic_prefix: Annotated[str, typer.Option(help="topic name prefix of the deployment")] = "",
-    as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
+    bootstrap_servers: _Broker = None,
+    topic_prefix: _TopicPrefix = "",
+    as_json: _Json = False,
 ) -> None:
     """Exit 1 when a decision's prev_hash does not match the hash of the decision before it."""
     history = _open(from_history, bootstrap_servers, topic_prefix)
@@ -76,9 +81,9 @@ def invariants(
     history_dir: Annotated[
         Path | None, typer.Argument(help="Parquet history directory (default: .kai-stream/history, or the broker)")
     ] = None,
-    bootstrap_servers: Annotated[str | None, typer.Option(help="read the log from this broker")] = None,
-    topic_prefix: Annotated[str, typer.Option(help="topic name prefix of the deployment")] = "",
-    as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
+    bootstrap_servers: _Broker = None,
+    topic_prefix: _TopicPrefix = "",
+    as_json: _Json = False,
 ) -> None:
     """Exit 1 naming the first broken promise: capacity, double bind, partial gang, unaccounted pod, chain."""
     history = _open(history_dir, bootstrap_servers, topic_prefix)

@@ -1174,12 +1174,7 @@ def _replace_sorted(jobs: list[JobInfo], removed: list[JobInfo], added: list[Job
 
 
 def open_session(
-    state: ClusterState,
-    config: SchedulerConfig,
-    plugins: Sequence[Plugin],
-    *,
-    pool: str,
-    input_offset: int,
+    state: ClusterState, config: SchedulerConfig, plugins: Sequence[Plugin], *, pool: str, input_offset: int,
     code_version: str,
 ) -> Session:
     """Build the sorted snapshot of ``pool`` from ``state`` and let ``plugins`` register hooks."""
@@ -1191,12 +1186,7 @@ def open_session(
 
 
 def open_tracked_session(
-    state: ClusterState,
-    config: SchedulerConfig,
-    plugins: Sequence[Plugin],
-    *,
-    pool: str,
-    input_offset: int,
+    state: ClusterState, config: SchedulerConfig, plugins: Sequence[Plugin], *, pool: str, input_offset: int,
     code_version: str,
 ) -> tuple[Session, Snapshot]:
     """``open_session`` reusing the pool's parked snapshot when the fold allows it; give the session back to

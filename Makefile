@@ -29,9 +29,11 @@ test: $(STAMP)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
+	$(BIN)/lint-imports --no-cache
 
+# What `mypy --strict` checks is the [tool.mypy] files list in pyproject.toml (the packages, benchmarks, deploy).
 typecheck: $(STAMP)
-	$(BIN)/mypy --strict kai_stream
+	$(BIN)/mypy --strict
 
 clean:
 	rm -rf $(VENV) .kai-stream .pytest_cache .mypy_cache .ruff_cache build

@@ -59,8 +59,8 @@ def build(nodes: int, pods: int, seed: int = 7) -> tuple[ClusterState, list[PodS
                 cpu=QueueResource(quota=-1),
                 memory=QueueResource(quota=-1),
             )
-            spec = QueueSpec(name=f"team-{p}-{c}", parent=f"dept-{p}", resources=leaf, created=float(c))
-            events.append(QueueObserved(event_id=f"q{p}-{c}", ts=0.0, queue=spec))
+            team = QueueSpec(name=f"team-{p}-{c}", parent=f"dept-{p}", resources=leaf, created=float(c))
+            events.append(QueueObserved(event_id=f"q{p}-{c}", ts=0.0, queue=team))
     made = 0
     job = 0
     all_pods: list[PodSpec] = []
@@ -78,19 +78,21 @@ def build(nodes: int, pods: int, seed: int = 7) -> tuple[ClusterState, list[PodS
                     pod_group=PodGroupSpec(namespace="ns", name=group, queue=queue, min_member=size, created=created),
                 )
             )
-            specs = [(f"{group}-{k}", 1000, None, group) for k in range(size)]
+            specs: list[tuple[str, int, int | None, str | None]] = [
+                (f"{group}-{k}", 1000, None, group) for k in range(size)
+            ]
         elif kind < 0.6:
             frac = rng.choice((250, 500))
             specs = [(f"frac-{job}", frac, frac, None)]
         else:
             specs = [(f"pod-{job}", rng.choice((1000, 1000, 2000, 4000)), None, None)]
-        for name, gpu, fraction, group in specs:
+        for name, gpu, fraction, gang in specs:
             pod = PodSpec(
                 namespace="ns",
                 name=name,
                 uid=f"uid-{name}",
                 queue=queue,
-                pod_group=group,
+                pod_group=gang,
                 requests=Resources(gpu_milli=gpu, cpu_milli=4000, memory=16 * GIB),
                 gpu_fraction_milli=fraction,
                 created=created,
@@ -144,7 +146,7 @@ def main() -> None:
     state, pods = build(args.nodes, args.pods)
     t1 = time.perf_counter()
     c1 = time.process_time()
-    config = SchedulerConfig(actions=tuple(a.strip() for a in args.actions.split(",")))  # type: ignore[arg-type]
+    config = SchedulerConfig(actions=tuple(a.strip() for a in args.actions.split(",")))
     decisions = run_cycle(state, config, pool="default", input_offset=state.offset)
     t2 = time.perf_counter()
     c2 = time.process_time()

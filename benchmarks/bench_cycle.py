@@ -27,6 +27,7 @@ import random
 import statistics
 import time
 from collections import Counter
+from typing import Any
 
 from kai_stream.core.config import SchedulerConfig
 from kai_stream.core.events import (
@@ -56,12 +57,12 @@ def build(nodes: int, pods: int, seed: int = 11, scatter: bool = False) -> Clust
     rng = random.Random(seed)
     events: list[AnyEvent] = []
     for i in range(nodes):
-        spec = NodeSpec(
+        node_spec = NodeSpec(
             name=f"node-{i:05d}",
             allocatable=Resources(gpu_milli=GPUS_PER_NODE * 1000, cpu_milli=128_000, memory=1024 * GIB),
             gpu_memory_mib=81920,
         )
-        events.append(NodeObserved(event_id=f"n{i}", ts=0.0, node=spec))
+        events.append(NodeObserved(event_id=f"n{i}", ts=0.0, node=node_spec))
     total = nodes * GPUS_PER_NODE * 1000
     leaves: list[str] = []
     for d in range(10):
@@ -86,7 +87,7 @@ def build(nodes: int, pods: int, seed: int = 11, scatter: bool = False) -> Clust
     # Two packing cursors: the over-quota team's pods fill the first nodes (bin-packed when it borrowed idle
     # capacity), everyone else's the rest; with scatter=True all pods share one cursor (worst case for reclaim).
     hog_nodes = 0 if scatter else nodes // 5
-    cursors = {"hog": [0, 0, None], "rest": [hog_nodes, 0, None]}
+    cursors: dict[str, list[Any]] = {"hog": [0, 0, None], "rest": [hog_nodes, 0, None]}
     limits = {"hog": hog_nodes, "rest": nodes}
     uid = 0
     for _ in range(running):

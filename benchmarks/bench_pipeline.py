@@ -133,12 +133,13 @@ async def create_pods(url: str | client.Configuration, first: int, count: int, r
     configuration = kube_client_config(url) if isinstance(url, str) else url
     async with api_client(configuration) as api:
         core = client.CoreV1Api(api)
+        create: Any = core.create_namespaced_pod  # a raw response with _preload_content=False, a dict body
         slots = asyncio.Semaphore(64)
         started = time.perf_counter()
 
         async def one(i: int) -> None:
             async with slots:
-                response = await core.create_namespaced_pod("bench", pod(i), _preload_content=False)
+                response = await create("bench", pod(i), _preload_content=False)
                 try:
                     body = await response.read()
                 finally:

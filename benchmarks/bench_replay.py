@@ -25,6 +25,7 @@ import resource
 import shutil
 import time
 from pathlib import Path
+from typing import cast
 
 from kai_stream.core.config import SchedulerConfig
 from kai_stream.core.events import (
@@ -60,7 +61,7 @@ def observed_stream(seconds: int) -> list[ObservedEvent]:
     base = cluster_events(CLUSTER)
     nodes = sorted(e.node.name for e in base if isinstance(e, NodeObserved))
     jobs = load_trace(TRACE, "itp").jobs
-    first = float(jobs["submit"].min())
+    first = float(cast(float, jobs["submit"].min()))
     jobs = jobs.filter(jobs["submit"] < first + seconds)
     arrivals: dict[int, list[ObservedEvent]] = {}
     for row in jobs.iter_rows(named=True):
@@ -86,13 +87,13 @@ def observed_stream(seconds: int) -> list[ObservedEvent]:
                 created=float(second),
             )
             out.append(PodObserved(event_id=f"p-{pod.uid}", ts=float(second), pod=pod))
-    gpus = tuple(GpuDevice(index=i, uuid=f"GPU-{i}", memory_mib=32768) for i in range(8))
+    devices = tuple(GpuDevice(index=i, uuid=f"GPU-{i}", memory_mib=32768) for i in range(8))
     events: list[ObservedEvent] = list(base)
     for second in range(1, seconds + 1):
         ts = float(second)
         events.append(Tick(event_id=f"t{second}", ts=ts))
         for n in range(second % RESYNC_S, len(nodes), RESYNC_S):
-            events.append(GpuHealthObserved(event_id=f"h{second}-{n}", ts=ts, node=nodes[n], gpus=gpus))
+            events.append(GpuHealthObserved(event_id=f"h{second}-{n}", ts=ts, node=nodes[n], gpus=devices))
         events.extend(arrivals.get(second, ()))
     return events
 

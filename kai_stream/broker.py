@@ -37,7 +37,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
-from typing import IO
+from typing import IO, Self
 
 BUCKET = "tansu"
 DEFAULT_DATA_DIR = Path(".kai-stream")
@@ -157,18 +157,80 @@ def _tail(path: Path) -> str:
     return text[-_TAIL_CHARS:]
 
 
-def _stop_process(proc: subprocess.Popen[bytes] | None) -> None:
+def stop_process(proc: subprocess.Popen[bytes] | None, grace_s: float = _STOP_GRACE_S) -> None:
+    """SIGTERM, then SIGKILL after ``grace_s``; nothing for a process that is gone or was never started."""
     if proc is None or proc.poll() is not None:
         return
     proc.terminate()
     try:
-        proc.wait(timeout=_STOP_GRACE_S)
+        proc.wait(timeout=grace_s)
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait()
 
 
-class EmbeddedBroker:
+class BrokerProcess:
+    """What both embedded engines share (``EmbeddedBroker``, ``kafka_engine.KafkaBroker``): the address once
+    started, the state of the broker's process, and the context managers (plain and async) that start and stop
+    it. An engine implements ``start`` (which sets ``port``), ``stop`` and ``_process``."""
+
+    def __init__(
+        self, *, memory: bool, port: int | None, data_dir: Path | str, host: str, startup_timeout_s: float
+    ) -> None:
+        self.memory = memory
+        self.host = host
+        self.requested_port = port
+        self.port: int | None = None
+        self.data_dir = Path(data_dir)
+        self.startup_timeout_s = startup_timeout_s
+
+    def _process(self) -> subprocess.Popen[bytes] | None:
+        """The broker's own process, once spawned."""
+        raise NotImplementedError
+
+    def start(self) -> str:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        raise NotImplementedError
+
+    @property
+    def bootstrap_servers(self) -> str:
+        if self.port is None:
+            raise RuntimeError("broker not started")
+        return f"{self.host}:{self.port}"
+
+    @property
+    def pid(self) -> int | None:
+        """The broker's process id while it runs."""
+        proc = self._process()
+        return proc.pid if proc is not None and proc.poll() is None else None
+
+    @property
+    def running(self) -> bool:
+        proc = self._process()
+        return proc is not None and proc.poll() is None
+
+    def __enter__(self) -> Self:
+        self.start()
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+    async def __aenter__(self) -> Self:
+        await asyncio.to_thread(self.start)
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await asyncio.to_thread(self.stop)
+
+
+class EmbeddedBroker(BrokerProcess):
     """A Tansu broker on loopback, memory or durable (rclone s3 under ``data_dir``).
 
     Use ``with EmbeddedBroker() as b`` / ``async with EmbeddedBroker() as b`` or ``start()``/``stop()``;
@@ -188,32 +250,15 @@ class EmbeddedBroker:
     ) -> None:
         if not memory and not unsafe_durable:
             raise UnsafeStorageError(UNSAFE_DURABLE)
-        self.memory = memory
-        self.host = host
-        self.requested_port = port
-        self.port: int | None = None
-        self.data_dir = Path(data_dir)
-        self.startup_timeout_s = startup_timeout_s
+        super().__init__(memory=memory, port=port, data_dir=data_dir, host=host, startup_timeout_s=startup_timeout_s)
         self.cluster_id = cluster_id
         self._broker: subprocess.Popen[bytes] | None = None
         self._rclone: subprocess.Popen[bytes] | None = None
         self._logdir: tempfile.TemporaryDirectory[str] | None = None
         self._log_files: list[IO[bytes]] = []
 
-    @property
-    def bootstrap_servers(self) -> str:
-        if self.port is None:
-            raise RuntimeError("broker not started")
-        return f"{self.host}:{self.port}"
-
-    @property
-    def pid(self) -> int | None:
-        """The Tansu process id while it runs."""
-        return self._broker.pid if self.running and self._broker is not None else None
-
-    @property
-    def running(self) -> bool:
-        return self._broker is not None and self._broker.poll() is None
+    def _process(self) -> subprocess.Popen[bytes] | None:
+        return self._broker
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -237,8 +282,8 @@ class EmbeddedBroker:
 
     def stop(self) -> None:
         """Stop the broker, then its storage server; safe to call twice."""
-        _stop_process(self._broker)
-        _stop_process(self._rclone)
+        stop_process(self._broker)
+        stop_process(self._rclone)
         self._broker = None
         self._rclone = None
         for handle in self._log_files:
@@ -346,29 +391,9 @@ class EmbeddedBroker:
             try:
                 self._wait("tansu", self._broker, functools.partial(self._tansu_ready, log, port))
             except BrokerStartError:
-                _stop_process(self._broker)
+                stop_process(self._broker)
                 if attempt + 1 == attempts:
                     raise
                 continue
             self.port = port
             return
-
-    # ------------------------------------------------------------------ context managers
-
-    def __enter__(self) -> EmbeddedBroker:
-        self.start()
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()
-
-    async def __aenter__(self) -> EmbeddedBroker:
-        await asyncio.to_thread(self.start)
-        return self
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await asyncio.to_thread(self.stop)

@@ -31,6 +31,7 @@ from kai_stream.core.events import (
     PodPipelined,
     PodRemoved,
 )
+from kai_stream.core.scheduler.cycle import plugins_of
 from kai_stream.core.scheduler.framework.info import CPU, GPU, MEM, UNIT
 from kai_stream.core.scheduler.framework.session import open_session
 from kai_stream.core.state import ClusterState, apply, job_key_of
@@ -70,7 +71,7 @@ class QueueStanding:
 
 def queue_standing(state: ClusterState, config: SchedulerConfig, pool: str) -> dict[str, QueueStanding]:
     """Every queue's deserved / fair share / allocated / requested in ``pool`` as the core sees ``state``."""
-    session = open_session(state, config, pool=pool, input_offset=state.offset, code_version="")
+    session = open_session(state, config, plugins_of(config), pool=pool, input_offset=state.offset, code_version="")
     out: dict[str, QueueStanding] = {}
     for name, q in sorted(session.queues.items()):
         out[name] = QueueStanding(

@@ -1,11 +1,9 @@
 """Contiguous fetches: a consumer never moves past an offset whose record it has not been given.
 
-Measured on the embedded Tansu broker (memory storage, 0.6.0): while two producers write to one partition (the
-connector and the binder both write cluster-events), a fetch can answer with a batch at offset N+1 while the
-batch at offset N, already given its offset, is not stored yet. The consumer takes the records it got, its
-position moves past N, and it never asks for N again: the pipeline benchmark's processor skipped a pod's
-creation this way (offset 20334 after 20332) and that pod was never scheduled, so the run waited for its
-binding until the timeout. A reader with three producers on one partition saw 7 such holes in 9,000 records.
+On the embedded Tansu broker, while two producers write to one partition (the connector and the binder both
+write cluster-events), a fetch can answer with a batch at offset N+1 while the batch at offset N, already given
+its offset, is not stored yet. The consumer takes the records it got, its position moves past N, and it never
+asks for N again: a pod's creation skipped that way is never scheduled (what was seen: benchmarks/README.md).
 Real Kafka only hands out offsets it has stored (up to the high-watermark), so there a hole means compaction
 or nothing at all; kai-stream's topics are not compacted.
 

@@ -1,11 +1,10 @@
 """Adaptive fetch wait: a consumer's ``fetch_max_wait_ms`` that grows while it starves behind the log end.
 
-Measured on the embedded Tansu broker (memory storage, 0.6.0): every fetch that returns data lists all stored
-batches of the partition first, so its cost grows with the partition's batch count, and a fetch whose work
-outlasts its ``max_wait_ms`` is answered empty (40,000 one-record batches: a fetch 2,000 records back came
-back empty with a 5 ms wait, full with 50 ms). A consumer with the short wait that keeps latency low at the log
-end (Tansu never answers a fetch before its wait expires) then refetches the same records forever while the
-broker burns CPU: the stalls of the pipeline benchmark past ~6,000 pods.
+On the embedded Tansu broker every fetch that returns data lists all stored batches of the partition first, so
+its cost grows with the partition's batch count, and a fetch whose work outlasts its ``max_wait_ms`` is answered
+empty. A consumer with the short wait that keeps latency low at the log end (Tansu never answers a fetch before
+its wait expires) then refetches the same records forever while the broker burns CPU (the measurements are in
+benchmarks/README.md).
 
 ``FetchWaitGovernor`` watches a consumer's fetch responses: two answers in a row with no records while the
 partition's high-watermark is past the fetch offset double the wait (up to ``max_ms``; one alone may be records
@@ -14,13 +13,13 @@ by a tenth (a consumer that keeps up with a steady stream is never answered empt
 work per fetch falls again once it has caught up), and an answer empty at the high-watermark (caught up)
 resets it to ``base_ms``. On real Kafka a starved empty answer does not happen and the wait stays at its base.
 
-A consumer behind on a backlog is answered with what Tansu gathered within the wait: with a 5 ms wait, 5,000
-one-record batches behind 20,000 others came in 7 answers of ~400 records (20,600 records/s), with 50 ms in one
-(67,800 records/s); every answer pays the listing of the whole partition again. So two answers in a row that
-carry records but end before the high-watermark double the wait too, up to ``behind_max_ms`` (50 ms by default:
-an answer is capped by the fetch's byte limit anyway, and Tansu never answers before the wait is over); the first
-answer that reaches the high-watermark (caught up) puts a wait grown this way back to ``base_ms``. Latency does
-not suffer: records behind the end are late already, and a consumer at the end keeps the short wait.
+A consumer behind on a backlog is answered with what Tansu gathered within the wait, so a short wait splits a
+backlog into many small answers, and every answer pays the listing of the whole partition again. So two answers
+in a row that carry records but end before the high-watermark double the wait too, up to ``behind_max_ms`` (50 ms
+by default: an answer is capped by the fetch's byte limit anyway, and Tansu never answers before the wait is
+over); the first answer that reaches the high-watermark (caught up) puts a wait grown this way back to
+``base_ms``. Latency does not suffer: records behind the end are late already, and a consumer at the end keeps the
+short wait.
 """
 
 from __future__ import annotations

@@ -15,7 +15,6 @@ intervals (so compaction and retention show within seconds), short minimum sessi
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import contextlib
 import fcntl
@@ -29,10 +28,9 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
-from types import TracebackType
 from typing import IO
 
-from kai_stream.broker import BrokerStartError, free_port, port_free
+from kai_stream.broker import BrokerProcess, BrokerStartError, free_port, port_free, stop_process
 
 KAFKA_VERSION = "4.1.1"
 POM = Path(__file__).parent / "brokers" / "kafka" / "pom.xml"
@@ -182,7 +180,7 @@ def server_properties(host: str, port: int, controller_port: int, log_dir: Path)
     return "".join(f"{key}={value}\n" for key, value in settings.items())
 
 
-class KafkaBroker:
+class KafkaBroker(BrokerProcess):
     """Apache Kafka on loopback: ``memory`` keeps its log dir in a temp dir removed on stop, otherwise under
     ``data_dir/kafka`` (records and committed offsets survive a restart).
 
@@ -202,30 +200,14 @@ class KafkaBroker:
         startup_timeout_s: float = 90.0,
         version: str = KAFKA_VERSION,
     ) -> None:
-        self.memory = memory
-        self.host = host
-        self.requested_port = port
-        self.port: int | None = None
-        self.data_dir = Path(data_dir)
-        self.startup_timeout_s = startup_timeout_s
+        super().__init__(memory=memory, port=port, data_dir=data_dir, host=host, startup_timeout_s=startup_timeout_s)
         self.version = version
         self._proc: subprocess.Popen[bytes] | None = None
         self._workdir: tempfile.TemporaryDirectory[str] | None = None
         self._log: IO[bytes] | None = None
 
-    @property
-    def bootstrap_servers(self) -> str:
-        if self.port is None:
-            raise RuntimeError("broker not started")
-        return f"{self.host}:{self.port}"
-
-    @property
-    def pid(self) -> int | None:
-        return self._proc.pid if self.running and self._proc is not None else None
-
-    @property
-    def running(self) -> bool:
-        return self._proc is not None and self._proc.poll() is None
+    def _process(self) -> subprocess.Popen[bytes] | None:
+        return self._proc
 
     def output_tail(self) -> str:
         if self._workdir is None:
@@ -295,13 +277,7 @@ class KafkaBroker:
     def stop(self) -> None:
         """SIGTERM (controlled shutdown), SIGKILL after a grace period; safe to call twice."""
         proc, self._proc = self._proc, None
-        if proc is not None and proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(timeout=_STOP_GRACE_S)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        stop_process(proc, _STOP_GRACE_S)
         if self._log is not None:
             self._log.close()
             self._log = None
@@ -309,21 +285,3 @@ class KafkaBroker:
             with contextlib.suppress(OSError):
                 self._workdir.cleanup()
             self._workdir = None
-
-    def __enter__(self) -> KafkaBroker:
-        self.start()
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()
-
-    async def __aenter__(self) -> KafkaBroker:
-        await asyncio.to_thread(self.start)
-        return self
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await asyncio.to_thread(self.stop)

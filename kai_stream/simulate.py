@@ -72,7 +72,7 @@ from kai_stream.core.events import (
     chain,
     stable_id,
 )
-from kai_stream.core.scheduler.cycle import run_cycle
+from kai_stream.core.scheduler.cycle import plugins_of, run_cycle
 from kai_stream.core.scheduler.framework.info import CPU, GPU, MEM, UNIT
 from kai_stream.core.scheduler.framework.session import open_session
 from kai_stream.core.state import ClusterState, apply
@@ -87,6 +87,9 @@ __all__ = [
     "cluster_events_partitions",
     "follow_ups",
     "outcome_of",
+    "pod_bound",
+    "pod_evicted",
+    "pod_removed",
     "pools_of",
     "recreated_after_eviction",
     "recreated_uid",
@@ -150,7 +153,9 @@ class SimulationResult:
             name: {"fair_share": [0, 0, 0], "allocated": [0, 0, 0]} for name in sorted(self.state.queues)
         }
         for pool in pools_of(self.state):
-            session = open_session(self.state, self.config, pool=pool, input_offset=self.state.offset, code_version="")
+            state, config = self.state, self.config
+            plugins = plugins_of(config)
+            session = open_session(state, config, plugins, pool=pool, input_offset=state.offset, code_version="")
             for name, q in session.queues.items():
                 for r in (GPU, CPU, MEM):
                     totals[name]["fair_share"][r] += q.fair_share[r]
@@ -181,28 +186,36 @@ def pools_of(state: ClusterState) -> list[str]:
 def outcome_of(decision: Decision) -> PodBound | PodEvicted | None:
     """The emulated cluster's answer to one decision (None when the decision needs no answer)."""
     if isinstance(decision, BindRequested):
-        return PodBound(
-            event_id=stable_id("PodBound", decision.decision_id),
-            ts=decision.ts,
-            pool=decision.pool,
-            decision_id=decision.decision_id,
-            namespace=decision.namespace,
-            name=decision.name,
-            uid=decision.uid,
-            node=decision.node,
-            gpu_indices=decision.gpu_indices,
-        )
+        return pod_bound(decision, decision.ts)
     if isinstance(decision, EvictionRequested):
-        return PodEvicted(
-            event_id=stable_id("PodEvicted", decision.decision_id),
-            ts=decision.ts,
-            pool=decision.pool,
-            decision_id=decision.decision_id,
-            namespace=decision.namespace,
-            name=decision.name,
-            uid=decision.uid,
-        )
+        return pod_evicted(decision, decision.ts)
     return None
+
+
+def pod_bound(decision: BindRequested, ts: float, event_id: str | None = None) -> PodBound:
+    """The emulated cluster's answer to a bind, at ``ts``: the pod is bound where the decision said (``event_id``
+    by default from the decision's)."""
+    answer = _answer(decision, ts, stable_id("PodBound", decision.decision_id) if event_id is None else event_id)
+    return PodBound(**answer, node=decision.node, gpu_indices=decision.gpu_indices)
+
+
+def pod_evicted(decision: EvictionRequested, ts: float, event_id: str | None = None) -> PodEvicted:
+    """The emulated cluster's answer to an eviction, at ``ts`` (``event_id`` by default from the decision's)."""
+    answer = _answer(decision, ts, stable_id("PodEvicted", decision.decision_id) if event_id is None else event_id)
+    return PodEvicted(**answer)
+
+
+def _answer(decision: BindRequested | EvictionRequested, ts: float, event_id: str) -> dict[str, Any]:
+    """The fields every outcome of ``decision`` has."""
+    return {
+        "event_id": event_id,
+        "ts": ts,
+        "pool": decision.pool,
+        "decision_id": decision.decision_id,
+        "namespace": decision.namespace,
+        "name": decision.name,
+        "uid": decision.uid,
+    }
 
 
 LABEL_RECREATE = "kai.scheduler/recreate-on-evict"
@@ -297,18 +310,14 @@ def follow_ups(
     return events
 
 
+def pod_removed(pod: PodSpec, event_id: str, ts: float) -> PodRemoved:
+    """``pod`` deleted from the cluster at ``ts``."""
+    return PodRemoved(event_id=event_id, ts=ts, pool=pod.pool, namespace=pod.namespace, name=pod.name, uid=pod.uid)
+
+
 def removal(decision: Decision, pod: PodSpec, ts: float) -> list[ClusterEvent]:
     """The evicted ``pod`` gone at ``ts``: its removal, then its replacement if a controller re-creates it."""
-    events: list[ClusterEvent] = [
-        PodRemoved(
-            event_id=stable_id("PodRemoved", decision.decision_id),
-            ts=ts,
-            pool=pod.pool,
-            namespace=pod.namespace,
-            name=pod.name,
-            uid=pod.uid,
-        )
-    ]
+    events: list[ClusterEvent] = [pod_removed(pod, stable_id("PodRemoved", decision.decision_id), ts)]
     if isinstance(decision, EvictionRequested) and recreated_after_eviction(decision, pod.labels):
         again = {
             "uid": recreated_uid(pod.uid),

@@ -31,8 +31,6 @@ from kai_stream.core.events import (
     EvictionRequested,
     GpuHealthObserved,
     ObservedEvent,
-    PodBound,
-    PodEvicted,
     PodObserved,
     PodRemoved,
     Tick,
@@ -42,6 +40,7 @@ from kai_stream.core.events import (
 from kai_stream.core.scheduler.cycle import run_cycle
 from kai_stream.core.state import ClusterState, apply
 from kai_stream.history.reader import PoolLog
+from kai_stream.simulate import pod_bound, pod_evicted
 
 __all__ = ["CODE_VERSION", "EngineRun", "run_engine"]
 
@@ -93,20 +92,7 @@ class _Loop:
     def outcome(self, decision: Decision) -> None:
         if isinstance(decision, BindRequested):
             pod = self.state.pods.get(decision.uid)
-            event_id = stable_id("engine-bound", decision.decision_id)
-            self.emit(
-                PodBound(
-                    event_id=event_id,
-                    ts=decision.ts,
-                    pool=self.pool,
-                    decision_id=decision.decision_id,
-                    namespace=decision.namespace,
-                    name=decision.name,
-                    uid=decision.uid,
-                    node=decision.node,
-                    gpu_indices=decision.gpu_indices,
-                )
-            )
+            self.emit(pod_bound(decision, decision.ts, stable_id("engine-bound", decision.decision_id)))
             if pod is not None:
                 running = pod.model_copy(
                     update={
@@ -129,17 +115,7 @@ class _Loop:
                 finish = _Finish(decision.ts + pod.duration_s, self.seq, decision.uid, decision.decision_id)
                 heapq.heappush(self.finishing, finish)
         elif isinstance(decision, EvictionRequested) and decision.uid in self.state.pods:
-            self.emit(
-                PodEvicted(
-                    event_id=stable_id("engine-evicted", decision.decision_id),
-                    ts=decision.ts,
-                    pool=self.pool,
-                    decision_id=decision.decision_id,
-                    namespace=decision.namespace,
-                    name=decision.name,
-                    uid=decision.uid,
-                )
-            )
+            self.emit(pod_evicted(decision, decision.ts, stable_id("engine-evicted", decision.decision_id)))
             self.emit(
                 PodRemoved(
                     event_id=stable_id("engine-removed", decision.decision_id),

@@ -4,7 +4,7 @@ One ``pl.collect_all`` of lazy scans (the per-pod table is one ``group_by`` over
 ``frames.pod_table``; the small queries read only their rows' columns), then two more of the per-pod frame,
 allocation steps and jobs (queue and node as categoricals), each query selecting only the columns it reads.
 Common-subplan elimination is off for the first collect_all: sharing the scan made polars materialise the union
-of every query's columns for all rows (``value`` included), about 3x the CPU of the separate scans. Pods and jobs
+of every query's columns for all rows (``value`` included), costlier than the separate scans. Pods and jobs
 are grouped by hashed keys (``keys``); when two uids or job names share one, the summary is computed again on
 the texts. Definitions of every figure are in ``kai_stream.analytics.frames``. Averages over time are
 time-weighted over [first pod submit, last event].

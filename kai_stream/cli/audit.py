@@ -12,11 +12,25 @@ from rich.table import Table
 
 from kai_stream.audit import verify_chain
 from kai_stream.cli import app
-from kai_stream.history.reader import SOURCE_ERRORS, open_history
+from kai_stream.history.reader import SOURCE_ERRORS, History, open_history
 from kai_stream.invariants import check_history
 
 audit_app = typer.Typer(no_args_is_help=True, help="Tamper evidence over the decisions log")
 app.add_typer(audit_app, name="audit")
+
+
+_Broker = Annotated[str | None, typer.Option(help="read the log from this broker")]
+_TopicPrefix = Annotated[str, typer.Option(help="topic name prefix of the deployment")]
+_Json = Annotated[bool, typer.Option("--json", help="print one JSON object")]
+
+
+def _open(directory: Path | None, bootstrap_servers: str | None, topic_prefix: str) -> History:
+    """The log from ``directory`` or the broker; exit 2 naming the problem when it cannot be read."""
+    try:
+        return open_history(directory, bootstrap_servers=bootstrap_servers, topic_prefix=topic_prefix)
+    except SOURCE_ERRORS as exc:
+        Console(stderr=True, soft_wrap=True).print(f"[red]error:[/] {exc}")
+        raise typer.Exit(2) from None
 
 
 @audit_app.command("verify")
@@ -24,16 +38,12 @@ def verify(
     from_history: Annotated[
         Path | None, typer.Option("--from-history", help="Parquet history directory (default: .kai-stream/history)")
     ] = None,
-    bootstrap_servers: Annotated[str | None, typer.Option(help="read the decisions topic from this broker")] = None,
-    topic_prefix: Annotated[str, typer.Option(help="topic name prefix of the deployment")] = "",
-    as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
+    bootstrap_servers: _Broker = None,
+    topic_prefix: _TopicPrefix = "",
+    as_json: _Json = False,
 ) -> None:
     """Exit 1 when a decision's prev_hash does not match the hash of the decision before it."""
-    try:
-        history = open_history(from_history, bootstrap_servers=bootstrap_servers, topic_prefix=topic_prefix)
-    except SOURCE_ERRORS as exc:
-        Console(stderr=True, soft_wrap=True).print(f"[red]error:[/] {exc}")
-        raise typer.Exit(2) from None
+    history = _open(from_history, bootstrap_servers, topic_prefix)
     decisions = [d for log in history.pools.values() for d in log.decisions]
     offsets = [o for log in history.pools.values() for o in log.decision_offsets]
     report = verify_chain(decisions, offsets=offsets)
@@ -71,16 +81,12 @@ def invariants(
     history_dir: Annotated[
         Path | None, typer.Argument(help="Parquet history directory (default: .kai-stream/history, or the broker)")
     ] = None,
-    bootstrap_servers: Annotated[str | None, typer.Option(help="read the log from this broker")] = None,
-    topic_prefix: Annotated[str, typer.Option(help="topic name prefix of the deployment")] = "",
-    as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
+    bootstrap_servers: _Broker = None,
+    topic_prefix: _TopicPrefix = "",
+    as_json: _Json = False,
 ) -> None:
     """Exit 1 naming the first broken promise: capacity, double bind, partial gang, unaccounted pod, chain."""
-    try:
-        history = open_history(history_dir, bootstrap_servers=bootstrap_servers, topic_prefix=topic_prefix)
-    except SOURCE_ERRORS as exc:
-        Console(stderr=True).print(f"[red]error:[/] {exc}")
-        raise typer.Exit(2) from None
+    history = _open(history_dir, bootstrap_servers, topic_prefix)
     report = check_history(history)
     found = report.violation
     if as_json:

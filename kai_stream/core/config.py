@@ -8,30 +8,21 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
-from typing import Literal
+from typing import Literal, get_args
 
 import orjson
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from kai_stream.core.events import ActionName
+from kai_stream.core.scheduler.plugins import PLUGINS
 
 __all__ = ["DEFAULT_ACTIONS", "DEFAULT_PLUGINS", "PlacementConfig", "SchedulerConfig", "config_hash", "load_config"]
 
-DEFAULT_ACTIONS: tuple[ActionName, ...] = ("allocate", "consolidation", "reclaim", "preempt", "stalegangeviction")
-DEFAULT_PLUGINS: tuple[str, ...] = (
-    "predicates",
-    "gpusharing",
-    "nodeorder",
-    "nomination",
-    "proportion",
-    "topology",
-    "priority",
-    "gang",
-    "minruntime",
-)
-"""Plugin order is hook order: jobs already nominated (pipelined) by an earlier cycle first (queues too), then
-job order is priority, then gang (below minMember first), then age, then uid."""
+DEFAULT_ACTIONS: tuple[ActionName, ...] = get_args(ActionName)
+"""Every action (``scheduler.actions.ACTIONS``), in the order KAI runs them."""
+DEFAULT_PLUGINS: tuple[str, ...] = tuple(PLUGINS)
+"""Every plugin (``scheduler.plugins.PLUGINS``), in its registry order (plugin order is hook order)."""
 
 Strategy = Literal["binpack", "spread"]
 
@@ -98,9 +89,11 @@ class SchedulerConfig(BaseModel):
     @field_validator("plugins")
     @classmethod
     def _known_plugins(cls, value: tuple[str, ...]) -> tuple[str, ...]:
-        unknown = sorted(set(value) - set(DEFAULT_PLUGINS))
+        unknown = sorted(set(value) - PLUGINS.keys())
         if unknown:
-            raise ValueError(f"unknown plugins {unknown}; known: {list(DEFAULT_PLUGINS)}")
+            raise ValueError(f"unknown plugins {unknown}; known: {list(PLUGINS)}")
+        if len(set(value)) != len(value):
+            raise ValueError("plugins must not repeat")
         return value
 
 

@@ -19,9 +19,7 @@ already are that reading). ``TimeOnly.event(i)`` builds the i-th event on demand
 
 from __future__ import annotations
 
-import gc
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -30,8 +28,9 @@ import polars as pl
 from pydantic import TypeAdapter, ValidationError
 
 from kai_stream.core.events import CLUSTER_EVENT, ClusterEvent, GpuHealthObserved, NodeRemoved, Tick
+from kai_stream.core.gcpause import paused_gc
 
-__all__ = ["ColumnarEvents", "TimeOnly", "decode_columns", "paused_gc", "split_pool"]
+__all__ = ["ColumnarEvents", "TimeOnly", "decode_columns", "split_pool"]
 
 MATERIAL, TICK, READING = 0, 1, 2
 
@@ -44,18 +43,6 @@ _HEALTH_TS = ',"ts":'
 _HEALTH_TYPE = ',"type":"GpuHealthObserved",'
 
 _EVENTS_LIST: TypeAdapter[list[ClusterEvent]] = TypeAdapter(list[ClusterEvent])
-
-
-@contextmanager
-def paused_gc() -> Iterator[None]:
-    """Build many long-lived objects without the cyclic collector rescanning them over and over."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def _validate_many(values: Sequence[str]) -> list[ClusterEvent | None]:

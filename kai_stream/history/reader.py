@@ -33,7 +33,8 @@ from kai_stream.core.events import (
     GpuHealthObserved,
     Tick,
 )
-from kai_stream.history.columnar import ColumnarEvents, TimeOnly, decode_columns, paused_gc, split_pool
+from kai_stream.core.gcpause import paused_gc
+from kai_stream.history.columnar import ColumnarEvents, TimeOnly, decode_columns, split_pool
 from kai_stream.history.schema import HISTORY_SCHEMA
 from kai_stream.kafka import partition_for, read_topic
 from kai_stream.settings import KafkaSettings

@@ -8,7 +8,7 @@ faust-streaming 0.15.3 runs on the embedded Tansu broker (agents, consumer group
 four things are worked around, here and in ``agents.py`` (the first three only on Tansu, ``quirks.py``):
 
 * fetch wait: faust hard-codes the consumer's ``fetch_max_wait_ms`` to 1500 and Tansu answers a long-poll
-  fetch only when the wait expires (measured: ~700 ms per hop), so the transport below lowers it;
+  fetch only when the wait expires (a wait per hop: benchmarks/README.md), so the transport below lowers it;
 * table recovery: faust asks ``end_offsets()`` where a changelog ends, which Tansu answers wrongly (recovery
   stalled, "No event received for active tp"); the consumer thread below reads the end from a fetch's
   high-watermark instead. Tables are caches only anyway (``tables.py``): scheduler state is rebuilt from

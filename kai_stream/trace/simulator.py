@@ -35,12 +35,10 @@ Rules of the simulated world (the same reactions as ``kai_stream.simulate``'s em
 
 from __future__ import annotations
 
-import gc
 import heapq
 import math
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -67,7 +65,6 @@ from kai_stream.core.events import (
     PodObserved,
     PodPending,
     PodPipelined,
-    PodRemoved,
     PodSpec,
     QueueShare,
     QueueSpec,
@@ -78,11 +75,13 @@ from kai_stream.core.events import (
     dumps,
     stable_id,
 )
-from kai_stream.core.scheduler.actions import ACTIONS
+from kai_stream.core.gcpause import paused_gc
+from kai_stream.core.scheduler.cycle import plugins_of, run_actions
 from kai_stream.core.scheduler.framework.info import CPU, GPU, MEM
 from kai_stream.core.scheduler.framework.session import open_tracked_session, park_session
 from kai_stream.core.state import ClusterState, apply
 from kai_stream.history.schema import event_values, write_segment
+from kai_stream.simulate import pod_bound, pod_evicted, pod_removed
 from kai_stream.trace.loaders import GPUS_PER_POD, Trace
 
 __all__ = ["SimulationStats", "simulate_trace"]
@@ -144,18 +143,6 @@ def _encode(event: Model) -> bytes:
     but tuples, which orjson writes as arrays too (an int in a float field would differ: the dump makes it a
     float). A trace test checks every history row against ``dumps``."""
     return orjson.dumps(event, default=_fields, option=orjson.OPT_SORT_KEYS)
-
-
-@contextmanager
-def _gc_paused() -> Iterator[None]:
-    """As in ``core.scheduler.cycle.run_cycle``: no cyclic collection while a session is built and used."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 class _Log:
@@ -290,16 +277,7 @@ class _Simulation:
         bound = self.state.pods.get(uid)
         done = (bound or pod.spec).model_copy(update={"phase": "Succeeded"})
         self.observe(PodObserved(event_id=stable_id("done", uid), ts=ts, pool=self.pool, pod=done))
-        self.observe(
-            PodRemoved(
-                event_id=stable_id("removed", uid),
-                ts=ts,
-                pool=self.pool,
-                namespace=NAMESPACE,
-                name=pod.spec.name,
-                uid=uid,
-            )
-        )
+        self.observe(pod_removed(pod.spec, stable_id("removed", uid), ts))
         pod.running = False
         self._running(pod.job, -1)
         del self.pods[uid]
@@ -324,14 +302,16 @@ class _Simulation:
     def run_cycle(self) -> list[Decision]:
         """``core.scheduler.cycle.run_cycle`` (snapshot reuse included), step for step, keeping the session's fair
         shares."""
-        with _gc_paused():
+        with paused_gc():
             session, snapshot = open_tracked_session(
-                self.state, self.config, pool=self.pool, input_offset=self.state.offset, code_version=self.version
+                self.state,
+                self.config,
+                plugins_of(self.config),
+                pool=self.pool,
+                input_offset=self.state.offset,
+                code_version=self.version,
             )
-            for name in self.config.actions:
-                action = ACTIONS.get(name)
-                if action is not None:
-                    action(session)
+            run_actions(session, self.config)
             decisions = session.close()
             self.shares = {
                 name: (
@@ -418,19 +398,7 @@ class _Simulation:
 
     def react(self, decision: Decision, ts: float) -> bool:
         if isinstance(decision, BindRequested):
-            self.outcome(
-                PodBound(
-                    event_id=stable_id("PodBound", decision.decision_id),
-                    ts=ts,
-                    pool=decision.pool,
-                    decision_id=decision.decision_id,
-                    namespace=decision.namespace,
-                    name=decision.name,
-                    uid=decision.uid,
-                    node=decision.node,
-                    gpu_indices=decision.gpu_indices,
-                )
-            )
+            self.outcome(pod_bound(decision, ts))
             pod = self.pods[decision.uid]
             pod.running = True
             pod.node = decision.node
@@ -441,17 +409,7 @@ class _Simulation:
             self.stats.binds += 1
             return False
         if isinstance(decision, EvictionRequested):
-            self.outcome(
-                PodEvicted(
-                    event_id=stable_id("PodEvicted", decision.decision_id),
-                    ts=ts,
-                    pool=decision.pool,
-                    decision_id=decision.decision_id,
-                    namespace=decision.namespace,
-                    name=decision.name,
-                    uid=decision.uid,
-                )
-            )
+            self.outcome(pod_evicted(decision, ts))
             pod = self.pods[decision.uid]
             pod.generation += 1
             if pod.running:

@@ -7,12 +7,9 @@ replays identically. Prints kills, recovery times and records sent / dead-letter
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections import Counter, defaultdict
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import orjson
 from kubernetes_asyncio import client
@@ -24,6 +21,7 @@ from kai_stream.history.reader import read_broker
 from kai_stream.kafka import make_producer, partition_for, read_topic
 from kai_stream.pipeline import Pipeline, PipelineOptions
 from replay.testing import assert_replays_identically
+from tests.cluster_objects import gpu_pod, unlimited_queue, until
 
 NODES, GPUS_PER_NODE, WAVES, PODS_PER_WAVE = 6, 4, 3, 5  # 22 GPUs asked of 24: every pod fits
 CLUSTER = "".join(
@@ -34,38 +32,7 @@ metadata: {{name: node-{n}}}
 status: {{allocatable: {{nvidia.com/gpu: "{GPUS_PER_NODE}", cpu: "64", memory: 256Gi}}}}
 """
     for n in range(NODES)
-) + """---
-apiVersion: scheduling.run.ai/v2
-kind: Queue
-metadata: {name: q}
-spec:
-  resources:
-    gpu: {quota: -1, overQuotaWeight: 1, limit: -1}
-    cpu: {quota: -1, overQuotaWeight: 1, limit: -1}
-    memory: {quota: -1, overQuotaWeight: 1, limit: -1}
-"""
-
-
-def _pod(name: str, gpus: int) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "namespace": "chaos", "labels": {"kai.scheduler/queue": "q"}},
-        "spec": {
-            "schedulerName": "kai-scheduler",
-            "containers": [{"name": "m", "image": "x", "resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}],
-        },
-    }
-
-
-async def _until(predicate: Callable[[], bool], what: str, pipeline: Pipeline, timeout: float = 45.0) -> float:
-    started = time.monotonic()
-    while not predicate():
-        failure = pipeline.failed()
-        assert failure is None, failure
-        assert time.monotonic() - started < timeout, f"timed out waiting for {what}\n{pipeline.processor_output()}"
-        await asyncio.sleep(0.05)
-    return time.monotonic() - started
+) + "---\n" + unlimited_queue("q")
 
 
 def _hostile(pool_partition: int, partitions: int, forged: bytes) -> list[tuple[int, bytes]]:
@@ -105,7 +72,7 @@ async def test_kills_and_hostile_records_lose_nothing_and_overcommit_nothing(
             batch = [f"w{wave}-{i}" for i in range(PODS_PER_WAVE)]
             names += batch
             for i, name in enumerate(batch):
-                await core.create_namespaced_pod("chaos", _pod(name, 1 + (i + wave) % 2))
+                await core.create_namespaced_pod("chaos", gpu_pod(name, "chaos", 1 + (i + wave) % 2, queue="q"))
                 if i == 1:
                     pipeline.stop_processor(kill=True)
                     kills["processor"] += 1
@@ -115,7 +82,7 @@ async def test_kills_and_hostile_records_lose_nothing_and_overcommit_nothing(
                     await pipeline.stop_binder(kill=True)
                     kills["binder"] += 1
                     pipeline.start_binder()
-            await _until(lambda b=batch: bound() >= set(b), f"wave {wave} bound", pipeline)  # type: ignore[misc]
+            await until(lambda b=batch: bound() >= set(b), f"wave {wave} bound", pipeline, 45.0, 0.05)  # type: ignore[misc]
             recoveries["processor+binder"].append(time.monotonic() - started)
             if wave == 0:
                 events = await read_topic(pipeline.kafka, pipeline.names.cluster_events)

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import get_args
 
 import pytest
 
 from kai_stream.core.config import SchedulerConfig, config_hash, load_config
+from kai_stream.core.events import ActionName
+from kai_stream.core.scheduler.actions import ACTIONS
+from kai_stream.core.scheduler.plugins import PLUGINS
 
 
 def test_defaults_follow_kai() -> None:
@@ -37,6 +41,8 @@ def test_load_and_hash(tmp_path: Path) -> None:
         ("preempt_min_runtime_s: soon", "preempt_min_runtime_s"),
         ("bogus: 1", "bogus"),
         ("plugins: [nope]", "plugins"),
+        ("plugins: [gang, gang]", "plugins"),
+        ("actions: [allocate, allocate]", "actions"),
         ("- a list", "mapping"),
     ],
 )
@@ -50,3 +56,12 @@ def test_bad_config_names_the_field(tmp_path: Path, text: str, field: str) -> No
 def test_config_is_frozen() -> None:
     with pytest.raises(ValueError):
         SchedulerConfig().scheduler_name = "x"  # type: ignore[misc]
+
+
+def test_config_admits_exactly_the_registered_names() -> None:
+    """The event schema's action names are the registry's; the defaults are every action and every plugin."""
+    assert tuple(ACTIONS) == get_args(ActionName) == SchedulerConfig().actions
+    assert SchedulerConfig().plugins == tuple(PLUGINS)
+    for name in PLUGINS:
+        assert SchedulerConfig(plugins=(name,)).plugins == (name,)
+        assert PLUGINS[name]().name == name

@@ -10,12 +10,8 @@ no pod is bound twice, and each pool's hash chain stays intact.
 
 from __future__ import annotations
 
-import asyncio
-import time
 from collections import Counter
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
@@ -30,6 +26,7 @@ from kai_stream.invariants import check_history
 from kai_stream.pipeline import Pipeline, PipelineOptions
 from kai_stream.simulate import simulate
 from replay.testing import assert_replays_identically
+from tests.cluster_objects import gpu_pod, unlimited_queue, until
 from tests.engines import EngineUnderTest
 
 CLUSTER = """
@@ -43,38 +40,7 @@ kind: Node
 metadata: {name: node-b, labels: {nvidia.com/gpu.memory: "81920"}}
 status: {allocatable: {nvidia.com/gpu: "4", cpu: "32", memory: 256Gi}}
 ---
-apiVersion: scheduling.run.ai/v2
-kind: Queue
-metadata: {name: default-queue}
-spec:
-  resources:
-    gpu: {quota: -1, overQuotaWeight: 1, limit: -1}
-    cpu: {quota: -1, overQuotaWeight: 1, limit: -1}
-    memory: {quota: -1, overQuotaWeight: 1, limit: -1}
-"""
-
-
-def _pod(name: str, gpus: int) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "namespace": "e2e", "labels": {"kai.scheduler/queue": "default-queue"}},
-        "spec": {
-            "schedulerName": "kai-scheduler",
-            "containers": [
-                {"name": "main", "image": "busybox", "resources": {"limits": {"nvidia.com/gpu": str(gpus), "cpu": "1"}}}
-            ],
-        },
-    }
-
-
-async def _until(predicate: Callable[[], bool], what: str, pipeline: Pipeline, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        failure = pipeline.failed()
-        assert failure is None, failure
-        assert time.monotonic() < deadline, f"timed out waiting for {what}\n{pipeline.processor_output()}"
-        await asyncio.sleep(0.1)
+""" + unlimited_queue()
 
 
 def _expected(pipeline: Pipeline, names: list[str]) -> dict[str, tuple[str | None, list[int] | None]]:
@@ -110,10 +76,10 @@ async def test_pods_bound_as_simulate_decides_across_processor_and_binder_kills(
         # ---- wave 1, created while the processor is down: decided in one cycle, bound by the binder
         pipeline.stop_processor(kill=True)
         for i, name in enumerate(wave1):
-            await core.create_namespaced_pod("e2e", _pod(name, 1 + i % 2))
+            await core.create_namespaced_pod("e2e", gpu_pod(name, "e2e", 1 + i % 2, cpu="1"))
         expected1 = _expected(pipeline, wave1)
         pipeline.start_processor()
-        await _until(lambda: {b.name for b in pipeline.cluster.bindings} >= set(wave1), "wave 1 bound", pipeline)
+        await until(lambda: {b.name for b in pipeline.cluster.bindings} >= set(wave1), "wave 1 bound", pipeline, 60.0)
         live1 = {n: (d.node, list(d.gpu_indices) or None) for n, d in _binds(pipeline).items()}
         assert live1 == expected1
 
@@ -121,29 +87,29 @@ async def test_pods_bound_as_simulate_decides_across_processor_and_binder_kills(
             pods = {p["metadata"]["name"]: p for p in pipeline.cluster.objects("Pod")}
             return all(pods[n].get("status", {}).get("phase") == "Running" for n in names)
 
-        await _until(lambda: running(wave1), "wave 1 running", pipeline)
+        await until(lambda: running(wave1), "wave 1 running", pipeline, 60.0)
 
         # ---- kill both; wave 2 arrives while they are down
         pipeline.stop_processor(kill=True)
         await pipeline.stop_binder(kill=True)
         for name in wave2:
-            await core.create_namespaced_pod("e2e", _pod(name, 1))
+            await core.create_namespaced_pod("e2e", gpu_pod(name, "e2e", 1, cpu="1"))
         expected2 = _expected(pipeline, wave2)
         fitting = {n for n, (node, _) in expected2.items() if node is not None}
         assert 0 < len(fitting) < len(wave2)  # some fit, some stay pending
 
         # processor decides wave 2, is killed right after publishing (before its commit), restarts
         pipeline.start_processor()
-        await _until(lambda: set(_binds(pipeline)) >= fitting, "wave 2 decided", pipeline)
+        await until(lambda: set(_binds(pipeline)) >= fitting, "wave 2 decided", pipeline, 60.0)
         pipeline.stop_processor(kill=True)
         pipeline.start_processor()
 
         # binder restarts, is killed after its first wave-2 binding, restarts again
         pipeline.start_binder()
-        await _until(lambda: any(b.name in fitting for b in pipeline.cluster.bindings), "a wave 2 bind", pipeline)
+        await until(lambda: any(b.name in fitting for b in pipeline.cluster.bindings), "a wave 2 bind", pipeline, 60.0)
         await pipeline.stop_binder(kill=True)
         pipeline.start_binder()
-        await _until(lambda: {b.name for b in pipeline.cluster.bindings} >= fitting, "wave 2 bound", pipeline)
+        await until(lambda: {b.name for b in pipeline.cluster.bindings} >= fitting, "wave 2 bound", pipeline, 60.0)
         await pipeline.wait_caught_up(timeout_s=60)
 
         # ---- nothing lost, nothing twice, exactly as simulate decided

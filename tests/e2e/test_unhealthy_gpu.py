@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +24,7 @@ from kai_stream.history.reader import read_broker
 from kai_stream.kafka import make_producer
 from kai_stream.pipeline import Pipeline, PipelineOptions
 from replay.testing import assert_replays_identically
+from tests.cluster_objects import gpu_pod, unlimited_queue, until
 
 NODE = "gpu-node-1"
 CLUSTER = f"""
@@ -33,35 +33,7 @@ kind: Node
 metadata: {{name: {NODE}}}
 status: {{allocatable: {{nvidia.com/gpu: "2", cpu: "16", memory: 64Gi}}}}
 ---
-apiVersion: scheduling.run.ai/v2
-kind: Queue
-metadata: {{name: default-queue}}
-spec:
-  resources:
-    gpu: {{quota: -1, overQuotaWeight: 1, limit: -1}}
-    cpu: {{quota: -1, overQuotaWeight: 1, limit: -1}}
-    memory: {{quota: -1, overQuotaWeight: 1, limit: -1}}
-"""
-
-
-def _pod(name: str, gpus: int) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "namespace": "gpu", "labels": {"kai.scheduler/queue": "default-queue"}},
-        "spec": {
-            "schedulerName": "kai-scheduler",
-            "containers": [{"name": "main", "image": "x", "resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}],
-        },
-    }
-
-
-async def _until(predicate: Callable[[], bool], what: str, pipeline: Pipeline, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert pipeline.failed() is None, pipeline.failed()
-        assert time.monotonic() < deadline, f"timed out waiting for {what}\n{pipeline.processor_output()}"
-        await asyncio.sleep(0.1)
+""" + unlimited_queue()
 
 
 async def _publish_reading(pipeline: Pipeline) -> GpuHealthObserved:
@@ -100,17 +72,20 @@ async def test_fatal_xid_gpu_leaves_the_pool_and_the_pending_reason_says_so(
 
         sent = await _publish_reading(pipeline)
         assert [(g.index, g.healthy, g.reason) for g in sent.gpus] == [(0, False, "fatal XID 79"), (1, True, "")]
-        await _until(
-            lambda: any(e == sent for events in tail.events.values() for _, e in events), "reading on the log", pipeline
+        await until(
+            lambda: any(e == sent for events in tail.events.values() for _, e in events),
+            "reading on the log",
+            pipeline,
+            30.0,
         )
 
         # ---- a pod that needs both GPUs stays pending, and says it is the unhealthy GPU's doing
-        await core.create_namespaced_pod("gpu", _pod("needs-two", 2))
+        await core.create_namespaced_pod("gpu", gpu_pod("needs-two", "gpu", 2))
 
         def pending() -> list[PodPending]:
             return [d for d in tail.all_decisions() if isinstance(d, PodPending) and d.name == "needs-two"]
 
-        await _until(lambda: bool(pending()), "needs-two pending", pipeline)
+        await until(lambda: bool(pending()), "needs-two pending", pipeline, 30.0)
         decision = pending()[0]
         assert decision.code == "Unhealthy", decision
         assert decision.predicates == {"UnhealthyGPU": 1}
@@ -132,8 +107,9 @@ async def test_fatal_xid_gpu_leaves_the_pool_and_the_pending_reason_says_so(
         assert marked["message"] == decision.reason
 
         # ---- a pod that needs only the healthy GPU count is bound, to the healthy GPU
-        await core.create_namespaced_pod("gpu", _pod("needs-one", 1))
-        await _until(lambda: any(b.name == "needs-one" for b in pipeline.cluster.bindings), "needs-one bound", pipeline)
+        await core.create_namespaced_pod("gpu", gpu_pod("needs-one", "gpu", 1))
+        bound_one = lambda: any(b.name == "needs-one" for b in pipeline.cluster.bindings)  # noqa: E731
+        await until(bound_one, "needs-one bound", pipeline, 30.0)
         binds = [d for d in tail.all_decisions() if isinstance(d, BindRequested)]
         assert [(b.name, b.node, b.gpu_indices) for b in binds] == [("needs-one", NODE, (1,))]
         bound = await core.read_namespaced_pod("needs-one", "gpu")

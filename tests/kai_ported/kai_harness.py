@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kai_stream.core.config import SchedulerConfig, parse_config
+from kai_stream.core.config import DEFAULT_ACTIONS, SchedulerConfig, parse_config
 from kai_stream.core.events import (
     AnyEvent,
     BindRequested,
@@ -52,17 +52,19 @@ from kai_stream.core.events import (
 )
 from kai_stream.core.scheduler.cycle import run_cycle
 from kai_stream.core.state import ClusterState, apply
+from tests.kai_defaults import (
+    DEFAULT_DEPARTMENT,
+    NODE_CPU_CORES,
+    NODE_GPU_MEMORY_MIB,
+    NODE_MEMORY,
+    POD_CPU_CORES,
+    POD_MEMORY,
+)
 
 CASES = Path(__file__).parent / "cases"
 NOW = 1_000_000.0
 NAMESPACE = "test"
-NODE_CPU_CORES = 20_000
-NODE_MEMORY = 20 * 10**9
-NODE_GPU_MEMORY_MIB = 100
-POD_CPU_CORES = 1
-POD_MEMORY = 10**9
-DEFAULT_DEPARTMENT = "default"
-ALL_ACTIONS = ("allocate", "consolidation", "reclaim", "preempt", "stalegangeviction")
+ALL_ACTIONS = DEFAULT_ACTIONS
 
 
 @dataclass(frozen=True)

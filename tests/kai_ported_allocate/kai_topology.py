@@ -24,7 +24,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from kai_stream.core.config import SchedulerConfig, parse_config
+from kai_stream.core.config import DEFAULT_ACTIONS, SchedulerConfig, parse_config
 from kai_stream.core.events import (
     AnyEvent,
     BindRequested,
@@ -46,6 +46,7 @@ from kai_stream.core.events import (
 )
 from kai_stream.core.scheduler.cycle import run_cycle
 from kai_stream.core.state import ClusterState, apply
+from tests.kai_defaults import DEFAULT_DEPARTMENT, NODE_CPU_CORES, NODE_MEMORY, POD_CPU_CORES, POD_MEMORY
 
 DATA = Path(__file__).parent / "data"
 T0 = 1_767_225_600.0
@@ -56,7 +57,6 @@ PRIORITIES = {
     "constants.PriorityBuildNumber": 100,
     "constants.PriorityInferenceNumber": 125,
 }
-GIB_G = 10**9
 
 
 def load(source: str) -> list[dict[str, Any]]:
@@ -117,8 +117,8 @@ def events(topology: dict[str, Any]) -> list[AnyEvent]:
     for name, node in sorted((topology.get("Nodes") or {}).items()):
         if _get(node, "MigStrategy"):
             raise ValueError("MIG nodes are not modelled")
-        cpu = _get(node, "CPUMillis", 20000)
-        memory = _get(node, "CPUMemory", 20 * GIB_G)
+        cpu = _get(node, "CPUMillis", NODE_CPU_CORES)
+        memory = _get(node, "CPUMemory", NODE_MEMORY)
         spec = NodeSpec(
             name=name,
             uid=name,
@@ -131,8 +131,8 @@ def events(topology: dict[str, Any]) -> list[AnyEvent]:
     departments = topology.get("Departments") or []
     queues = topology.get("Queues") or []
     if not departments and not topology.get("DisableDefaultDepartment"):
-        departments = [{"Name": "default", "DeservedGPUs": -1, "MaxAllowedGPUs": -1}]
-        queues = [{**q, "ParentQueue": "default"} for q in queues]
+        departments = [{"Name": DEFAULT_DEPARTMENT, "DeservedGPUs": -1, "MaxAllowedGPUs": -1}]
+        queues = [{**q, "ParentQueue": DEFAULT_DEPARTMENT} for q in queues]
     for i, dep in enumerate(departments):
         deserved = _get(dep, "DeservedGPUs", 0)
         limit = _get(dep, "MaxAllowedGPUs", 0) or -1
@@ -205,8 +205,8 @@ def _job_events(job: dict[str, Any], index: int, count: int) -> list[AnyEvent]:
     )
     out: list[AnyEvent] = [PodGroupObserved(event_id=f"pg-{name}", ts=T0, pod_group=group)]
     gpus = float(_get(job, "RequiredGPUsPerTask", 0))
-    cpu = _get(job, "RequiredCPUsPerTask", 1)
-    memory = _get(job, "RequiredMemoryPerTask", GIB_G)
+    cpu = _get(job, "RequiredCPUsPerTask", POD_CPU_CORES)
+    memory = _get(job, "RequiredMemoryPerTask", POD_MEMORY)
     for t, task in enumerate(tasks):
         state = _get(task, "State", "Pending")
         node = task.get("NodeName") or None
@@ -301,9 +301,7 @@ def run_integration(
     topology: dict[str, Any], rounds_until: int = 2, rounds_after: int = 5
 ) -> list[dict[str, dict[str, Any]]]:
     """KAI's integration rounds; returns the statuses seen after round ``rounds_until`` and each later one."""
-    from kai_stream.core.config import DEFAULT_ACTIONS
-
-    config = config_of(topology, tuple(DEFAULT_ACTIONS))
+    config = config_of(topology, DEFAULT_ACTIONS)
     base = events(topology)
     pods = {e.pod.uid: e.pod for e in base if isinstance(e, PodObserved)}
     others = [e for e in base if not isinstance(e, PodObserved)]

@@ -10,6 +10,7 @@ from kai_stream.core.config import SchedulerConfig
 from kai_stream.core.events import GpuHealthObserved, ObservedEvent, PodPending
 from kai_stream.core.manifests import load_scenario
 from kai_stream.simulate import simulate
+from tests.cluster_objects import unlimited_queue
 
 from .recorded import Gpu, RecordedNvml, nvml_error
 
@@ -20,15 +21,7 @@ metadata: {name: gpu-node-1}
 status:
   allocatable: {nvidia.com/gpu: "2", cpu: "16", memory: 64Gi}
 ---
-apiVersion: scheduling.run.ai/v2
-kind: Queue
-metadata: {name: default-queue}
-spec:
-  resources:
-    gpu: {quota: -1, overQuotaWeight: 1, limit: -1}
-    cpu: {quota: -1, overQuotaWeight: 1, limit: -1}
-    memory: {quota: -1, overQuotaWeight: 1, limit: -1}
-"""
+""" + unlimited_queue()
 NEEDS_TWO = """
 apiVersion: v1
 kind: Pod

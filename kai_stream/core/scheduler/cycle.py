@@ -4,10 +4,12 @@ Decision ids are ``stable_id(pool, str(input_offset), uid, type)``; the caller f
 into its state with ``state.apply`` (a ``PodPending`` whose reason did not change since the last one folded
 is not emitted again). ``fair_shares`` reports the same fair shares the cycle uses.
 
-Python's cyclic garbage collector is paused while a cycle runs: the session allocates hundreds of thousands
-of small linked objects next to a much larger live ``ClusterState``, and the collections they trigger kept
-rescanning that state (about a third of a big cycle's CPU). The cycle's own garbage goes at the next
-collection after it. Decisions do not depend on it.
+Python's cyclic garbage collector is paused while a cycle runs (``core.gcpause``): the session allocates hundreds
+of thousands of small linked objects next to a much larger live ``ClusterState``, and the collections they
+trigger would keep rescanning that state (what it cost: benchmarks/README.md). Decisions do not depend on it.
+
+The cycle builds the configured plugins (``scheduler.plugins``) for each session it opens and runs the configured
+actions (``scheduler.actions``) by name; the config admits only registered names.
 
 A cycle on the pool's kept snapshot opens no session when it provably decides nothing (``_idle``: no pending task,
 no stale gang): the streaming processor runs a cycle for every batch, most of them on feedback events (binds
@@ -16,16 +18,16 @@ confirmed, pods running) with nothing pending.
 
 from __future__ import annotations
 
-import gc
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 
 import kai_stream
 from kai_stream.core.config import SchedulerConfig
 from kai_stream.core.events import Decision
+from kai_stream.core.gcpause import paused_gc
 from kai_stream.core.scheduler.actions import ACTIONS
 from kai_stream.core.scheduler.actions.stalegangeviction import stale
 from kai_stream.core.scheduler.framework.info import CPU, GPU, MEM, UNIT
+from kai_stream.core.scheduler.framework.plugins import Plugin
 from kai_stream.core.scheduler.framework.session import (
     Session,
     Snapshot,
@@ -35,9 +37,10 @@ from kai_stream.core.scheduler.framework.session import (
     park_session,
     repark,
 )
+from kai_stream.core.scheduler.plugins import build_plugins
 from kai_stream.core.state import ClusterState
 
-__all__ = ["fair_shares", "run_cycle"]
+__all__ = ["fair_shares", "plugins_of", "run_actions", "run_cycle"]
 
 MB = 10**6
 
@@ -59,10 +62,12 @@ def run_cycle(
     everything from the state, as benchmarks of a cold cycle do). ``inspect`` is called with the closed session
     (its queues carry the cycle's fair shares and allocations) before the snapshot is put back for the next cycle;
     it must not keep the session."""
-    with _gc_paused():
+    with paused_gc():
         if not reuse:
-            session = open_session(state, config, pool=pool, input_offset=input_offset, code_version=code_version)
-            _run_actions(session, config)
+            session = open_session(
+                state, config, plugins_of(config), pool=pool, input_offset=input_offset, code_version=code_version
+            )
+            run_actions(session, config)
             decisions = session.close()
             if inspect is not None:
                 inspect(session)
@@ -72,8 +77,10 @@ def run_cycle(
         if inspect is None and _idle(snapshot, state, config):
             repark(state, snapshot)
             return []
-        session = snapshot.start(state, config, input_offset=input_offset, code_version=code_version, track=True)
-        _run_actions(session, config)
+        session = snapshot.start(
+            state, config, plugins_of(config), input_offset=input_offset, code_version=code_version, track=True
+        )
+        run_actions(session, config)
         decisions = session.close()
         if inspect is not None:
             inspect(session)
@@ -91,30 +98,25 @@ def _idle(snapshot: Snapshot, state: ClusterState, config: SchedulerConfig) -> b
     return not any(stale(job, now, grace) for job in snapshot.base.jobs)
 
 
-def _run_actions(session: Session, config: SchedulerConfig) -> None:
+def plugins_of(config: SchedulerConfig) -> list[Plugin]:
+    """The plugins ``config`` names, fresh for one session, in hook order."""
+    return build_plugins(config.plugins)
+
+
+def run_actions(session: Session, config: SchedulerConfig) -> None:
+    """Run the actions ``config`` names on ``session``, in order."""
     for name in config.actions:
-        action = ACTIONS.get(name)
-        if action is not None:
-            action(session)
-
-
-@contextmanager
-def _gc_paused() -> Iterator[None]:
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
+        ACTIONS[name](session)
 
 
 def fair_shares(state: ClusterState, config: SchedulerConfig, pool: str) -> dict[str, dict[str, float]]:
     """Fair share per queue in ``pool``: gpu in devices, cpu in millicores, memory in MB (10^6 bytes).
 
     Opens the session as a cycle would (on the pool's kept snapshot when there is one) and runs no action."""
-    with _gc_paused():
-        session, snapshot = open_tracked_session(state, config, pool=pool, input_offset=state.offset, code_version="")
+    with paused_gc():
+        session, snapshot = open_tracked_session(
+            state, config, plugins_of(config), pool=pool, input_offset=state.offset, code_version=""
+        )
         shares = {
             name: {
                 "gpu": q.fair_share[GPU] / UNIT,

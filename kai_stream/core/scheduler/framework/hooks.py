@@ -10,13 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from kai_stream.core.events import PendingCode
 from kai_stream.core.scheduler.framework.info import JobInfo, NodeInfo, QueueInfo, TaskInfo
 
 SortKey = tuple[Any, ...]
-Strategy = Literal["binpack", "spread"]
 
 JobKeyFn = Callable[[JobInfo], SortKey]
 """Smaller key = scheduled earlier within its queue."""
@@ -48,6 +47,27 @@ and list, so a scope should return the same judge object wherever its answer is 
 judge per resolved limit)."""
 
 
+class NodeOrder(Protocol):
+    """Which of the nodes and devices that fit the node index offers first (the node-order plugin's strategy);
+    the index walks its own structures in the order this gives, ties by node index."""
+
+    def gpu_buckets(self, need: int, size: int) -> range:
+        """Free-whole-GPU counts (``need`` .. ``size - 1``) in the order a whole-GPU task looks at them."""
+        ...
+
+    def shared_first(self) -> bool:
+        """Whether a fraction goes to a partly used device (most used first) before an idle one."""
+        ...
+
+    def devices(self, fitting: list[tuple[int, int]], count: int) -> tuple[int, ...]:
+        """``count`` of the ``fitting`` (free portion, device) pairs for a fractional task, in device order."""
+        ...
+
+    def leftover(self, left: int, gpu_task: bool) -> int:
+        """Scan key of a feasible node that keeps ``left`` (free GPU portions or millicores): smaller first."""
+        ...
+
+
 @dataclass
 class Hooks:
     job_keys: list[JobKeyFn] = field(default_factory=list)
@@ -57,8 +77,8 @@ class Hooks:
     job_checks: list[JobCheckFn] = field(default_factory=list)
     job_ready: list[JobReadyFn] = field(default_factory=list)
     victim_scopes: list[VictimScopeFn] = field(default_factory=list)
-    gpu_strategy: Strategy = "binpack"
-    cpu_strategy: Strategy = "binpack"
+    node_order: NodeOrder | None = None
+    """None: the node index's own order, first fit (fewest free GPUs, most used device, least left)."""
 
     def job_key(self, job: JobInfo) -> SortKey:
         key: SortKey = ()

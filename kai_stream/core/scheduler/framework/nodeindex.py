@@ -11,8 +11,9 @@
   class) and cached.
 
 Placement order (close to lexicographic, as KAI): nominated node (a previous pipelined placement) first,
-then feasibility, then GPU sharing (most/least used device), then bin-pack or spread on free GPUs; ties by
-node name. CPU-only tasks prefer nodes without GPUs, then bin-pack/spread on free CPU.
+then feasibility, then GPU sharing, then the session's ``NodeOrder`` (the node-order plugin: bin-pack or spread)
+on free GPUs; ties by node name. CPU-only tasks prefer nodes without GPUs, then the node order on free CPU.
+Without a node order the index takes the first fit in its own order (``FirstFit``).
 """
 
 from __future__ import annotations
@@ -22,12 +23,13 @@ from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from kai_stream.core.scheduler.framework.hooks import NodeOrder
 from kai_stream.core.scheduler.framework.info import UNIT, NodeInfo, TaskInfo
 
 if TYPE_CHECKING:
     from kai_stream.core.scheduler.framework.session import Session
 
-__all__ = ["NodeIndex", "Placement"]
+__all__ = ["FirstFit", "NodeIndex", "Placement"]
 
 
 @dataclass(slots=True, init=False)
@@ -49,6 +51,26 @@ class Placement:
         self.node, self.gpus, self.portion = node, gpus, portion
         self.pipelined, self.waiting_for = pipelined, waiting_for
 
+
+class FirstFit:
+    """The index's own order: buckets upwards, partly used devices (most used first), least left after placing."""
+
+    def gpu_buckets(self, need: int, size: int) -> range:
+        return range(need, size)
+
+    def shared_first(self) -> bool:
+        return True
+
+    def devices(self, fitting: list[tuple[int, int]], count: int) -> tuple[int, ...]:
+        if count == 1:
+            return (min(fitting)[1],)
+        return tuple(sorted(g for _, g in sorted(fitting)[:count]))
+
+    def leftover(self, left: int, gpu_task: bool) -> int:
+        return left
+
+
+_FIRST_FIT = FirstFit()
 
 _UNKNOWN = object()
 """``NodeIndex._static``'s answer for a (signature, node class) not evaluated yet."""
@@ -224,12 +246,12 @@ class NodeIndex:
         return self._find_now(task)
 
     def _find_now(self, task: TaskInfo) -> Placement | None:
-        hooks = self.ssn.hooks
+        order = self._order()
         if task.gpu_whole:
-            node = self._whole(task, task.gpu_whole, hooks.gpu_strategy == "spread")
+            node = self._whole(task, order.gpu_buckets(task.gpu_whole, len(self.buckets)))
             return None if node is None else Placement(node, self._free_gpus(node, task.gpu_whole), UNIT)
         if task.gpu_frac and task.gpu_devices == 1:
-            return self._fraction(task, task.gpu_frac, hooks.gpu_strategy == "spread")
+            return self._fraction(task, task.gpu_frac, order)
         if task.gpu_mem_mib:
             return self._scan(task, future=False)
         return self._scan(task, future=False)
@@ -243,12 +265,14 @@ class NodeIndex:
             and self.static(task, node) is None
         )
 
-    def _whole(self, task: TaskInfo, need: int, spread: bool) -> NodeInfo | None:
+    def _order(self) -> NodeOrder:
+        order = self.ssn.hooks.node_order
+        return _FIRST_FIT if order is None else order
+
+    def _whole(self, task: TaskInfo, ks: range) -> NodeInfo | None:
+        """The first node in buckets ``ks`` (free-whole-GPU counts, in the node order's order) that fits."""
         buckets = self.buckets
-        if need >= len(buckets):
-            return None
         nodes = self.ssn.nodes
-        ks = range(len(buckets) - 1, need - 1, -1) if spread else range(need, len(buckets))
         for k in ks:
             for idx in buckets[k]:
                 node = nodes[idx]
@@ -261,19 +285,20 @@ class NodeIndex:
         free = [g for g in range(len(node.healthy)) if node.healthy[g] and node.gpu_free_now(g) == UNIT]
         return tuple(free[:need])
 
-    def _fraction(self, task: TaskInfo, portion: int, spread: bool) -> Placement | None:
+    def _fraction(self, task: TaskInfo, portion: int, order: NodeOrder) -> Placement | None:
         nodes = self.ssn.nodes
         partial = self.partial
         start = bisect_left(partial, (portion - UNIT, -1, -1))
-        if not spread:
+        idle = order.gpu_buckets(1, len(self.buckets))
+        if order.shared_first():
             for i in range(start, len(partial)):
                 _, idx, g = partial[i]
                 node = nodes[idx]
                 if self._fits_host(task, node):
                     return Placement(node, (g,), portion)
-            host = self._whole(task, 1, spread=False)
+            host = self._whole(task, idle)
             return None if host is None else Placement(host, self._free_gpus(host, 1), portion)
-        host = self._whole(task, 1, spread=True)
+        host = self._whole(task, idle)
         if host is not None:
             return Placement(host, self._free_gpus(host, 1), portion)
         end = len(partial)
@@ -315,17 +340,12 @@ class NodeIndex:
         devices = task.gpu_devices
         if len(fitting) < devices:
             return None
-        spread = self.ssn.hooks.gpu_strategy == "spread"
-        if devices > 1:
-            chosen = sorted(fitting, key=lambda x: (-x[0], x[1]))[:devices] if spread else sorted(fitting)[:devices]
-            return Placement(node, tuple(sorted(g for _, g in chosen)), portion, pipelined=future)
-        _, g = max(fitting, key=lambda x: (x[0], -x[1])) if spread else min(fitting)
-        return Placement(node, (g,), portion, pipelined=future)
+        return Placement(node, self._order().devices(fitting, devices), portion, pipelined=future)
 
     def _scan(self, task: TaskInfo, *, future: bool) -> Placement | None:
         """Full scan (CPU-only and gpu-memory tasks): score every feasible node."""
         gpu_task = bool(task.gpu_mem_mib or task.gpu_frac)
-        spread = (self.ssn.hooks.gpu_strategy if gpu_task else self.ssn.hooks.cpu_strategy) == "spread"
+        order = self._order()
         best: tuple[tuple[int, int, int], Placement] | None = None
         for node in self.ssn.nodes:
             found = self._fit_on(task, node, future=future)
@@ -335,7 +355,7 @@ class NodeIndex:
                 left = sum(node.gpu_free_now(g) for g in range(len(node.healthy)) if node.healthy[g])
             else:
                 left = (node.cpu_free_future() if future else node.cpu_free_now()) - task.cpu
-            score = (0 if gpu_task or not node.healthy else 1, -left if spread else left, node.idx)
+            score = (0 if gpu_task or not node.healthy else 1, order.leftover(left, gpu_task), node.idx)
             if best is None or score < best[0]:
                 best = (score, found)
         return None if best is None else best[1]

@@ -1,4 +1,4 @@
-"""Plugin protocol and the explicit, ordered plugin registry (no import-time discovery)."""
+"""The plugin protocol: what a session asks of a plugin when it opens. The registry is ``scheduler.plugins``."""
 
 from __future__ import annotations
 
@@ -16,30 +16,3 @@ class Plugin(Protocol):
 
 
 PluginBuilder = Callable[[], Plugin]
-
-
-def registry() -> dict[str, PluginBuilder]:
-    """Every known plugin by name. Imported lazily so that plugins may import the framework."""
-    from kai_stream.core.scheduler.plugins import (
-        gang,
-        gpusharing,
-        minruntime,
-        nodeorder,
-        nomination,
-        predicates,
-        priority,
-        proportion,
-        topology,
-    )
-
-    return {
-        "predicates": predicates.PredicatesPlugin,
-        "gpusharing": gpusharing.GpuSharingPlugin,
-        "nodeorder": nodeorder.NodeOrderPlugin,
-        "proportion": proportion.ProportionPlugin,
-        "gang": gang.GangPlugin,
-        "priority": priority.PriorityPlugin,
-        "topology": topology.TopologyPlugin,
-        "minruntime": minruntime.MinRuntimePlugin,
-        "nomination": nomination.NominationPlugin,
-    }

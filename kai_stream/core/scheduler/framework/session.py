@@ -9,7 +9,7 @@ reasons are kept per task and emitted by ``close``.
 from __future__ import annotations
 
 from bisect import bisect_left, insort
-from collections.abc import Hashable
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -44,10 +44,10 @@ from kai_stream.core.scheduler.framework.info import (
     TaskInfo,
 )
 from kai_stream.core.scheduler.framework.nodeindex import NodeIndex
-from kai_stream.core.scheduler.framework.plugins import registry
 from kai_stream.core.state import NODE_MARK, ClusterState, pending_signature, predicate_counts
 
 if TYPE_CHECKING:
+    from kai_stream.core.scheduler.framework.plugins import Plugin
     from kai_stream.core.scheduler.framework.statement import Statement
 
 __all__ = [
@@ -991,9 +991,17 @@ class Snapshot:
     # ------------------------------------------------------------------ one cycle
 
     def start(
-        self, state: ClusterState, config: SchedulerConfig, *, input_offset: int, code_version: str, track: bool
+        self,
+        state: ClusterState,
+        config: SchedulerConfig,
+        plugins: Sequence[Plugin],
+        *,
+        input_offset: int,
+        code_version: str,
+        track: bool,
     ) -> Session:
-        """A session on this snapshot for one cycle; ``track``: record changes so that ``park`` can undo them."""
+        """A session on this snapshot for one cycle, ``plugins`` registering their hooks in order; ``track``: record
+        changes so that ``park`` can undo them."""
         base = self.base
         ctx = CycleContext(self.pool, input_offset, state.now, self.config_hash, code_version)
         pending = self.pending
@@ -1033,9 +1041,8 @@ class Snapshot:
             ssn._saved_tasks = {}
             ssn._saved_nodes = {}
             self.queue_base = [(q, q.allocated[:], q.allocated_np[:], q.request[:]) for q in base.queues.values()]
-        plugins = registry()
-        for name in config.plugins:
-            plugins[name]().on_session_open(ssn)
+        for plugin in plugins:
+            plugin.on_session_open(ssn)
         return ssn
 
     def park(self, ssn: Session) -> None:
@@ -1173,23 +1180,25 @@ def _replace_sorted(jobs: list[JobInfo], removed: list[JobInfo], added: list[Job
 
 
 def open_session(
-    state: ClusterState, config: SchedulerConfig, *, pool: str, input_offset: int, code_version: str
+    state: ClusterState, config: SchedulerConfig, plugins: Sequence[Plugin], *, pool: str, input_offset: int,
+    code_version: str,
 ) -> Session:
-    """Build the sorted snapshot of ``pool`` from ``state`` and let the configured plugins register hooks."""
+    """Build the sorted snapshot of ``pool`` from ``state`` and let ``plugins`` register hooks."""
     chash = config_hash(config)
     snapshot = Snapshot.build(state, config, pool, chash)
-    session = snapshot.start(state, config, input_offset=input_offset, code_version=code_version, track=False)
+    session = snapshot.start(state, config, plugins, input_offset=input_offset, code_version=code_version, track=False)
     snapshot.base.let_go()
     return session
 
 
 def open_tracked_session(
-    state: ClusterState, config: SchedulerConfig, *, pool: str, input_offset: int, code_version: str
+    state: ClusterState, config: SchedulerConfig, plugins: Sequence[Plugin], *, pool: str, input_offset: int,
+    code_version: str,
 ) -> tuple[Session, Snapshot]:
     """``open_session`` reusing the pool's parked snapshot when the fold allows it; give the session back to
     ``park_session`` after the cycle (or drop the snapshot on failure)."""
     snapshot = kept_snapshot(state, config, pool=pool)
-    ssn = snapshot.start(state, config, input_offset=input_offset, code_version=code_version, track=True)
+    ssn = snapshot.start(state, config, plugins, input_offset=input_offset, code_version=code_version, track=True)
     return ssn, snapshot
 
 

@@ -3,9 +3,13 @@ subgroups' minMember in that subgroup (all-or-nothing per subgroup); jobs below 
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from kai_stream.core.scheduler.framework.hooks import SortKey
 from kai_stream.core.scheduler.framework.info import ALLOCATED, PIPELINED, RUNNING, JobInfo
-from kai_stream.core.scheduler.framework.session import Session
+
+if TYPE_CHECKING:
+    from kai_stream.core.scheduler.framework.session import Session
 
 _BELOW: SortKey = (0,)
 _REACHED: SortKey = (1,)

@@ -5,8 +5,12 @@ Fractions themselves share devices through the node index (most used device firs
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from kai_stream.core.scheduler.framework.info import NodeInfo, TaskInfo
-from kai_stream.core.scheduler.framework.session import Session
+
+if TYPE_CHECKING:
+    from kai_stream.core.scheduler.framework.session import Session
 
 
 def _has_gpus(task: TaskInfo, node: NodeInfo) -> str | None:

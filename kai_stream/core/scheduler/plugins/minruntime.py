@@ -26,9 +26,13 @@ actions on their unfiltered path.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from kai_stream.core.scheduler.framework.hooks import EvictScope, VictimJudgeFn
 from kai_stream.core.scheduler.framework.info import RUNNING, JobInfo, QueueInfo
-from kai_stream.core.scheduler.framework.session import Session
+
+if TYPE_CHECKING:
+    from kai_stream.core.scheduler.framework.session import Session
 
 PREEMPT = "preempt"
 RECLAIM = "reclaim"

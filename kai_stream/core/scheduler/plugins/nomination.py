@@ -6,9 +6,13 @@ while it waits. Registered before proportion and priority so that its keys come 
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from kai_stream.core.scheduler.framework.hooks import SortKey
 from kai_stream.core.scheduler.framework.info import PENDING, JobInfo, QueueInfo
-from kai_stream.core.scheduler.framework.session import Session
+
+if TYPE_CHECKING:
+    from kai_stream.core.scheduler.framework.session import Session
 
 
 def nominated(job: JobInfo) -> bool:

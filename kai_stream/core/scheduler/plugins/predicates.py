@@ -6,9 +6,13 @@ selector/affinity/tolerations and the node's labels/taints.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from kai_stream.core.events import NodeSelectorRequirement, Taint, Toleration
 from kai_stream.core.scheduler.framework.info import NodeInfo, TaskInfo
-from kai_stream.core.scheduler.framework.session import Session
+
+if TYPE_CHECKING:
+    from kai_stream.core.scheduler.framework.session import Session
 
 _HARD_EFFECTS = ("NoSchedule", "NoExecute")
 

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from kai_stream.core.scheduler.framework.hooks import SortKey
 from kai_stream.core.scheduler.framework.info import JobInfo
-from kai_stream.core.scheduler.framework.session import Session
+
+if TYPE_CHECKING:
+    from kai_stream.core.scheduler.framework.session import Session
 
 
 def _key(job: JobInfo) -> SortKey:

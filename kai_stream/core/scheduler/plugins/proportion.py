@@ -13,12 +13,15 @@ deserved quota of its leaf queue or of any ancestor.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from kai_stream.core.events import PendingCode
 from kai_stream.core.scheduler.fairshare import set_fair_shares
 from kai_stream.core.scheduler.framework.hooks import SortKey
 from kai_stream.core.scheduler.framework.info import RESOURCES, JobInfo, QueueInfo
-from kai_stream.core.scheduler.framework.session import Session
+
+if TYPE_CHECKING:
+    from kai_stream.core.scheduler.framework.session import Session
 
 UNLIMITED = -1
 _ZERO = [0, 0, 0]

@@ -14,9 +14,13 @@ be placed (now or on releasing capacity). No domain at the required level fits -
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from kai_stream.core.events import PendingCode, TopologyConstraint
 from kai_stream.core.scheduler.framework.info import PENDING, JobInfo, NodeInfo
-from kai_stream.core.scheduler.framework.session import Session
+
+if TYPE_CHECKING:
+    from kai_stream.core.scheduler.framework.session import Session
 
 Domain = tuple[tuple[str, ...], frozenset[int]]
 

@@ -1,0 +1,53 @@
+"""What the pipeline and scenario tests put in a cluster: an unlimited queue (YAML), a GPU pod (the API body the
+simulated cluster takes), and waiting on a running pipeline until something holds."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from typing import Any
+
+from kai_stream.pipeline import Pipeline
+
+
+def unlimited_queue(name: str = "default-queue") -> str:
+    """A KAI queue with no quota and no limit, as one YAML document."""
+    return f"""apiVersion: scheduling.run.ai/v2
+kind: Queue
+metadata: {{name: {name}}}
+spec:
+  resources:
+    gpu: {{quota: -1, overQuotaWeight: 1, limit: -1}}
+    cpu: {{quota: -1, overQuotaWeight: 1, limit: -1}}
+    memory: {{quota: -1, overQuotaWeight: 1, limit: -1}}
+"""
+
+
+def gpu_pod(
+    name: str, namespace: str, gpus: int, *, queue: str = "default-queue", cpu: str | None = None
+) -> dict[str, Any]:
+    """A pod for kai-scheduler in ``queue`` asking ``gpus`` whole GPUs (and ``cpu`` cores when given)."""
+    limits = {"nvidia.com/gpu": str(gpus)} | ({"cpu": cpu} if cpu is not None else {})
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace, "labels": {"kai.scheduler/queue": queue}},
+        "spec": {
+            "schedulerName": "kai-scheduler",
+            "containers": [{"name": "main", "image": "x", "resources": {"limits": limits}}],
+        },
+    }
+
+
+async def until(
+    predicate: Callable[[], bool], what: str, pipeline: Pipeline, timeout: float, poll_s: float = 0.1
+) -> float:
+    """Wait until ``predicate`` holds, failing on a pipeline failure or after ``timeout`` s; the seconds waited."""
+    started = time.monotonic()
+    while not predicate():
+        failure = pipeline.failed()
+        assert failure is None, failure
+        assert time.monotonic() - started < timeout, f"timed out waiting for {what}\n{pipeline.processor_output()}"
+        await asyncio.sleep(poll_s)
+    return time.monotonic() - started

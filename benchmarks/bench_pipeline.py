@@ -493,7 +493,8 @@ class BoundWatch:
         v1 = client.CoreV1Api(self.api)
         version = (await v1.list_namespaced_pod("bench", limit=1)).metadata.resource_version
         while True:
-            response = await v1.list_namespaced_pod(
+            watch: Any = v1.list_namespaced_pod  # a raw response with _preload_content=False
+            response = await watch(
                 "bench", watch=True, resource_version=version, allow_watch_bookmarks=True, timeout_seconds=3600,
                 _preload_content=False, _request_timeout=3600)
             self.started.set()

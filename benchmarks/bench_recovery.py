@@ -89,8 +89,9 @@ def _pod(name: str, pool: str) -> dict[str, Any]:
 async def _wave(pipeline: Pipeline, core: client.CoreV1Api, prefix: str, timeout_s: float = 180.0) -> None:
     """Create one pod per pool and wait until every one of them is bound."""
     names = {f"{prefix}-{pool}": pool for pool in pools()}
+    create: Any = core.create_namespaced_pod  # a dict body
     for name, pool in names.items():
-        await core.create_namespaced_pod("bench", _pod(name, pool))
+        await create("bench", _pod(name, pool))
     deadline = time.monotonic() + timeout_s
     while not set(names) <= {b.name for b in pipeline.cluster.bindings if b.code == 201}:
         failure = pipeline.failed()

@@ -147,11 +147,12 @@ class UsageLedger:
             stored, held, since = self.capacity_buckets, self.capacity, self.capacity_since
         else:
             stored, held, since = self.buckets.get(queue, {}), self.held.get(queue, _ZERO), self.since.get(queue, now)
-        first = int(start // BUCKET_S)
+        first, last = int(start // BUCKET_S), int(now // BUCKET_S)
         out: Integrals = {}
-        for b in sorted(stored):
-            if b >= first:
-                cell = stored[b]
+        span = range(first, last + 1) if last - first < len(stored) else sorted(b for b in stored if b >= first)
+        for b in span:
+            cell = stored.get(b)
+            if cell is not None:
                 out[b] = (cell[0], cell[1], cell[2])
         if held != _ZERO and now > since:
             for b in range(max(first, int(since // BUCKET_S)), int(now // BUCKET_S) + 1):

@@ -158,3 +158,20 @@ def test_a_queue_that_used_much_recently_gets_less() -> None:
     assert timed["team-a"]["running"] < 8 < timed["team-b"]["running"]
     off = _scenario(parse_config({"actions": ["allocate"], "kValue": 5}))
     assert off == plain, "k without a usage window changes nothing"
+
+
+def test_explain_shows_the_usage_term() -> None:
+    from kai_stream.explain import queue_standing
+
+    state = fold([node("n1", 10, 0.0), pod("a", "qa", 5, 0.0), tick(HOUR)])
+    for name in ("qa", "qb"):
+        state = fold(load_scenario(f"""
+apiVersion: scheduling.run.ai/v2
+kind: Queue
+metadata: {{name: {name}}}
+spec: {{resources: {{gpu: {{quota: 0, overQuotaWeight: 1, limit: -1}}}}}}
+""", ts=HOUR), state)
+    timed = queue_standing(state, parse_config({"usageParams": {"windowSize": "1d"}}), "default")
+    assert timed["qa"].usage_gpu == pytest.approx(0.5)
+    assert timed["qb"].usage_gpu == 0.0
+    assert queue_standing(state, SchedulerConfig(), "default")["qa"].usage_gpu is None

@@ -4,7 +4,8 @@
 window, each moment weighted by ``0.5 ** (age / halfLifePeriod)`` (no decay without a half-life), divided by the
 cluster capacity over the same window with the same weights. The window is the last ``windowSize`` (sliding) or
 the time since the last reset at ``tumblingWindowStartTime + n * windowSize`` (tumbling). Time is sampled per
-ledger bucket (``BUCKET_S``): a bucket's weight is taken at its middle (or at ``now`` for the current one), and a
+ledger bucket (``BUCKET_S``): a bucket ``k`` buckets before the current one weighs ``0.5 ** (k * BUCKET_S /
+halfLifePeriod)`` (ages between bucket middles; the factor common to every bucket cancels in the ratio), and the
 bucket cut by the window's start counts for the part inside. A parent queue's usage is the sum of its children's
 and its own.
 
@@ -18,11 +19,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from fractions import Fraction
+from functools import lru_cache
 
 from kai_stream.core.config import UsageParams
 from kai_stream.core.scheduler.fairshare import RoundWeights
 from kai_stream.core.scheduler.framework.info import QueueInfo
-from kai_stream.core.usage import BUCKET_S, Integrals, UsageLedger
+from kai_stream.core.usage import BUCKET_S, UsageLedger
 
 __all__ = ["queue_usage", "round_weights", "usage_shares", "window_start"]
 
@@ -41,27 +43,40 @@ def window_start(params: UsageParams, now: float) -> float:
     return now - size
 
 
-def _bucket_weights(buckets: Sequence[int], params: UsageParams, now: float, start: float) -> dict[int, float]:
-    half_life = params.half_life_period_s
-    weights: dict[int, float] = {}
-    for b in buckets:
-        lo, hi = b * BUCKET_S, (b + 1) * BUCKET_S
-        inside = 1.0 if start <= lo else max(0.0, (hi - start) / BUCKET_S)
-        if half_life is not None:
-            inside *= 0.5 ** ((now - min(now, (lo + hi) / 2)) / half_life)
-        weights[b] = inside
-    return weights
+@lru_cache(maxsize=16)
+def _decay(half_life: float | None, count: int) -> tuple[float, ...]:
+    """The weight of a bucket ``k`` buckets before the current one, for k < ``count``."""
+    if half_life is None:
+        return (1.0,) * count
+    return tuple(0.5 ** (k * BUCKET_S / half_life) for k in range(count))
 
 
-def _weighted(integrals: Integrals, weights: dict[int, float]) -> Usage:
+def _weighted(ledger: UsageLedger, queue: str | None, now: float, start: float, decay: tuple[float, ...]) -> Usage:
+    """Σ over the window's buckets of resource-seconds x weight (open segment included, nothing written)."""
+    if queue is None:
+        stored, held, since = ledger.capacity_buckets, ledger.capacity, ledger.capacity_since
+    else:
+        stored = ledger.buckets.get(queue, {})
+        held, since = ledger.held.get(queue, (0, 0, 0)), ledger.since.get(queue, now)
+    first, last = int(start // BUCKET_S), int(now // BUCKET_S)
+    cut = ((first + 1) * BUCKET_S - start) / BUCKET_S
     g = c = m = 0.0
-    for b in sorted(integrals):
-        w = weights.get(b, 0.0)
-        if w > 0.0:
-            cell = integrals[b]
+    span = range(first, last + 1) if last - first < len(stored) else sorted(b for b in stored if b >= first)
+    for b in span:
+        cell = stored.get(b)
+        if cell is not None:
+            w = decay[last - b] * (cut if b == first else 1.0)
             g += cell[0] * w
             c += cell[1] * w
             m += cell[2] * w
+    if held != (0, 0, 0) and now > since:
+        for b in range(max(first, int(since // BUCKET_S)), last + 1):
+            dt = (min(now, (b + 1) * BUCKET_S) - max(since, b * BUCKET_S)) * decay[last - b]
+            if b == first:
+                dt *= cut
+            g += held[0] * dt
+            c += held[1] * dt
+            m += held[2] * dt
     return (g, c, m)
 
 
@@ -69,13 +84,11 @@ def usage_shares(ledger: UsageLedger, params: UsageParams, now: float, default_q
     """Per leaf queue (``""`` read as ``default_queue``): decayed usage / decayed capacity in the window, per
     resource; 0 where the capacity integral is 0. Queues without usage are absent."""
     start = min(window_start(params, now), now)
-    capacity_integrals = ledger.integrals(None, now, start)
-    first, last = int(start // BUCKET_S), int(now // BUCKET_S)
-    weights = _bucket_weights(range(first, last + 1), params, now, start)
-    capacity = _weighted(capacity_integrals, weights)
+    decay = _decay(params.half_life_period_s, int(now // BUCKET_S) - int(start // BUCKET_S) + 1)
+    capacity = _weighted(ledger, None, now, start, decay)
     shares: dict[str, Usage] = {}
     for queue in ledger.queues():
-        used = _weighted(ledger.integrals(queue, now, start), weights)
+        used = _weighted(ledger, queue, now, start, decay)
         name = queue or default_queue
         before = shares.get(name, (0.0, 0.0, 0.0))
         shares[name] = (

@@ -9,6 +9,7 @@ import pytest
 import yaml
 
 from kai_stream.core.config import SchedulerConfig, UsageParams, parse_config
+from kai_stream.core.events import PodObserved
 from kai_stream.core.manifests import load_scenario, object_to_events
 from kai_stream.core.scheduler.fairshare import divide
 from kai_stream.core.scheduler.framework.info import QueueInfo
@@ -175,3 +176,60 @@ spec: {{resources: {{gpu: {{quota: 0, overQuotaWeight: 1, limit: -1}}}}}}
     assert timed["qa"].usage_gpu == pytest.approx(0.5)
     assert timed["qb"].usage_gpu == 0.0
     assert queue_standing(state, SchedulerConfig(), "default")["qa"].usage_gpu is None
+
+
+def test_decisions_with_usage_are_the_same_from_a_restored_state() -> None:
+    """A cycle on a state restored from a pickle (the kept snapshot and caches dropped) decides what the live
+    state decides: the usage is part of the state, not of a cache."""
+    import pickle
+
+    from kai_stream.core.scheduler.cycle import run_cycle
+
+    config = parse_config({"kValue": 1.0, "usageParams": {"windowSize": "1d", "halfLifePeriod": "20m"}})
+    base = load_scenario(
+        """
+apiVersion: v1
+kind: Node
+metadata: {name: n1}
+status: {allocatable: {nvidia.com/gpu: "8", cpu: "64", memory: 256Gi}}
+---
+apiVersion: scheduling.run.ai/v2
+kind: Queue
+metadata: {name: qa}
+spec: {resources: {gpu: {quota: 0, overQuotaWeight: 1, limit: -1}}}
+---
+apiVersion: scheduling.run.ai/v2
+kind: Queue
+metadata: {name: qb}
+spec: {resources: {gpu: {quota: 0, overQuotaWeight: 1, limit: -1}}}
+""",
+        ts=0.0,
+    )
+    live = fold(base)
+    made: list[str] = []
+    for step in range(12):
+        ts = 600.0 * (step + 1)
+        team = "qa" if step < 6 else "qb"
+        doc = yaml.safe_load(
+            f"{{apiVersion: v1, kind: Pod, metadata: {{name: p{step}, namespace: t, creationTimestamp:"
+            f" '2026-01-01T00:{step:02d}:00Z', labels: {{kai.scheduler/queue: {team}}}}},"
+            " spec: {schedulerName: kai-scheduler, containers: [{name: c, resources: {limits: {nvidia.com/gpu: 2}}}]}}"
+        )
+        for event in object_to_events(doc, ts=ts):
+            live = fold([event], live)
+        restored = pickle.loads(pickle.dumps(live))
+        ours = run_cycle(live, config, pool="default", input_offset=live.offset)
+        theirs = run_cycle(restored, config, pool="default", input_offset=restored.offset, reuse=False)
+        assert [d.model_dump_json() for d in ours] == [d.model_dump_json() for d in theirs]
+        made += [d.type for d in ours]
+        live = fold(ours, live)
+        for decision in ours:
+            if decision.type == "BindRequested":
+                pod = live.pods[decision.uid].model_copy(update={"node_name": decision.node, "phase": "Running"})
+                live = fold([PodObserved(event_id=f"run-{decision.uid}", ts=ts, pod=pod)], live)
+            elif decision.type == "EvictionRequested":
+                update = {"uid": decision.uid, "event_id": f"rm-{decision.uid}"}
+                gone = removed(decision.name, ts).model_copy(update=update)
+                live = fold([gone], live)
+    assert "BindRequested" in made and "EvictionRequested" in made, made
+    assert live.usage.queues() == ["qa", "qb"]

@@ -51,8 +51,8 @@ def _write(buckets: Buckets, held: Vector, start: float, end: float) -> None:
     """Add ``held`` x the time in [start, end) to the buckets it spans, then drop the expired ones."""
     if end <= start or held == _ZERO:
         return
-    first = int(start // BUCKET_S)
     last = int(end // BUCKET_S)
+    first = max(int(start // BUCKET_S), last - _RETAIN_BUCKETS)
     for b in range(first, last + 1):
         dt = min(end, (b + 1) * BUCKET_S) - max(start, b * BUCKET_S)
         if dt <= 0:

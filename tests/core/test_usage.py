@@ -166,3 +166,10 @@ def test_usage_config_takes_kai_names_and_durations() -> None:
     assert parse_config({"usageParams": {"halfLifePeriod": 0}}).usage_params == UsageParams()
     start = parse_config({"usageParams": {"windowType": "tumbling", "tumblingWindowStartTime": "2026-01-01T00:00:00Z"}})
     assert start.usage_params is not None and start.usage_params.tumbling_window_start_time == 1767225600.0
+
+
+def test_a_jump_of_years_writes_only_what_is_kept() -> None:
+    state = fold([node("n1", 1, 0.0), pod("a", "qa", 1, 0.0), tick(1.8e9), removed("a", 1.8e9 + 30.0)])
+    cells = state.usage.buckets["qa"]
+    assert len(cells) <= int(RETAIN_S // BUCKET_S) + 1
+    assert cells[int((1.8e9 + 30.0) // BUCKET_S)][0] == 30.0 * GPU

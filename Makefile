@@ -22,6 +22,7 @@ constraints:
 	$(BIN)/python .ci/constraints.py
 
 run: $(STAMP)
+	@echo "kai-stream run: starting (Ctrl-C stops) ..."
 	$(BIN)/kai-stream run
 
 test: $(STAMP)

@@ -34,6 +34,7 @@ from kai_stream.core.events import (
 from kai_stream.core.scheduler.cycle import plugins_of
 from kai_stream.core.scheduler.framework.info import CPU, GPU, MEM, UNIT
 from kai_stream.core.scheduler.framework.session import open_session
+from kai_stream.core.scheduler.timeshare import queue_usage
 from kai_stream.core.state import ClusterState, apply, job_key_of
 from kai_stream.history.reader import History, PoolLog
 
@@ -60,6 +61,9 @@ class QueueStanding:
     allocated_cpu: float
     fair_share_memory: float
     allocated_memory: float
+    usage_gpu: float | None = None
+    """Time-based fair share's usage term: the queue's share of the cluster's GPU time over the configured window
+    (with its descendants'); None when ``usage_params`` is not configured."""
 
     @property
     def over_fair_share(self) -> bool:
@@ -72,6 +76,7 @@ class QueueStanding:
 def queue_standing(state: ClusterState, config: SchedulerConfig, pool: str) -> dict[str, QueueStanding]:
     """Every queue's deserved / fair share / allocated / requested in ``pool`` as the core sees ``state``."""
     session = open_session(state, config, plugins_of(config), pool=pool, input_offset=state.offset, code_version="")
+    usage = queue_usage(session.queues, session.usage) if config.usage_params is not None else {}
     out: dict[str, QueueStanding] = {}
     for name, q in sorted(session.queues.items()):
         out[name] = QueueStanding(
@@ -84,6 +89,7 @@ def queue_standing(state: ClusterState, config: SchedulerConfig, pool: str) -> d
             allocated_cpu=float(q.allocated[CPU]),
             fair_share_memory=q.fair_share[MEM] / _MB,
             allocated_memory=q.allocated[MEM] / _MB,
+            usage_gpu=usage[name][GPU] if name in usage else None,
         )
     return out
 

@@ -106,6 +106,8 @@ class PipelineOptions:
     tail: bool = True
     kubeconfig: Path | None = None
     binder_kubeconfig: Path | None = None
+    progress: Callable[[str], None] | None = field(default=None, compare=False)
+    """Called with what ``Pipeline.start`` is doing now, before each of its steps (for a progress display)."""
 
 
 def pin_identity(objs: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -262,15 +264,21 @@ class Pipeline:
 
     # ------------------------------------------------------------------ lifecycle
 
+    def _step(self, what: str) -> None:
+        if self.options.progress is not None:
+            self.options.progress(what)
+
     async def start(self) -> None:
         opts = self.options
         if opts.bootstrap_servers is None:
+            self._step("starting the embedded broker")
             self.broker = embedded_broker(opts.engine, memory=not opts.durable, data_dir=opts.data_dir)
             await asyncio.to_thread(_without_sigint, self.broker.start)
             servers = self.broker.bootstrap_servers
         else:
             servers = opts.bootstrap_servers
         self.kafka = KafkaSettings(bootstrap_servers=servers, session_timeout_ms=2000, heartbeat_interval_ms=300)
+        self._step(f"creating topics on {servers}")
         await create_topics(self.kafka, names=self.names)
         if opts.tail:
             self.tail = LogTail(self.kafka, self.names)
@@ -279,15 +287,18 @@ class Pipeline:
             self._api = api_client(await _load_kubeconfig(opts.kubeconfig))
             self._binder_config = await _load_kubeconfig(opts.binder_kubeconfig or opts.kubeconfig)
         else:
+            self._step("starting the simulated cluster")
             url = await self.cluster.start()
             if opts.scenario is not None:
                 objs = sim_scenario.read_documents(opts.scenario)
                 self.cluster.load_objects(pin_identity(objs) if opts.pin_scenario_identity else objs)
             self._api = api_client(kube_client_config(url))
+        self._step("connector: listing the cluster")
         self.start_connector()
         if self.connector is not None:
             await asyncio.wait_for(self.connector.synced.wait(), 60)
             await self.connector.flush()
+        self._step("starting the processor and the binder")
         self.start_processor()
         self.start_binder()
 

@@ -188,13 +188,14 @@ def pod_rows(lf: pl.LazyFrame) -> pl.LazyFrame:
 
 def pod_stream(lf: pl.LazyFrame, only_results: pl.LazyFrame | None = None, keys: Keys = HASHED) -> pl.LazyFrame:
     """One filtered scan of every row ``pod_table`` needs: the cluster-events pod rows of ``pod_rows``,
-    ``BindRequested`` decisions (rank 1, hold null) and queue labels of pending observations (``label``), then
+    ``BindRequested`` decisions (rank 1, hold null) and queue labels of observations (``label``; a pod running when
+    the log starts has no decision, only its observation on a node), then
     ``only_results`` (outcomes only on bind-results) when given. Columns: those of ``pod_rows`` with the uid as
     ``pod`` (its key) and ``pod_check``, and the decided queue, job (key) with ``job_check``, label queue."""
     kind = pl.col("type")
     pod = _pod_kinds()
     decision = kind == "BindRequested"
-    label = ((kind == "PodObserved") & pl.col("node").is_null() & (pl.col("queue") != "")).fill_null(False)
+    label = ((kind == "PodObserved") & (pl.col("queue") != "")).fill_null(False)
     state = _pod_state()
     main = lf.filter(pod | decision | label).select(
         pod=keys.key("uid"),

@@ -11,7 +11,16 @@ from rich.table import Table
 from kai_stream.analytics.fit import Column, fitted_tables
 from kai_stream.analytics.summary import Summary
 
-__all__ = ["duration", "moment", "number", "print_summary"]
+__all__ = [
+    "QUEUE_COLUMNS",
+    "cluster_rows",
+    "compare_cells",
+    "duration",
+    "moment",
+    "number",
+    "print_summary",
+    "queue_rows",
+]
 
 _EPOCH_FLOOR = 1e9  # 2001-09-09: a smaller timestamp is simulated time from 0 (a trace), not the wall clock
 
@@ -42,14 +51,11 @@ def _evictions(counts: dict[str, int]) -> str:
     return ", ".join(f"{a} {n}" for a, n in counts.items()) or "0"
 
 
-def print_summary(summary: Summary, console: Console | None = None) -> None:
-    out = console or Console()
+def cluster_rows(summary: Summary) -> list[tuple[str, str]]:
+    """The cluster figures for people: (name, value with its unit), as the terminal and the HTML report show them."""
     c: dict[str, Any] = summary.cluster
-    cluster = Table(title="Cluster", show_header=False)
-    cluster.add_column("figure")
-    cluster.add_column("value", justify="right")
     delay, jct = c["queueing_delay_s"], c["jct_s"]
-    rows = [
+    return [
         ("events", f"{c['events']:,}"),
         ("span", f"{c['span_h']:,.1f} h"),
         ("capacity", f"{number(c['capacity_gpus'])} GPUs on {c['nodes']} nodes"),
@@ -64,28 +70,31 @@ def print_summary(summary: Summary, console: Console | None = None) -> None:
         ("evictions", _evictions(c["evictions_by_action"])),
         ("Jain index (allocated / fair share)", number(c["jain_fairness"], 3)),
     ]
-    for name, value in rows:
-        cluster.add_row(name, value)
-    out.print(cluster)
 
-    columns: list[Column] = [
-        ("queue", "left"),
-        ("pods", "right"),
-        ("jobs", "right"),
-        ("alloc GPUs", "right"),
-        ("fair share", "right"),
-        ("deserved", "right"),
-        ("delay p50", "right"),
-        ("p90", "right"),
-        ("p99", "right"),
-        ("JCT avg", "right"),
-        ("evicted", "right"),
-        ("caused", "right"),
-    ]
-    queue_rows: list[list[str]] = []
+
+QUEUE_COLUMNS: list[Column] = [
+    ("queue", "left"),
+    ("pods", "right"),
+    ("jobs", "right"),
+    ("alloc GPUs", "right"),
+    ("fair share", "right"),
+    ("deserved", "right"),
+    ("delay p50", "right"),
+    ("p90", "right"),
+    ("p99", "right"),
+    ("JCT avg", "right"),
+    ("evicted", "right"),
+    ("caused", "right"),
+]
+
+
+def queue_rows(summary: Summary, detail: bool = False) -> list[list[str]]:
+    """One row per queue under ``QUEUE_COLUMNS``; ``detail``: evictions by action instead of their totals."""
+    rows: list[list[str]] = []
     for q in summary.queues:
         d = q["queueing_delay_s"]
-        queue_rows.append(
+        suffered, caused = q["evictions_suffered"], q["evictions_caused"]
+        rows.append(
             [
                 q["queue"],
                 f"{q['pods']:,}",
@@ -97,11 +106,46 @@ def print_summary(summary: Summary, console: Console | None = None) -> None:
                 duration(d["p90"]),
                 duration(d["p99"]),
                 duration(q["jct_s"]["avg"]),
-                str(sum(q["evictions_suffered"].values())),
-                str(sum(q["evictions_caused"].values())),
+                _evictions(suffered) if detail else str(sum(suffered.values())),
+                _evictions(caused) if detail else str(sum(caused.values())),
             ]
         )
-    for table in fitted_tables("Queues (GPUs are time-weighted averages)", columns, queue_rows, out.width):
+    return rows
+
+
+def compare_cells(results: list[dict[str, Any]]) -> tuple[list[Column], list[list[str]]]:
+    """``trace compare``'s rows for people: headers (with alignment) and one row of cells per policy."""
+    names = ("policy", "done", "JCT avg", "JCT p99", "delay p50", "delay p99", "util", "Jain", "evictions", "wall")
+    headers: list[Column] = [(name, "left" if name == "policy" else "right") for name in names]
+    cells = [
+        [
+            str(r["policy"]),
+            f"{r['jobs_completed']:,}",
+            duration(r["jct_avg_s"]),
+            duration(r["jct_p99_s"]),
+            duration(r["delay_p50_s"]),
+            duration(r["delay_p99_s"]),
+            "-" if r["utilization"] is None else f"{100 * r['utilization']:.1f} %",
+            "-" if r["jain"] is None else f"{r['jain']:.3f}",
+            str(r["evictions"]),
+            f"{r['wall_s']:.1f} s",
+        ]
+        for r in results
+    ]
+    return headers, cells
+
+
+def print_summary(summary: Summary, console: Console | None = None) -> None:
+    out = console or Console()
+    cluster = Table(title="Cluster", show_header=False)
+    cluster.add_column("figure")
+    cluster.add_column("value", justify="right")
+    for name, value in cluster_rows(summary):
+        cluster.add_row(name, value)
+    out.print(cluster)
+
+    title = "Queues (GPUs are time-weighted averages)"
+    for table in fitted_tables(title, QUEUE_COLUMNS, queue_rows(summary), out.width):
         out.print(table)
 
     if summary.pending_reasons:

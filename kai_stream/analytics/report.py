@@ -2,14 +2,15 @@
 
 Plots: cluster GPU allocation and stranded GPUs over time; per queue allocated vs fair share vs deserved
 over time; queueing delay percentiles per queue; pending reasons. ``write_compare_report`` plots policies
-side by side for ``trace compare``.
+side by side for ``trace compare``. Figures are formatted for people: times in the unit their span calls for
+(seconds, minutes, hours or days, on axes and in tables), utilization in %, legends outside the data, and the
+HTML tables say what the terminal tables say (``render.cluster_rows`` / ``queue_rows``).
 """
 
 from __future__ import annotations
 
 import base64
 import html
-import json
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 
-from kai_stream.analytics.render import duration
+from kai_stream.analytics.render import QUEUE_COLUMNS, cluster_rows, compare_cells, queue_rows
 from kai_stream.analytics.summary import Summary
 
 __all__ = ["write_compare_report", "write_report"]
@@ -33,8 +34,24 @@ def _save(fig: Figure, path: Path) -> Path:
     return path
 
 
-def _hours(values: list[float], start: float) -> list[float]:
-    return [(v - start) / 3600 for v in values]
+_UNITS = (("days", 86_400.0), ("hours", 3600.0), ("minutes", 60.0))
+
+
+def time_unit(span_s: float) -> tuple[str, float]:
+    """The unit (name, seconds) that shows a span of ``span_s`` seconds with readable numbers: days from 2 days,
+    hours from 2 hours, minutes from 2 minutes, else seconds."""
+    for name, size in _UNITS:
+        if span_s >= 2 * size:
+            return name, size
+    return "seconds", 1.0
+
+
+def _since(values: list[float], start: float, size: float) -> list[float]:
+    return [(v - start) / size for v in values]
+
+
+def _legend_outside(ax: Any, fontsize: int = 8) -> None:
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=fontsize, borderaxespad=0.0)
 
 
 def _cluster_plot(summary: Summary, directory: Path) -> Path | None:
@@ -42,8 +59,10 @@ def _cluster_plot(summary: Summary, directory: Path) -> Path | None:
     if frame is None or frame.height == 0:
         return None
     start = summary.cluster["start_s"]
-    hours = _hours(frame["t"].to_list(), start)
-    fig, ax = plt.subplots(figsize=(10, 4))
+    times = frame["t"].to_list()
+    unit, size = time_unit(max(times) - start if times else 0.0)
+    hours = _since(times, start, size)
+    fig, ax = plt.subplots(figsize=(11, 4))
     capacity = summary.cluster["capacity_gpus"]
     ax.plot(hours, [v / 1000 for v in frame["allocated"].to_list()], label="allocated GPUs", color="tab:blue")
     ax.plot(
@@ -53,12 +72,12 @@ def _cluster_plot(summary: Summary, directory: Path) -> Path | None:
         color="tab:orange",
     )
     ax.axhline(capacity, color="black", linestyle="--", linewidth=1, label=f"capacity ({capacity:g} GPUs)")
-    ax.set_xlabel("hours since first submission")
+    ax.set_xlabel(f"{unit} since first submission")
     ax.set_ylabel("GPUs")
     util = summary.cluster["utilization"]
     ax.set_title(f"Cluster GPU allocation (average utilization {100 * (util or 0):.1f} %)")
     ax.set_ylim(bottom=0)
-    ax.legend(loc="upper right", fontsize=8)
+    _legend_outside(ax)
     return _save(fig, directory / "cluster_utilization.png")
 
 
@@ -69,14 +88,16 @@ def _queue_plot(summary: Summary, directory: Path) -> Path | None:
     queues = sorted(alloc["queue"].unique().to_list())
     shares = summary.series.get("queue_fair_share")
     start = summary.cluster["start_s"]
+    times = alloc["t"].to_list()
+    unit, size = time_unit(max(times) - start if times else 0.0)
     cols = min(2, len(queues))
     rows = -(-len(queues) // cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(6 * cols, 2.8 * rows), squeeze=False, sharex=True)
+    fig, axes = plt.subplots(rows, cols, figsize=(6 * cols + 1.5, 2.8 * rows), squeeze=False, sharex=True)
     for i, queue in enumerate(queues):
         ax = axes[i // cols][i % cols]
         part = alloc.filter(alloc["queue"] == queue)
         ax.plot(
-            _hours(part["t"].to_list(), start),
+            _since(part["t"].to_list(), start, size),
             [v / 1000 for v in part["allocated"].to_list()],
             label="allocated",
             color="tab:blue",
@@ -84,19 +105,19 @@ def _queue_plot(summary: Summary, directory: Path) -> Path | None:
         if shares is not None:
             fs = shares.filter(shares["queue"] == queue)
             if fs.height:
-                hours = _hours(fs["t"].to_list(), start)
+                hours = _since(fs["t"].to_list(), start, size)
                 ax.plot(hours, [v / 1000 for v in fs["fair_share"].to_list()], label="fair share", color="tab:green")
                 deserved = [v / 1000 if v is not None and v >= 0 else float("nan") for v in fs["deserved"].to_list()]
                 ax.plot(hours, deserved, label="deserved", color="tab:red", linestyle="--", linewidth=1)
         ax.set_title(queue, fontsize=10)
         ax.set_ylabel("GPUs")
         ax.set_ylim(bottom=0)
-        if i == 0:
-            ax.legend(fontsize=7, loc="upper right")
+        if i == cols - 1 or len(queues) == 1:
+            _legend_outside(ax, 7)
     for j in range(len(queues), rows * cols):
         axes[j // cols][j % cols].set_visible(False)
     for ax in axes[-1]:
-        ax.set_xlabel("hours since first submission")
+        ax.set_xlabel(f"{unit} since first submission")
     fig.suptitle("Per queue: allocated vs fair share vs deserved")
     return _save(fig, directory / "queues_fair_share.png")
 
@@ -105,21 +126,22 @@ def _delay_plot(summary: Summary, directory: Path) -> Path | None:
     queues = [q for q in summary.queues if q["queueing_delay_s"]["p50"] is not None]
     if not queues:
         return None
-    fig, ax = plt.subplots(figsize=(8, 3.5))
+    fig, ax = plt.subplots(figsize=(9, 3.5))
     width = 0.25
     xs = range(len(queues))
+    unit, size = time_unit(max(q["queueing_delay_s"]["p99"] or 0.0 for q in queues))
     for k, (key, color) in enumerate((("p50", "tab:blue"), ("p90", "tab:orange"), ("p99", "tab:red"))):
         ax.bar(
             [x + (k - 1) * width for x in xs],
-            [q["queueing_delay_s"][key] / 3600 for q in queues],
+            [(q["queueing_delay_s"][key] or 0.0) / size for q in queues],
             width,
             label=key,
             color=color,
         )
     ax.set_xticks(list(xs), [q["queue"] for q in queues])
-    ax.set_ylabel("hours")
+    ax.set_ylabel(unit)
     ax.set_title("Queueing delay (submit to bind) per queue")
-    ax.legend(fontsize=8)
+    _legend_outside(ax)
     return _save(fig, directory / "queueing_delay.png")
 
 
@@ -160,10 +182,6 @@ def _page(title: str, sections: list[str]) -> str:
     )
 
 
-def _fmt(value: float | None, digits: int = 1) -> str:
-    return "-" if value is None else f"{value:,.{digits}f}"
-
-
 def write_report(summary: Summary, directory: str | Path, title: str = "kai-stream history report") -> Path:
     """Write the PNG plots and ``report.html`` (images embedded) under ``directory``; return the page path."""
     out = Path(directory)
@@ -178,49 +196,12 @@ def write_report(summary: Summary, directory: str | Path, title: str = "kai-stre
         )
         if p is not None
     ]
-    c = summary.cluster
-    cluster_rows = [
-        [k, json.dumps(v) if isinstance(v, dict) else _fmt(v, 3) if isinstance(v, float) else str(v)]
-        for k, v in c.items()
-    ]
-    queue_rows = [
-        [
-            q["queue"],
-            str(q["pods"]),
-            str(q["jobs_completed"]),
-            _fmt(q["avg_allocated_gpus"]),
-            _fmt(q["avg_fair_share_gpus"]),
-            _fmt(q["avg_deserved_gpus"]),
-            duration(q["queueing_delay_s"]["p50"]),
-            duration(q["queueing_delay_s"]["p90"]),
-            duration(q["queueing_delay_s"]["p99"]),
-            duration(q["jct_s"]["avg"]),
-            json.dumps(q["evictions_suffered"]),
-            json.dumps(q["evictions_caused"]),
-        ]
-        for q in summary.queues
-    ]
     sections = [
         "<h2>Cluster</h2>",
-        _table(["figure", "value"], cluster_rows),
+        _table(["figure", "value"], [list(row) for row in cluster_rows(summary)]),
         "<h2>Queues</h2>",
-        _table(
-            [
-                "queue",
-                "pods",
-                "jobs done",
-                "avg alloc GPUs",
-                "avg fair share",
-                "avg deserved",
-                "delay p50",
-                "delay p90",
-                "delay p99",
-                "JCT avg",
-                "evictions suffered",
-                "evictions caused",
-            ],
-            queue_rows,
-        ),
+        "<p>GPUs are time-weighted averages; evictions by action.</p>",
+        _table([name for name, _ in QUEUE_COLUMNS], queue_rows(summary, detail=True)),
         "<h2>Pending reasons</h2>",
         _table(
             ["code", "decisions", "pods"],
@@ -240,11 +221,13 @@ def write_compare_report(results: list[dict[str, Any]], directory: str | Path) -
     out = Path(directory)
     out.mkdir(parents=True, exist_ok=True)
     names = [r["policy"] for r in results]
+    times = ("jct_avg_s", "jct_p99_s", "delay_p50_s", "delay_p99_s")
+    unit, size = time_unit(max((r[k] or 0.0) for r in results for k in times) if results else 0.0)
     panels = [
-        ("avg JCT (h)", [(r["jct_avg_s"] or 0) / 3600 for r in results]),
-        ("p99 JCT (h)", [(r["jct_p99_s"] or 0) / 3600 for r in results]),
-        ("p50 queueing delay (h)", [(r["delay_p50_s"] or 0) / 3600 for r in results]),
-        ("p99 queueing delay (h)", [(r["delay_p99_s"] or 0) / 3600 for r in results]),
+        (f"avg JCT ({unit})", [(r["jct_avg_s"] or 0) / size for r in results]),
+        (f"p99 JCT ({unit})", [(r["jct_p99_s"] or 0) / size for r in results]),
+        (f"p50 queueing delay ({unit})", [(r["delay_p50_s"] or 0) / size for r in results]),
+        (f"p99 queueing delay ({unit})", [(r["delay_p99_s"] or 0) / size for r in results]),
         ("GPU utilization (%)", [100 * (r["utilization"] or 0) for r in results]),
         ("Jain index", [r["jain"] or 0 for r in results]),
         ("evictions", [r["evictions"] for r in results]),
@@ -257,8 +240,7 @@ def write_compare_report(results: list[dict[str, Any]], directory: str | Path) -
     axes.flat[-1].set_visible(False)
     fig.suptitle("Policy comparison on one trace")
     image = _save(fig, out / "compare.png")
-    headers = list(results[0].keys()) if results else []
-    rows = [[_fmt(v, 3) if isinstance(v, float) else str(v) for v in r.values()] for r in results]
+    headers, rows = compare_cells(results)
     page = out / "compare.html"
-    page.write_text(_page("kai-stream policy comparison", [_table(headers, rows), _embed(image)]))
+    page.write_text(_page("kai-stream policy comparison", [_table([name for name, _ in headers], rows), _embed(image)]))
     return page

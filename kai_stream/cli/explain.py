@@ -17,7 +17,10 @@ from kai_stream.history.reader import SOURCE_ERRORS, open_history
 
 
 def _standing_table(standing: dict[str, QueueStanding], own: str) -> Table:
-    table = Table("queue", "deserved GPU", "fair share GPU", "allocated GPU", "requested GPU", "", box=None)
+    timed = any(s.usage_gpu is not None for s in standing.values())
+    usage_column = ("GPU usage (window)",) if timed else ()
+    headers = ("queue", "deserved GPU", "fair share GPU", "allocated GPU", "requested GPU", *usage_column, "")
+    table = Table(*headers, box=None)
     for name, s in standing.items():
         mark = "over fair share" if s.over_fair_share else ""
         style = "bold" if name == own else ("red" if s.over_fair_share else "")
@@ -28,6 +31,7 @@ def _standing_table(standing: dict[str, QueueStanding], own: str) -> Table:
             f"{s.fair_share_gpu:g}",
             f"{s.allocated_gpu:g}",
             f"{s.requested_gpu:g}",
+            *((f"{100 * (s.usage_gpu or 0.0):.1f} %",) if timed else ()),
             mark,
             style=style,
         )

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import re
 import shlex
 import shutil
@@ -17,6 +18,7 @@ import signal
 import sys
 import time
 from collections import Counter, deque
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -153,6 +155,38 @@ def _fresh_history(history: Path, console: Console) -> None:
         console.print(f"previous history moved to {previous}")
 
 
+@contextlib.contextmanager
+def _progress(console: Console) -> Iterator[Callable[[str], None]]:
+    """Say what the start-up is doing, with the seconds since it began: a spinner on a terminal, else lines."""
+    began = time.monotonic()
+    spinner = console.status("starting …") if console.is_terminal else None
+
+    def show(what: str) -> None:
+        line = f"{what} … ({time.monotonic() - began:.0f} s)"
+        if spinner is not None:
+            spinner.update(line)
+        else:
+            console.print(line, soft_wrap=True)
+
+    if spinner is None:
+        yield show
+        return
+    with spinner:
+        yield show
+
+
+@contextlib.asynccontextmanager
+async def _started(options: PipelineOptions, console: Console) -> AsyncIterator[Pipeline]:
+    """The pipeline, started with its progress shown, stopped on the way out."""
+    with _progress(console) as show:
+        pipeline = Pipeline(dataclasses.replace(options, progress=show))
+        await pipeline.__aenter__()
+    try:
+        yield pipeline
+    finally:
+        await pipeline.__aexit__(None, None, None)
+
+
 async def _run(
     options: PipelineOptions,
     duration: float | None,
@@ -166,7 +200,7 @@ async def _run(
         loop.add_signal_handler(sig, stop.set)
     board = Board(console)
     console.print(f"starting broker, simulated cluster ({options.scenario}), connector, processor, binder …")
-    async with Pipeline(options) as pipeline:
+    async with _started(options, console) as pipeline:
         assert pipeline.tail is not None and pipeline.kafka is not None
         pipeline.tail.listeners.append(board.add)
         console.print(f"broker {pipeline.kafka.bootstrap_servers}  cluster {pipeline.cluster.url}")

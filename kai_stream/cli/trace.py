@@ -10,7 +10,7 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from kai_stream.analytics.fit import Column, fitted_tables
+from kai_stream.analytics.fit import fitted_tables
 from kai_stream.cli import app
 
 trace_app = typer.Typer(no_args_is_help=True, help="trace-driven simulation (ITP, Alibaba openb, generic CSV)")
@@ -135,12 +135,6 @@ def run_command(
     print_summary(summary, console)
 
 
-def _duration(seconds: float | None) -> str:
-    from kai_stream.analytics.render import duration
-
-    return duration(seconds)
-
-
 @trace_app.command("compare")
 def compare_command(
     trace: Annotated[Path, typer.Argument(help="trace CSV")],
@@ -160,6 +154,7 @@ def compare_command(
     json_out: Annotated[bool, typer.Option("--json", help="print the rows as JSON")] = False,
 ) -> None:
     """Run one trace under several policies; side-by-side JCT, queueing delay, utilization, fairness, evictions."""
+    from kai_stream.analytics.render import compare_cells
     from kai_stream.analytics.report import write_compare_report
     from kai_stream.trace.compare import compare
     from kai_stream.trace.loaders import TraceError
@@ -181,23 +176,7 @@ def compare_command(
             ).decode()
         )
         return
-    names = ("policy", "done", "JCT avg", "JCT p99", "delay p50", "delay p99", "util", "Jain", "evictions", "wall")
-    headers: list[Column] = [(name, "left" if name == "policy" else "right") for name in names]
-    cells = [
-        [
-            r["policy"],
-            f"{r['jobs_completed']:,}",
-            _duration(r["jct_avg_s"]),
-            _duration(r["jct_p99_s"]),
-            _duration(r["delay_p50_s"]),
-            _duration(r["delay_p99_s"]),
-            f"{100 * (r['utilization'] or 0):.1f} %",
-            "-" if r["jain"] is None else f"{r['jain']:.3f}",
-            str(r["evictions"]),
-            f"{r['wall_s']:.1f} s",
-        ]
-        for r in rows
-    ]
+    headers, cells = compare_cells(rows)
     for table in fitted_tables(f"{trace.name}: {jobs.jobs.height:,} jobs", headers, cells, console.width):
         console.print(table)
     for note in jobs.notes:

@@ -7,17 +7,28 @@ message naming the bad field. ``config_hash`` (sha256 of the canonical JSON) is 
 from __future__ import annotations
 
 import hashlib
+import re
+from datetime import datetime
 from pathlib import Path
-from typing import Literal, get_args
+from typing import Any, Literal, get_args
 
 import orjson
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from kai_stream.core.events import ActionName
 from kai_stream.core.scheduler.plugins import PLUGINS
+from kai_stream.core.usage import RETAIN_S
 
-__all__ = ["DEFAULT_ACTIONS", "DEFAULT_PLUGINS", "PlacementConfig", "SchedulerConfig", "config_hash", "load_config"]
+__all__ = [
+    "DEFAULT_ACTIONS",
+    "DEFAULT_PLUGINS",
+    "PlacementConfig",
+    "SchedulerConfig",
+    "UsageParams",
+    "config_hash",
+    "load_config",
+]
 
 DEFAULT_ACTIONS: tuple[ActionName, ...] = get_args(ActionName)
 """Every action (``scheduler.actions.ACTIONS``), in the order KAI runs them."""
@@ -36,10 +47,69 @@ class PlacementConfig(BaseModel):
     cpu: Strategy = "binpack"
 
 
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w)")
+_UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86_400.0, "w": 604_800.0}
+
+
+def parse_duration(value: object) -> object:
+    """Seconds from a number or a duration string as KAI writes them (``10m``, ``1w``, ``1h30m``)."""
+    if not isinstance(value, str):
+        return value
+    text = value.strip()
+    parts = _DURATION.findall(text)
+    if not parts or "".join(n + u for n, u in parts) != text:
+        raise ValueError(f"not a duration: {value!r} (a number of seconds, or like 90s, 10m, 1h30m, 1w)")
+    return sum(float(n) * _UNIT_S[u] for n, u in parts)
+
+
+class UsageParams(BaseModel):
+    """Time-based fair share's usage window, with KAI's ``usageDBConfig.usageParams`` names (snake_case accepted).
+
+    The usage is computed by the fold from the log (``kai_stream.core.usage``), never queried from Prometheus."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
+
+    window_size_s: float = Field(
+        default=604_800.0, gt=0, le=RETAIN_S, alias="windowSize", description="seconds of usage considered (1w)"
+    )
+    window_type: Literal["sliding", "tumbling"] = Field(default="sliding", alias="windowType")
+    half_life_period_s: float | None = Field(
+        default=None, alias="halfLifePeriod", description="usage decay half-life (seconds); unset or <= 0: no decay"
+    )
+    tumbling_window_start_time: float | None = Field(
+        default=None, alias="tumblingWindowStartTime", description="epoch seconds a tumbling window is counted from"
+    )
+
+    @field_validator("window_size_s", "half_life_period_s", mode="before")
+    @classmethod
+    def _duration(cls, value: object) -> object:
+        return parse_duration(value)
+
+    @field_validator("tumbling_window_start_time", mode="before")
+    @classmethod
+    def _time(cls, value: object) -> object:
+        if isinstance(value, datetime):
+            return value.timestamp()
+        if isinstance(value, str):
+            try:
+                return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+            except ValueError:
+                raise ValueError(f"not an RFC 3339 time: {value!r}") from None
+        return value
+
+    @model_validator(mode="after")
+    def _window(self) -> UsageParams:
+        if self.half_life_period_s is not None and self.half_life_period_s <= 0:
+            return self.model_copy(update={"half_life_period_s": None})
+        if self.window_type == "tumbling" and self.tumbling_window_start_time is None:
+            raise ValueError("tumblingWindowStartTime is required when windowType is tumbling")
+        return self
+
+
 class SchedulerConfig(BaseModel):
     """Everything that changes decisions besides the events. Hashed into every decision."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
 
     scheduler_name: str = "kai-scheduler"
     actions: tuple[ActionName, ...] = DEFAULT_ACTIONS
@@ -49,7 +119,14 @@ class SchedulerConfig(BaseModel):
     usage_decay_k: float = Field(
         default=0.0,
         ge=0,
-        description="k in w + k(w - u) for over-quota weights; u (decayed usage) is 0 until usage is tracked",
+        alias="kValue",
+        description="KAI's kValue: over-quota weights become max(0, w + k(w - u)), u the queue's usage share "
+        "(1.0 when usage_params is set and this is not)",
+    )
+    usage_params: UsageParams | None = Field(
+        default=None,
+        alias="usageParams",
+        description="time-based fair share: the usage window (KAI's usageDBConfig.usageParams); unset: off",
     )
     max_consolidation_preemptees: int = Field(default=16, ge=0)
     default_queue: str = "default-queue"
@@ -71,6 +148,15 @@ class SchedulerConfig(BaseModel):
         "doubled with each further failure in a row",
     )
     bind_backoff_max_s: float = Field(default=60.0, ge=0, le=86_400, description="the longest bind back-off")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _kai_k_default(cls, data: Any) -> Any:
+        """KAI's kValue defaults to 1.0; here it does too once a usage window is configured."""
+        enabled = isinstance(data, dict) and data.get("usage_params", data.get("usageParams")) is not None
+        if enabled and "usage_decay_k" not in data and "kValue" not in data:
+            return {**data, "usage_decay_k": 1.0}
+        return data
 
     @field_validator("actions")
     @classmethod
@@ -134,5 +220,9 @@ def load_config(path: str | Path) -> SchedulerConfig:
 
 
 def config_hash(config: SchedulerConfig) -> str:
-    """SHA-256 of the canonical JSON of ``config`` (sorted keys)."""
-    return hashlib.sha256(orjson.dumps(config.model_dump(mode="json"), option=orjson.OPT_SORT_KEYS)).hexdigest()
+    """SHA-256 of the canonical JSON of ``config`` (sorted keys). An unset ``usage_params`` is left out, so configs
+    without time-based fair share keep the hashes they had before it existed."""
+    data = config.model_dump(mode="json")
+    if data.get("usage_params") is None:
+        data.pop("usage_params", None)
+    return hashlib.sha256(orjson.dumps(data, option=orjson.OPT_SORT_KEYS)).hexdigest()

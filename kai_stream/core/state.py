@@ -27,6 +27,8 @@ Rules (everything that changes state lives here):
 6. ``ClusterState.derived`` holds what the fold keeps beside the state for the scheduler (``Derived``): the live
    pods per job, Succeeded counts, and which jobs changed since a pool's snapshot was parked. It is a cache:
    excluded from equality, dropped on copy or pickle (then rebuilt from ``pods``), never a source of decisions.
+7. ``ClusterState.usage`` integrates what each queue's bound pods hold, and the nodes' capacity, over event time
+   (``kai_stream.core.usage``): every pod and node change is reported to it at ``state.now``.
 """
 
 from __future__ import annotations
@@ -65,6 +67,7 @@ from kai_stream.core.events import (
     TopologyObserved,
     TopologySpec,
 )
+from kai_stream.core.usage import UsageLedger
 
 BUILTIN_PRIORITY_CLASSES: dict[str, PriorityClassSpec] = {
     "train": PriorityClassSpec(name="train", value=50, preemptible=True),
@@ -273,6 +276,8 @@ class ClusterState:
     """Per pod (uid): its consecutive failed binds since it was last bound (rule 3)."""
     versions: dict[str, int] = field(default_factory=dict)
     """The resourceVersion of the last observation folded, per pod (``pod/<uid>``) and node (``node/<name>/<uid>``)."""
+    usage: UsageLedger = field(default_factory=UsageLedger, repr=False)
+    """Queue usage and cluster capacity over event time (rule 7)."""
     seen: SeenIds = field(default_factory=SeenIds, compare=False, repr=False)
     """Recent event ids (rule 2); excluded from equality: it changes no decision, only which records count."""
     derived: Derived = field(default_factory=Derived, compare=False, repr=False)
@@ -322,12 +327,26 @@ def _pod_touched(state: ClusterState, uid: str) -> None:
             derived.mark(job_key_of(pod))
 
 
+def _usage(state: ClusterState, uid: str, pod: PodSpec | None) -> None:
+    """Tell the usage ledger what pod ``uid`` is now (rule 7)."""
+    queue = ""
+    node = None
+    if pod is not None:
+        queue = pod.queue
+        if not queue and pod.pod_group:
+            group = state.pod_groups.get(f"{pod.namespace}/{pod.pod_group}")
+            queue = group.queue if group is not None else ""
+        node = state.nodes.get(pod.node_name) if pod.node_name is not None else None
+    state.usage.pod_changed(uid, queue, pod, node, state.now)
+
+
 def _observe_pod(state: ClusterState, pod: PodSpec, ts: float) -> None:
     previous = state.pods.get(pod.uid)
     if previous is None or (previous.node_name, previous.phase) != (pod.node_name, pod.phase):
         state.group_changed[job_key_of(pod)] = ts
     state.pods[pod.uid] = pod
     state.derived.pod_changed(previous, pod)
+    _usage(state, pod.uid, pod)
     state.evicted.pop(pod.uid, None)
     if pod.node_name is not None:
         state.assumed.pop(pod.uid, None)
@@ -360,6 +379,7 @@ def _forget_pod(state: ClusterState, uid: str) -> None:
     previous = state.pods.pop(uid, None)
     if previous is not None:
         state.derived.pod_changed(previous, None)
+        _usage(state, uid, None)
     state.assumed.pop(uid, None)
     state.pipelined.pop(uid, None)
     state.evicting.pop(uid, None)
@@ -396,8 +416,10 @@ def apply(state: ClusterState, event: AnyEvent, offset: int | None = None) -> bo
             if derived.dirty and state.nodes.get(node.name) != node:
                 derived.mark(NODE_MARK + node.name)
             state.nodes[node.name] = node
+            state.usage.node_changed(node.name, node, state.now)
         case NodeRemoved(name=name):
             removed = state.nodes.pop(name, None)
+            state.usage.node_changed(name, None, state.now)
             if removed is not None:
                 state.versions.pop(_node_key(removed), None)
             state.gpus.pop(name, None)
@@ -467,6 +489,7 @@ def apply(state: ClusterState, event: AnyEvent, offset: int | None = None) -> bo
                     }
                 )
                 derived.pod_changed(bound, state.pods[uid])
+                _usage(state, uid, state.pods[uid])
                 _group_changed(state, uid, event.ts)
             state.bind_failures.pop(uid, None)
             if state.assumed.pop(uid, None) is not None:

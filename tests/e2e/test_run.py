@@ -24,6 +24,11 @@ async def test_run_for_twenty_seconds_binds_pods_and_stops_cleanly(tmp_path: Pat
     text = out.decode()
     assert proc.returncode == 0, text[-3000:]
     assert "stopped cleanly" in text
+    steps = ["starting the embedded broker", "creating topics", "starting the simulated cluster",
+             "connector: listing the cluster", "starting the processor and the binder"]
+    shown = [text.find(step) for step in steps]
+    assert -1 not in shown and shown == sorted(shown), f"start-up progress is shown as it goes: {text[:1500]}"
+    assert re.search(r"starting the processor and the binder … \(\d+ s\)", text), text[:1500]
     bound = re.search(r"BindRequested (\d+).*binding POSTs (\d+)", text)
     assert bound is not None, text[-3000:]
     decided, posts = int(bound.group(1)), int(bound.group(2))

@@ -106,4 +106,5 @@ def test_cli_trace_compare_json_and_report(tmp_path: Path, cluster: Path) -> Non
     assert png.startswith(b"\x89PNG") and len(png) > 10_000
     page = (report / "compare.html").read_text()
     assert "data:image/png;base64," in page
-    assert all(name in page for name in rows) and "jct_p99_s" in page
+    assert all(name in page for name in rows) and "JCT p99" in page
+    assert "jct_p99_s" not in page and "None" not in page, "headers and cells for people"

@@ -17,20 +17,25 @@ At every level, for the children of one parent (or the roots, with the pool's to
 
 All arithmetic is exact (integer units, rational offers), so the result does not depend on float rounding.
 Example: 100 GPUs, two queues deserving 10 and requesting 100, weights 3 and 1 → 70 and 30.
+
+``round_weights`` (time-based fair share, ``timeshare``) replaces the over-quota weights of each round: it is
+given the round's unsatisfied queues of the tier and returns their weights.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from fractions import Fraction
 
 from kai_stream.core.scheduler.framework.info import QueueInfo
 
-__all__ = ["divide", "set_fair_shares"]
+__all__ = ["RoundWeights", "divide", "set_fair_shares"]
 
 UNLIMITED = -1
 WHOLE = (1000, 1, 1)
 """The whole unit a round floors to, per resource (GPU milli-devices, millicores, bytes)."""
+RoundWeights = Callable[[Sequence[QueueInfo], int], Mapping[str, Fraction]]
+"""(a round's unsatisfied queues, resource) -> their weights for that round."""
 
 
 def _requestable(queue: QueueInfo, r: int) -> int:
@@ -43,7 +48,13 @@ def _age(queue: QueueInfo) -> tuple[float, str, str]:
     return (queue.created, queue.uid, queue.name)
 
 
-def divide(total: int, queues: Sequence[QueueInfo], r: int, weights: dict[str, int] | None = None) -> dict[str, int]:
+def divide(
+    total: int,
+    queues: Sequence[QueueInfo],
+    r: int,
+    weights: dict[str, int] | None = None,
+    round_weights: RoundWeights | None = None,
+) -> dict[str, int]:
     """Split ``total`` units of resource ``r`` among sibling ``queues``; returns name -> share."""
     ordered = sorted(queues, key=_age)
     requestable = {q.name: _requestable(q, r) for q in ordered}
@@ -59,7 +70,7 @@ def divide(total: int, queues: Sequence[QueueInfo], r: int, weights: dict[str, i
     tiers = [[q for q in ordered if q.priority == p] for p in sorted({q.priority for q in ordered}, reverse=True)]
     remainders: list[dict[str, Fraction]] = []
     for tier in tiers:
-        remaining, left = _up_to_fair_share(remaining, tier, r, share, requestable, weights, unit)
+        remaining, left = _up_to_fair_share(remaining, tier, r, share, requestable, weights, unit, round_weights)
         remainders.append(left)
     for tier, left in zip(tiers, remainders, strict=True):
         if remaining <= 0:
@@ -81,15 +92,21 @@ def _up_to_fair_share(
     requestable: dict[str, int],
     weights: dict[str, int] | None,
     unit: int,
+    round_weights: RoundWeights | None = None,
 ) -> tuple[int, dict[str, Fraction]]:
     """The rounds of one priority tier; returns what is left and each floored queue's lost fraction."""
+    this_round: Mapping[str, Fraction] = {}
 
-    def weight(q: QueueInfo) -> int:
+    def weight(q: QueueInfo) -> int | Fraction:
+        if round_weights is not None:
+            return this_round[q.name]
         return weights[q.name] if weights is not None and q.name in weights else q.weight[r]
 
     left: dict[str, Fraction] = {}
     while remaining > 0:
         hungry = [q for q in tier if share[q.name] < requestable[q.name]]
+        if round_weights is not None:
+            this_round = round_weights(hungry, r)
         total_weight = sum(max(0, weight(q)) for q in hungry)
         if total_weight == 0:
             break
@@ -118,17 +135,19 @@ def _up_to_fair_share(
     return remaining, left
 
 
-def set_fair_shares(roots: Sequence[QueueInfo], total: Sequence[int]) -> None:
+def set_fair_shares(
+    roots: Sequence[QueueInfo], total: Sequence[int], round_weights: RoundWeights | None = None
+) -> None:
     """Fill ``fair_share`` of every queue under ``roots`` from the pool's ``total`` per resource."""
     for r in range(3):
-        _descend(total[r], list(roots), r)
+        _descend(total[r], list(roots), r, round_weights)
 
 
-def _descend(total: int, siblings: list[QueueInfo], r: int) -> None:
+def _descend(total: int, siblings: list[QueueInfo], r: int, round_weights: RoundWeights | None = None) -> None:
     if not siblings:
         return
-    shares = divide(total, siblings, r)
+    shares = divide(total, siblings, r, round_weights=round_weights)
     for q in siblings:
         q.fair_share[r] = shares[q.name]
         if q.children:
-            _descend(q.fair_share[r], q.children, r)
+            _descend(q.fair_share[r], q.children, r, round_weights)

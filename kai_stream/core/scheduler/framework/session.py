@@ -44,6 +44,7 @@ from kai_stream.core.scheduler.framework.info import (
     TaskInfo,
 )
 from kai_stream.core.scheduler.framework.nodeindex import NodeIndex
+from kai_stream.core.scheduler.timeshare import usage_shares
 from kai_stream.core.state import NODE_MARK, ClusterState, pending_signature, predicate_counts
 
 if TYPE_CHECKING:
@@ -145,6 +146,9 @@ class Session:
     order_keys: dict[JobInfo, tuple[int, tuple[int, ...], SortKey]] = field(default_factory=dict)
     """``JobsByQueue``'s path key per job, with the epoch and path versions it was computed at, shared by every
     action of the cycle (a job that no action placed keeps its key from one action to the next)."""
+    usage: dict[str, tuple[float, float, float]] = field(default_factory=dict)
+    """Per leaf queue: its usage share of the cluster over the configured window (``timeshare.usage_shares``);
+    empty unless ``config.usage_params`` is set."""
     _saved_tasks: dict[int, tuple[TaskInfo, str, NodeInfo | None, tuple[int, ...], int]] | None = None
     """When the session will be parked: each task's fields before the cycle first changed it (see ``park``)."""
     _saved_nodes: dict[int, _NodeBase] | None = None
@@ -1032,6 +1036,8 @@ class Snapshot:
         ssn.nominated = set(self.builder.nominated)
         for job, reason in held:
             ssn.set_pending(job.pending_tasks(), PendingInfo("BindBackoff", reason, {}, {}))
+        if config.usage_params is not None:
+            ssn.usage = usage_shares(state.usage, config.usage_params, state.now, config.default_queue)
         tasks = base.tasks
         for uid, preemptor in sorted(state.evicting_for.items()):
             victim = tasks.get(uid)

@@ -8,6 +8,9 @@ time, uid).
 
 A job is refused when it would take a queue on its ancestry over its limit, or, non-preemptible, over the
 deserved quota of its leaf queue or of any ancestor.
+
+With ``usage_params`` configured, the over-quota division weighs queues by their historical usage
+(``timeshare``); without it, fair shares are as KAI's without a usage database.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from kai_stream.core.events import PendingCode
 from kai_stream.core.scheduler.fairshare import set_fair_shares
 from kai_stream.core.scheduler.framework.hooks import SortKey
 from kai_stream.core.scheduler.framework.info import RESOURCES, JobInfo, QueueInfo
+from kai_stream.core.scheduler.timeshare import queue_usage, round_weights
 
 if TYPE_CHECKING:
     from kai_stream.core.scheduler.framework.session import Session
@@ -72,7 +76,10 @@ class ProportionPlugin:
         self._keys = {}
         self._limits = {}
         self._quotas = {}
-        set_fair_shares(session.roots, session.total)
+        weigh = None
+        if session.config.usage_params is not None:
+            weigh = round_weights(queue_usage(session.queues, session.usage), session.config.usage_decay_k)
+        set_fair_shares(session.roots, session.total, weigh)
         for q in session.queues.values():
             q.share_cap = [allocatable_share(q, r, session.total) for r in range(3)]
         session.hooks.queue_keys.append(self.queue_key)

@@ -18,6 +18,7 @@ from pathlib import Path
 import polars as pl
 
 from kai_stream.analytics import frames as F
+from kai_stream.core.events import NodeObserved
 from kai_stream.trace.clusters import cluster_events
 from kai_stream.trace.compare import compare
 from kai_stream.trace.loaders import load_trace, parse_window
@@ -65,7 +66,7 @@ def main() -> None:
         rows = compare(jobs, base, POLICIES, auto_queues=True, history_root=Path(tmp))
         for row in rows:
             pods = pod_delays(Path(tmp) / row["policy"])
-            gpus = sum(e.node.allocatable.gpu_milli for e in base if hasattr(e, "node")) / 1000
+            gpus = sum(e.node.allocatable.gpu_milli for e in base if isinstance(e, NodeObserved)) / 1000
             pods = pods.with_columns(idle=pl.Series(under_served(pods, args.recent * 3600, gpus / 4)))
             split = pods.group_by("idle").agg(
                 pods=pl.len(), avg=pl.col("delay").mean(), p99=pl.col("delay").quantile(0.99)

@@ -20,11 +20,14 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from fractions import Fraction
 from functools import lru_cache
+from typing import TYPE_CHECKING
 
-from kai_stream.core.config import UsageParams
 from kai_stream.core.scheduler.fairshare import RoundWeights
 from kai_stream.core.scheduler.framework.info import QueueInfo
 from kai_stream.core.usage import BUCKET_S, UsageLedger
+
+if TYPE_CHECKING:
+    from kai_stream.core.config import UsageParams
 
 __all__ = ["queue_usage", "round_weights", "usage_shares", "window_start"]
 

@@ -2,7 +2,8 @@
 
 Per pending job (queue order), victims are running preemptible jobs of the same leaf queue whose priority is
 strictly lower and that the victim scopes allow (min-runtime: a protected elastic job gives only its surplus
-pods), taken in reverse job order (lowest priority, then newest, first). A victim set is accepted when the
+pods), taken in reverse job order (lowest priority, then newest, first), elastic jobs' surplus pods before the gang
+cores of their priority (``units_in_victim_order``). A victim set is accepted when the
 job's whole gang is placed within its queue's limits (and, for a non-preemptible job, its deserved quota).
 Once a search fails, jobs of the same shape and priority in the same queue are not searched again in this
 action run.
@@ -18,8 +19,8 @@ from kai_stream.core.scheduler.actions._common.solver import SearchSpec, awaitin
 from kai_stream.core.scheduler.actions._common.victims import (
     VictimLists,
     VictimUnit,
+    units_in_victim_order,
     victim_judges,
-    victim_units,
 )
 from kai_stream.core.scheduler.framework.info import JobInfo, QueueInfo, TaskInfo
 from kai_stream.core.scheduler.framework.ordering import JobsByQueue
@@ -82,8 +83,7 @@ class _Preempt:
         victims, surplus = found
 
         def candidates() -> Iterator[VictimUnit]:
-            for victim in victims:
-                yield from victim_units(victim, victim in surplus)
+            return units_in_victim_order(victims, surplus)
 
         base = {**queue_details("queue", queue), "preemptor_priority": str(job.priority)}
 

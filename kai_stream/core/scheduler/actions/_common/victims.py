@@ -9,7 +9,7 @@ scopes limit to its surplus (min-runtime) offers its surplus units only.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Container, Hashable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -43,22 +43,47 @@ class VictimUnit:
 def victim_units(job: JobInfo, surplus_only: bool = False) -> list[VictimUnit]:
     """The job's units in the order a search takes them (surplus pods first, then the gang core unless
     ``surplus_only``)."""
+    surplus, core = _split_units(job, surplus_only)
+    return surplus if core is None else [*surplus, core]
+
+
+def _split_units(job: JobInfo, surplus_only: bool) -> tuple[list[VictimUnit], VictimUnit | None]:
+    """The job's surplus units (newest pod first) and its gang core (None with ``surplus_only`` or none left)."""
     tasks = job.tasks
     if len(tasks) == 1:
         task = tasks[0]
-        if task.status != RUNNING or (surplus_only and job.active_count() <= job.min_member):
-            return []
-        return [VictimUnit(job, [task])]
+        if task.status != RUNNING:
+            return [], None
+        if job.active_count() > job.min_member:
+            return [VictimUnit(job, [task])], None
+        return [], None if surplus_only else VictimUnit(job, [task])
     running = [t for t in tasks if t.status == RUNNING]
     if not running:
-        return []
+        return [], None
     running.sort(key=lambda t: (t.created, t.name, t.uid), reverse=True)
     surplus = max(0, min(len(running), job.active_count() - job.min_member))
     units = [VictimUnit(job, [t]) for t in running[:surplus]]
     rest = running[surplus:]
-    if rest and not surplus_only:
-        units.append(VictimUnit(job, rest))
-    return units
+    return units, VictimUnit(job, rest) if rest and not surplus_only else None
+
+
+def units_in_victim_order(jobs: Iterable[JobInfo], surplus: Container[JobInfo]) -> Iterator[VictimUnit]:
+    """The units of ``jobs`` (in reverse job order) in KAI's victim order: a job gives one unit per turn and goes back
+    in line, and a job above its minimum comes before one at it (KAI's elastic job order), so within a run of jobs
+    of one priority every job's surplus pods come first, job by job, then their gang cores. A job in ``surplus``
+    gives its surplus pods only."""
+    cores: list[VictimUnit] = []
+    priority: int | None = None
+    for job in jobs:
+        if job.priority != priority:
+            yield from cores
+            cores = []
+            priority = job.priority
+        units, core = _split_units(job, job in surplus)
+        yield from units
+        if core is not None:
+            cores.append(core)
+    yield from cores
 
 
 def running(job: JobInfo) -> bool:

@@ -19,6 +19,7 @@ Budgets keep a cycle bounded: at most ``max_units`` units and ``max_tries`` plac
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, replace
 
 from kai_stream.core.scheduler.actions._common.victims import VictimUnit
@@ -36,7 +37,16 @@ from kai_stream.core.scheduler.framework.nodeindex import NodeIndex, _memory_por
 from kai_stream.core.scheduler.framework.session import PendingInfo, Session
 from kai_stream.core.scheduler.framework.statement import Statement
 
-__all__ = ["SearchSpec", "awaiting", "free_gpu", "place_job", "search", "tasks_request", "tasks_to_place"]
+__all__ = [
+    "SearchSpec",
+    "awaiting",
+    "free_gpu",
+    "place_job",
+    "search",
+    "search_request",
+    "tasks_request",
+    "tasks_to_place",
+]
 
 
 @dataclass
@@ -83,11 +93,13 @@ def place_job(
     not reached. Each task goes on the best free capacity anywhere, else (with ``near``, the victims' nodes)
     pipelined onto the first of them by node order that fits with what is being released: KAI's node order for a
     preemptor, idle before releasing (the releasing capacity of other nodes is not searched)."""
-    if session.hooks.check_job(job, session.job_request(job)) is not None:
-        return None
     pending = session.pending_of(job)
-    if limit is not None:
+    request = session.job_request(job)
+    if limit is not None and limit < len(pending):
         pending = pending[:limit]
+        request = tasks_request(session, pending)
+    if session.hooks.check_job(job, request) is not None:
+        return None
     active = job.active_count()
     placed: list[TaskInfo] = []
     remaining = len(pending)
@@ -116,6 +128,15 @@ def tasks_to_place(session: Session, job: JobInfo) -> list[TaskInfo]:
     return pending[: job.min_member - active if active < job.min_member else 1]
 
 
+def search_request(session: Session, job: JobInfo) -> list[int]:
+    """What the tasks a victim search places for ``job`` ask for (``tasks_to_place``; the job's pending request when
+    that is all of them). The caller must not change the list."""
+    tasks = tasks_to_place(session, job)
+    if len(tasks) == len(session.pending_of(job)):
+        return session.job_request(job)
+    return tasks_request(session, tasks)
+
+
 def tasks_request(session: Session, tasks: list[TaskInfo]) -> list[int]:
     """What ``tasks`` ask for together (``Session.task_request`` summed)."""
     total = [0, 0, 0]
@@ -128,6 +149,22 @@ def tasks_request(session: Session, tasks: list[TaskInfo]) -> list[int]:
 def _moved(task: TaskInfo) -> TaskInfo:
     """The pending copy of an evicted task that a move places elsewhere."""
     return replace(task, status=PENDING, node=None, gpus=(), gpu_portion=0, prev_pipelined=None)
+
+
+class _AllBut(AbstractSet[int]):
+    """Every node index of the pool but one (``NodeIndex.allowed`` hiding a victim's own node)."""
+
+    def __init__(self, excluded: int, count: int) -> None:
+        self.excluded, self.count = excluded, count
+
+    def __contains__(self, idx: object) -> bool:
+        return idx != self.excluded
+
+    def __iter__(self) -> Iterator[int]:
+        return (i for i in range(self.count) if i != self.excluded)
+
+    def __len__(self) -> int:
+        return self.count - 1
 
 
 def _left_evicted(taken: list[VictimUnit], moved: list[TaskInfo]) -> bool:
@@ -276,11 +313,11 @@ class _Search:
             assert node is not None
             placement = index.find_free(copy)
             if placement is not None and placement.node is node:
-                index.remove(node)
+                index.allowed = _AllBut(node.idx, len(ssn.nodes))
                 try:
                     placement = index.find_free(copy) or placement
                 finally:
-                    index.add(node)
+                    index.allowed = None
             if placement is None or placement.node is node:
                 home = placement if task.gpu_portion == UNIT else index.find_releasing_on(copy, node)
                 if task.gpu_portion == UNIT or (home is not None and home.gpus == task.gpus):

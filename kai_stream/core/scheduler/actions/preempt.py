@@ -11,7 +11,6 @@ action run.
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Iterator
 
 from kai_stream.core.scheduler.actions._common.fairness import queue_details
@@ -45,9 +44,9 @@ class _Preempt:
             self._pool_free = free_gpu(self.ssn)
         return self._pool_free
 
-    def victims(self, preemptor: JobInfo) -> tuple[Iterator[JobInfo], frozenset[JobInfo]] | None:
-        """The victim jobs in the order they are taken (read as the search takes them), and those of them limited
-        to their surplus pods; None when there is none."""
+    def victims(self, preemptor: JobInfo) -> Iterator[VictimUnit] | None:
+        """The victim units in the order they are taken (read as the search takes them); None when there is no
+        victim job."""
         queue = preemptor.queue
         assert queue is not None
         floor = self._floor.get(queue.name)
@@ -56,15 +55,19 @@ class _Preempt:
             floor = self._floor[queue.name] = _lowest_priority(queue, priority)
         if priority <= floor:
             return None
-        jobs, start, surplus = self.lists.live(queue, self.lists.key(preemptor, queue))
+        key = self.lists.key(preemptor, queue)
+        jobs, start, surplus = self.lists.live(queue, key)
         for first in range(start, len(jobs)):
             job = jobs[first]
             if job.priority < priority and job is not preemptor:
                 break
         else:
             return None
-        found = (j for j in itertools.islice(jobs, first, None) if j.priority < priority and j is not preemptor)
-        return found, surplus
+
+        def keep(j: JobInfo) -> bool:
+            return j.priority < priority and j is not preemptor
+
+        return units_in_victim_order(jobs, surplus, first, self.lists.runs(key, jobs), keep)
 
     def try_job(self, job: JobInfo) -> None:
         ssn = self.ssn
@@ -77,13 +80,12 @@ class _Preempt:
         shape = (tuple(t.shape for t in pending), job.min_member, queue.name, job.priority, job.topology)
         if shape in self._gave_up:
             return
-        found = self.victims(job)
-        if found is None:
+        units = self.victims(job)
+        if units is None:
             return
-        victims, surplus = found
 
         def candidates() -> Iterator[VictimUnit]:
-            return units_in_victim_order(victims, surplus)
+            return units
 
         base = {**queue_details("queue", queue), "preemptor_priority": str(job.priority)}
 
@@ -98,6 +100,7 @@ class _Preempt:
             details=details,
             reason=f"preempted by higher-priority {job.key} (priority {job.priority}) in queue {queue.name}",
             pool_free_gpu=self.pool_free,
+            preemptor_first=True,
             fixed_candidates=True,
         )
         if not search(ssn, spec):

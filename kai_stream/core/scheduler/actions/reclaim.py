@@ -27,7 +27,6 @@ this run, and the job's reason must not flip to allocate's ``NoNodeFits`` for on
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Callable, Hashable, Iterator
 
 from kai_stream.core.scheduler.actions._common.fairness import (
@@ -141,7 +140,8 @@ class _Reclaim:
                 continue
             jobs, start, surplus = victims.live(q, key)
             if start < len(jobs):
-                pools[q.name] = (units_in_victim_order(itertools.islice(jobs, start, None), surplus), v, side)
+                units = units_in_victim_order(jobs, surplus, start, victims.runs(key, jobs))
+                pools[q.name] = (units, v, side)
             else:
                 spent.add(key)
         order.rank_all(queues[n] for n in pools)

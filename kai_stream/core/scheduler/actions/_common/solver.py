@@ -18,7 +18,7 @@ Budgets keep a cycle bounded: at most ``max_units`` units and ``max_tries`` plac
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, replace
 
@@ -33,7 +33,7 @@ from kai_stream.core.scheduler.framework.info import (
     NodeInfo,
     TaskInfo,
 )
-from kai_stream.core.scheduler.framework.nodeindex import NodeIndex, _memory_portion
+from kai_stream.core.scheduler.framework.nodeindex import NodeIndex, Placement, _memory_portion
 from kai_stream.core.scheduler.framework.session import PendingInfo, Session
 from kai_stream.core.scheduler.framework.statement import Statement
 
@@ -65,6 +65,9 @@ class SearchSpec:
     doomed: Callable[[list[VictimUnit]], bool] | None = None
     """A refusal of ``validate`` known before the preemptor is placed (what it reads only gets worse as the
     placement adds to the queues' allocations): a try it answers True for is failed without placing."""
+    preemptor_first: bool = False
+    """The preemptor goes before every victim job in queue order (preempt: same queue, higher priority), so a
+    simulation places it first, and ends there when it does not fit."""
     fixed_candidates: bool = False
     """The candidates do not depend on the evictions made during the search (each unit is its own job's, read
     from that job alone, and any bound on how many are taken counts the units taken, not the evictions): its
@@ -139,6 +142,8 @@ def search_request(session: Session, job: JobInfo) -> list[int]:
 
 def tasks_request(session: Session, tasks: list[TaskInfo]) -> list[int]:
     """What ``tasks`` ask for together (``Session.task_request`` summed)."""
+    if len(tasks) == 1:
+        return session.task_request(tasks[0])
     total = [0, 0, 0]
     for task in tasks:
         for r, amount in enumerate(session.task_request(task)):
@@ -151,20 +156,28 @@ def _moved(task: TaskInfo) -> TaskInfo:
     return replace(task, status=PENDING, node=None, gpus=(), gpu_portion=0, prev_pipelined=None)
 
 
-class _AllBut(AbstractSet[int]):
-    """Every node index of the pool but one (``NodeIndex.allowed`` hiding a victim's own node)."""
+def _future_left(task: TaskInfo, node: NodeInfo) -> tuple[int, int]:
+    """What ``node`` has left once what is being released there is free: GPU for a GPU task, then CPU."""
+    gpu = 0
+    if task.gpu_whole or task.gpu_frac or task.gpu_mem_mib:
+        gpu = sum(node.gpu_free_future(g) for g in range(len(node.healthy)) if node.healthy[g])
+    return gpu, node.cpu_free_future()
 
-    def __init__(self, excluded: int, count: int) -> None:
+
+class _AllBut(AbstractSet[int]):
+    """Every node index of the pool but some (``NodeIndex.allowed`` hiding the nodes with capacity being released)."""
+
+    def __init__(self, excluded: AbstractSet[int], count: int) -> None:
         self.excluded, self.count = excluded, count
 
     def __contains__(self, idx: object) -> bool:
-        return idx != self.excluded
+        return idx not in self.excluded
 
     def __iter__(self) -> Iterator[int]:
-        return (i for i in range(self.count) if i != self.excluded)
+        return (i for i in range(self.count) if i not in self.excluded)
 
     def __len__(self) -> int:
-        return self.count - 1
+        return self.count - sum(1 for i in self.excluded if 0 <= i < self.count)
 
 
 def _left_evicted(taken: list[VictimUnit], moved: list[TaskInfo]) -> bool:
@@ -173,9 +186,29 @@ def _left_evicted(taken: list[VictimUnit], moved: list[TaskInfo]) -> bool:
     return any(t.status == RELEASING and t.uid not in copies for unit in taken for t in unit.tasks)
 
 
+def _first_in_leaf(session: Session, preemptor: JobInfo, taken: list[VictimUnit]) -> bool:
+    """Whether ``preemptor`` goes before the jobs of ``taken`` (all of its leaf) by job order."""
+    key = session.job_key(preemptor)
+    return all(key < session.job_key(unit.job) for unit in taken)
+
+
+def _by_job(taken: list[VictimUnit]) -> dict[int, tuple[JobInfo, list[TaskInfo]]]:
+    """The tasks of ``taken`` per victim job (by ``id``), jobs in the order first taken."""
+    victims: dict[int, tuple[JobInfo, list[TaskInfo]]] = {}
+    for unit in taken:
+        entry = victims.get(id(unit.job))
+        if entry is None:
+            victims[id(unit.job)] = (unit.job, list(unit.tasks))
+        else:
+            entry[1].extend(unit.tasks)
+    return victims
+
+
 def _to_put_back(job: JobInfo, evicted: list[TaskInfo]) -> list[TaskInfo]:
     """The evicted tasks of a victim job that a simulation places again (KAI's tasks to allocate of the job): those
     its gang needs while it is below its minimum, else one; in task order."""
+    if len(evicted) == 1:
+        return evicted
     active = job.active_count()
     count = job.min_member - active if active < job.min_member else 1
     return sorted(evicted, key=lambda t: (t.created, t.name, t.uid))[:count]
@@ -260,33 +293,48 @@ class _Search:
 
     def attempt(self, taken: list[VictimUnit]) -> bool:
         """Simulate the current evictions: the preemptor and the victims' jobs are placed again in queue order
-        (``_before``, ranked as the try begins), the preemptor's tasks as ``place_job`` places them, each victim job
-        as ``_put_back`` does; keep it only if the preemptor was placed, no victim stays evicted when the action
-        moves rather than kills (consolidation), and the validator accepts."""
+        (``_in_queue_order``; victims of the preemptor's own leaf by job order), the preemptor's tasks as
+        ``place_job`` places them, each victim job as ``_put_back`` does; keep it only if the preemptor was placed,
+        no victim stays evicted when the action moves rather than kills (consolidation), and the validator
+        accepts."""
         spec = self.spec
         if spec.doomed is not None and spec.doomed(taken):
             return False
         checkpoint = self.tried_at = self.stmt.checkpoint()
         near = sorted(self.near.values(), key=lambda node: node.idx)
-        victims: dict[int, tuple[JobInfo, list[TaskInfo]]] = {}
-        for unit in taken:
-            entry = victims.get(id(unit.job))
-            if entry is None:
-                victims[id(unit.job)] = (unit.job, list(unit.tasks))
-            else:
-                entry[1].extend(unit.tasks)
         ssn = self.ssn
-        chosen = {key: (job, _to_put_back(job, tasks)) for key, (job, tasks) in victims.items()}
-        jobs = _in_queue_order(ssn, [(spec.preemptor, self.tasks), *chosen.values()])
+        preemptor = spec.preemptor
+        leaf = preemptor.queue
+        chosen: dict[int, list[TaskInfo]] = {}
+        jobs: Iterable[JobInfo]
         placed: list[TaskInfo] | None = None
+        same_leaf = spec.preemptor_first or all(unit.job.queue is leaf for unit in taken)
+        if spec.preemptor_first or (same_leaf and _first_in_leaf(ssn, preemptor, taken)):
+            placed = place_job(ssn, self.stmt, preemptor, near, limit=len(self.tasks))
+            if placed is None:
+                self.stmt.rollback(checkpoint)
+                return False
+            victims = _by_job(taken)
+            jobs = sorted([job for job, _ in victims.values()], key=ssn.job_key)
+        elif same_leaf:
+            victims = _by_job(taken)
+            jobs = sorted([preemptor, *(job for job, _ in victims.values())], key=ssn.job_key)
+        else:
+            victims = _by_job(taken)
+            chosen = {k: _to_put_back(job, tasks) for k, (job, tasks) in victims.items()}
+            entries = [(victims[k][0], tasks) for k, tasks in chosen.items()]
+            jobs = _in_queue_order(ssn, [(preemptor, self.tasks), *entries])
         moved: list[TaskInfo] = []
         for job in jobs:
-            if job is spec.preemptor:
+            if job is preemptor:
                 placed = place_job(ssn, self.stmt, job, near, limit=len(self.tasks))
                 if placed is None:
                     break
             else:
-                moved.extend(self._put_back(chosen[id(job)][1], near))
+                tasks = chosen.get(id(job))
+                if tasks is None:
+                    tasks = _to_put_back(job, victims[id(job)][1])
+                moved.extend(self._put_back(tasks, near))
         if placed is not None and not (spec.move_victims and _left_evicted(taken, moved)) and spec.validate(taken):
             self.placed, self.moved = placed, moved
             return True
@@ -311,13 +359,7 @@ class _Search:
             copy = _moved(task)
             node = task.node
             assert node is not None
-            placement = index.find_free(copy)
-            if placement is not None and placement.node is node:
-                index.allowed = _AllBut(node.idx, len(ssn.nodes))
-                try:
-                    placement = index.find_free(copy) or placement
-                finally:
-                    index.allowed = None
+            placement = self._free_placement(copy, node)
             if placement is None or placement.node is node:
                 home = placement if task.gpu_portion == UNIT else index.find_releasing_on(copy, node)
                 if task.gpu_portion == UNIT or (home is not None and home.gpus == task.gpus):
@@ -333,6 +375,32 @@ class _Search:
             self.stmt.allocate(copy, placement)
             moved.append(copy)
         return moved
+
+    def _free_placement(self, copy: TaskInfo, own: NodeInfo) -> Placement | None:
+        """The free capacity KAI's bin-packing picks for a victim's copy: among the nodes where it fits now, the one
+        with the least left once what is being released there is free too (so its own node, where it releases its
+        share, comes after a node as full without it, and after one as full with it). Nodes releasing nothing are
+        ranked by ``find_free``; the releasing ones (few; the victim's own node among them) are scanned."""
+        ssn = self.ssn
+        index = ssn.index
+        releasing = sorted(index.releasing)
+        index.allowed = _AllBut(index.releasing, len(ssn.nodes))
+        try:
+            best = index.find_free(copy)
+        finally:
+            index.allowed = None
+        score = None if best is None else _future_left(copy, best.node)
+        whole = copy.gpu_whole
+        for idx in releasing:
+            node = ssn.nodes[idx]
+            if node.free_whole < whole:
+                continue
+            found = index.find_free_on(copy, node)
+            if found is not None:
+                left = _future_left(copy, node)
+                if score is None or left < score or (left == score and best is not None and best.node is own):
+                    best, score = found, left
+        return best
 
     def _unevict(self, task: TaskInfo) -> bool:
         """Let ``task`` keep running on its node when what is placed there in this try leaves it room (pipelined

@@ -9,7 +9,7 @@ scopes limit to its surplus (min-runtime) offers its surplus units only.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Container, Hashable, Iterable, Iterator
+from collections.abc import Callable, Container, Hashable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -67,23 +67,53 @@ def _split_units(job: JobInfo, surplus_only: bool) -> tuple[list[VictimUnit], Vi
     return units, VictimUnit(job, rest) if rest and not surplus_only else None
 
 
-def units_in_victim_order(jobs: Iterable[JobInfo], surplus: Container[JobInfo]) -> Iterator[VictimUnit]:
-    """The units of ``jobs`` (in reverse job order) in KAI's victim order: a job gives one unit per turn and goes back
-    in line, and a job above its minimum comes before one at it (KAI's elastic job order), so within a run of jobs
-    of one priority every job's surplus pods come first, job by job, then their gang cores. A job in ``surplus``
-    gives its surplus pods only."""
-    cores: list[VictimUnit] = []
-    priority: int | None = None
-    for job in jobs:
-        if job.priority != priority:
-            yield from cores
-            cores = []
-            priority = job.priority
-        units, core = _split_units(job, job in surplus)
-        yield from units
-        if core is not None:
-            cores.append(core)
-    yield from cores
+Runs = tuple[list[int], list[int]]
+"""Per index of a job list: where its run of one priority ends, and a job from it on in that run with more pods than
+its minimum (-1: none)."""
+
+
+def priority_runs(jobs: Sequence[JobInfo]) -> Runs:
+    """The ``Runs`` of ``jobs``."""
+    n = len(jobs)
+    ends, elastic = [n] * n, [-1] * n
+    for i in range(n - 1, -1, -1):
+        job = jobs[i]
+        same = i + 1 < n and jobs[i + 1].priority == job.priority
+        ends[i] = ends[i + 1] if same else i + 1
+        elastic[i] = i if len(job.tasks) > job.min_member else elastic[i + 1] if same else -1
+    return ends, elastic
+
+
+def units_in_victim_order(
+    jobs: Sequence[JobInfo],
+    surplus: Container[JobInfo],
+    start: int = 0,
+    runs: Runs | None = None,
+    keep: Callable[[JobInfo], bool] | None = None,
+) -> Iterator[VictimUnit]:
+    """The units of ``jobs[start:]`` (in reverse job order; those ``keep`` allows) in KAI's victim order: a job gives
+    one unit per turn and goes back in line, and a job above its minimum comes before one at it (KAI's elastic job
+    order), so within a run of jobs of one priority every job's surplus pods come first, job by job, then their gang
+    cores. A job in ``surplus`` gives its surplus pods only. Jobs are read lazily up to the next run holding a job
+    of more pods than its minimum (``runs``, from ``priority_runs``)."""
+    ends, elastic = priority_runs(jobs) if runs is None else runs
+    i, n = start, len(jobs)
+    while i < n:
+        job = jobs[i]
+        if elastic[i] < 0:
+            if keep is None or keep(job):
+                yield from victim_units(job, job in surplus)
+            i += 1
+            continue
+        cores: list[VictimUnit] = []
+        for other in jobs[i : ends[i]]:
+            if keep is None or keep(other):
+                units, core = _split_units(other, other in surplus)
+                yield from units
+                if core is not None:
+                    cores.append(core)
+        yield from cores
+        i = ends[i]
 
 
 def running(job: JobInfo) -> bool:
@@ -130,6 +160,14 @@ class VictimLists:
         self._lists: dict[Hashable, list[JobInfo]] = {}
         self._surplus: dict[Hashable, frozenset[JobInfo]] = {}
         self._start: dict[Hashable, int] = {}
+        self._runs: dict[Hashable, Runs] = {}
+
+    def runs(self, key: Hashable, jobs: list[JobInfo]) -> Runs:
+        """``priority_runs`` of the list kept under ``key`` (``jobs``, from ``live``), computed once."""
+        runs = self._runs.get(key)
+        if runs is None:
+            runs = self._runs[key] = priority_runs(jobs)
+        return runs
 
     def key(self, preemptor: JobInfo, queue: QueueInfo) -> Hashable:
         """What the list ``preemptor`` sees of ``queue`` is kept under: the queue's name when nothing limits it,

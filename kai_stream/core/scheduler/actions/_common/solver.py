@@ -359,7 +359,7 @@ class _Search:
             copy = _moved(task)
             node = task.node
             assert node is not None
-            placement = self._free_placement(copy, node)
+            placement = self._free_placement(copy, node, near)
             if placement is None or placement.node is node:
                 home = placement if task.gpu_portion == UNIT else index.find_releasing_on(copy, node)
                 if task.gpu_portion == UNIT or (home is not None and home.gpus == task.gpus):
@@ -376,23 +376,22 @@ class _Search:
             moved.append(copy)
         return moved
 
-    def _free_placement(self, copy: TaskInfo, own: NodeInfo) -> Placement | None:
+    def _free_placement(self, copy: TaskInfo, own: NodeInfo, near: list[NodeInfo]) -> Placement | None:
         """The free capacity KAI's bin-packing picks for a victim's copy: among the nodes where it fits now, the one
         with the least left once what is being released there is free too (so its own node, where it releases its
-        share, comes after a node as full without it, and after one as full with it). Nodes releasing nothing are
-        ranked by ``find_free``; the releasing ones (few; the victim's own node among them) are scanned."""
+        share, comes after a node as full without it, and after one as full with it). The nodes of this search's
+        victims (``near``, the victim's own among them) are scanned; the others are ranked by ``find_free`` (by what
+        is free now: what earlier searches of the cycle release there is mostly taken by their preemptors)."""
         ssn = self.ssn
         index = ssn.index
-        releasing = sorted(index.releasing)
-        index.allowed = _AllBut(index.releasing, len(ssn.nodes))
+        index.allowed = _AllBut({node.idx for node in near}, len(ssn.nodes))
         try:
             best = index.find_free(copy)
         finally:
             index.allowed = None
         score = None if best is None else _future_left(copy, best.node)
         whole = copy.gpu_whole
-        for idx in releasing:
-            node = ssn.nodes[idx]
+        for node in near:
             if node.free_whole < whole:
                 continue
             found = index.find_free_on(copy, node)

@@ -65,6 +65,8 @@ class SearchSpec:
     doomed: Callable[[list[VictimUnit]], bool] | None = None
     """A refusal of ``validate`` known before the preemptor is placed (what it reads only gets worse as the
     placement adds to the queues' allocations): a try it answers True for is failed without placing."""
+    moves: bool = True
+    """Victims may be moved to other nodes in a simulation (else only put back on their own node)."""
     preemptor_first: bool = False
     """The preemptor goes before every victim job in queue order (preempt: same queue, higher priority), so a
     simulation places it first, and ends there when it does not fit."""
@@ -359,7 +361,7 @@ class _Search:
             copy = _moved(task)
             node = task.node
             assert node is not None
-            placement = self._free_placement(copy, node, near)
+            placement = self._free_placement(copy, node, near) if self.spec.moves else None
             if placement is None or placement.node is node:
                 home = placement if task.gpu_portion == UNIT else index.find_releasing_on(copy, node)
                 if task.gpu_portion == UNIT or (home is not None and home.gpus == task.gpus):
@@ -367,7 +369,7 @@ class _Search:
                         continue
                 elif home is not None:
                     placement = home
-            if placement is None:
+            if placement is None and self.spec.moves:
                 placement = index.find_among(copy, near)
             if placement is None:
                 self.stmt.rollback(checkpoint)

@@ -150,46 +150,6 @@ def test_doomed_tries_change_nothing(seed: int, monkeypatch: pytest.MonkeyPatch)
     assert answers
 
 
-def _blocked_moves(seed: int, count: int = 6, gpus: int = 4) -> ClusterState:
-    """Every node holds a one-GPU and a two-GPU 'train' pod (its last GPU free), and pending 'train' pods of three
-    and four GPUs: consolidation can empty a node, but never re-place its two-GPU pod."""
-    rng = random.Random(seed)
-    events: list[AnyEvent] = node_events(count, gpus)
-    events.append(queue("q"))
-    uid = 0
-    for i in range(count):
-        uid += 2
-        events.append(running(uid - 1, "q", f"n{i:02d}", 0, "train"))
-        two = running(uid, "q", f"n{i:02d}", 1, "train")
-        requests = two.pod.requests.model_copy(update={"gpu_milli": 2000})
-        events.append(
-            two.model_copy(update={"pod": two.pod.model_copy(update={"requests": requests, "gpu_indices": (1, 2)})})
-        )
-    for k in range(4):
-        uid += 1
-        events.append(pending(k, uid, "q", rng.choice([3, 4]), "train"))
-    return fold(events)
-
-
-@pytest.mark.parametrize("seed", range(4))
-def test_blocked_moves_change_nothing(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Consolidation's tries skipped for a victim that still cannot move give what trying them gave."""
-    state = _blocked_moves(seed)
-    answers: list[bool] = []
-    real = solver._Search._still_blocked
-
-    def spy(self: solver._Search, task: Any) -> bool:
-        answer = real(self, task)
-        answers.append(answer)
-        return answer
-
-    monkeypatch.setattr(solver._Search, "_still_blocked", spy)
-    skipped = _decisions(state)
-    assert True in answers
-    monkeypatch.setattr(solver._Search, "_still_blocked", lambda self, task: False)
-    assert _decisions(state) == skipped
-
-
 def _replayed(self: solver._Search, taken: list[Any], kept: list[Any]) -> bool:
     return self.replay(kept)
 

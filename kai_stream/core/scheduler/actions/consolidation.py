@@ -3,9 +3,10 @@
 Per pending preemptible job (queue order) that allocate could not place and whose GPU request the pool's free GPU
 covers in total (moving never frees capacity, it only gathers it) and whose queue admits it as things stand (moved
 jobs keep their queue's allocation, so a job over its queue's limit stays refused), candidates are running
-preemptible jobs of any queue — first those on the nodes with the most free GPU (the cheapest to empty), then
-reverse job order. At most ``max_consolidation_preemptees`` jobs move. A set is accepted only when the pending
-job's gang is placed on the capacity being released and every moved pod is re-placed on free capacity.
+preemptible jobs of any queue in KAI's victim order (the queue that would be scheduled last first, re-ranked after
+each unit; reverse job order within a queue, an elastic job's surplus pods one at a time before the gang cores). At
+most ``max_consolidation_preemptees`` jobs move. A set is accepted only when the pending job's gang is placed and no
+victim stays evicted: the search's simulation puts each one back on its node or moves it (``_common.solver``).
 
 Decisions, since Kubernetes cannot re-bind a running pod: each moved pod gets ``EvictionRequested`` (details
 ``move_to`` / ``move_gpus``) followed by ``PodPipelined`` onto its new node — a nomination the next cycle honours
@@ -19,25 +20,27 @@ before searching (changing nothing, so the free GPU stays short for the next one
 from __future__ import annotations
 
 from collections.abc import Iterator
-from operator import itemgetter
 
 from kai_stream.core.scheduler.actions._common.fairness import queue_details
-from kai_stream.core.scheduler.actions._common.solver import SearchSpec, awaiting, free_gpu, search
-from kai_stream.core.scheduler.actions._common.victims import VictimUnit, running, victim_units
-from kai_stream.core.scheduler.framework.info import GPU, UNIT, JobClass, JobInfo, NodeInfo, TaskInfo
+from kai_stream.core.scheduler.actions._common.solver import (
+    SearchSpec,
+    awaiting,
+    free_gpu,
+    search,
+    search_request,
+)
+from kai_stream.core.scheduler.actions._common.victimorder import VictimOrder
+from kai_stream.core.scheduler.actions._common.victims import (
+    NO_SURPLUS_ONLY,
+    VictimUnit,
+    running,
+    units_in_victim_order,
+)
+from kai_stream.core.scheduler.framework.info import GPU, UNIT, JobClass, JobInfo, TaskInfo
 from kai_stream.core.scheduler.framework.ordering import JobsByQueue
 from kai_stream.core.scheduler.framework.session import Session
 
 NAME = "consolidation"
-
-
-def _node_free(node: NodeInfo) -> int:
-    """Sum of ``gpu_free_now`` over the node's healthy GPUs."""
-    total = 0
-    for ok, used, rel, pipe in zip(node.healthy, node.gpu_used, node.gpu_rel, node.gpu_pipe, strict=True):
-        if ok:
-            total += UNIT - used - (pipe - rel if pipe > rel else 0)
-    return total
 
 
 class _Consolidation:
@@ -45,34 +48,45 @@ class _Consolidation:
         self.ssn = session
         self._failed: dict[tuple[object, ...], int] = {}
         self._free: tuple[int, int] | None = None
-        self._movable: list[JobInfo] | None = None
+        self._movable: dict[str, list[JobInfo]] | None = None
 
     @property
-    def movable(self) -> list[JobInfo]:
-        """Candidate jobs, ordered as of the session when consolidation began: built on first need only (every
-        earlier ``try_job`` returned before searching, so nothing has moved), as it costs O(running pods)."""
+    def movable(self) -> dict[str, list[JobInfo]]:
+        """Candidate jobs per leaf queue in reverse job order, as of the session when consolidation began: built on
+        first need only (every earlier ``try_job`` returned before searching, so nothing has moved), as it costs
+        O(running pods)."""
         if self._movable is None:
             session = self.ssn
-            movable = [j for j in session.jobs if j.queue is not None and j.preemptible and running(j)]
-            by_job = sorted(movable, key=session.hooks.job_key, reverse=True)
-            node_free: dict[int, int] = {}
-
-            def emptiest(job: JobInfo) -> int:
-                """Most free GPU on any node of the job (0 with no node)."""
-                best: int | None = None
-                for t in job.tasks:
-                    node = t.node
-                    if node is not None:
-                        value = node_free.get(node.idx)
-                        if value is None:
-                            value = node_free[node.idx] = _node_free(node)
-                        if best is None or value > best:
-                            best = value
-                return 0 if best is None else best
-
-            ranked = sorted([(-emptiest(j), rank, j) for rank, j in enumerate(by_job)], key=itemgetter(0, 1))
-            self._movable = [j for _, _, j in ranked]
+            movable: dict[str, list[JobInfo]] = {}
+            for j in session.jobs:
+                if j.queue is not None and j.preemptible and running(j):
+                    movable.setdefault(j.queue.name, []).append(j)
+            for jobs in movable.values():
+                jobs.sort(key=session.hooks.job_key, reverse=True)
+            self._movable = movable
         return self._movable
+
+    def candidates(self, job: JobInfo) -> Iterator[VictimUnit]:
+        """Victim units for ``job`` in KAI's victim order (``VictimOrder`` over every leaf with movable jobs,
+        re-ranked after each unit; each queue's units as ``units_in_victim_order`` gives them)."""
+        ssn = self.ssn
+        queues = ssn.queues
+        order = VictimOrder()
+        streams: dict[str, Iterator[VictimUnit]] = {}
+        for name, jobs in self.movable.items():
+            allowed = [v for v in jobs if v is not job and running(v) and ssn.hooks.may_evict(NAME, job, v)]
+            if allowed:
+                streams[name] = units_in_victim_order(allowed, NO_SURPLUS_ONLY)
+        order.rank_all(queues[n] for n in streams)
+        while streams:
+            best = order.best(streams)
+            assert best is not None
+            unit = next(streams[best.name], None)
+            if unit is None:
+                del streams[best.name]
+                continue
+            yield unit
+            order.give(best, unit.tasks)
 
     def try_job(self, job: JobInfo) -> None:
         ssn = self.ssn
@@ -83,7 +97,7 @@ class _Consolidation:
             return
         if awaiting(ssn, job):
             return
-        request = ssn.job_request(job)
+        request = search_request(ssn, job)
         if ssn.hooks.check_job(job, request) is not None:
             return
         if request[GPU] <= 0:
@@ -96,13 +110,6 @@ class _Consolidation:
         if self._free[1] < request[GPU] or not self.movable:
             return
 
-        def candidates() -> Iterator[VictimUnit]:
-            for victim in self.movable:
-                if victim is not job and ssn.hooks.may_evict(NAME, job, victim):
-                    units = victim_units(victim)
-                    if units:
-                        yield VictimUnit(victim, [t for u in units for t in u.tasks])
-
         def details(task: TaskInfo) -> dict[str, str]:
             out = queue_details("queue", task.job.queue) if task.job.queue is not None else {}
             out["preemptor_gpu_request"] = f"{request[GPU] / UNIT:g}"
@@ -111,13 +118,12 @@ class _Consolidation:
         spec = SearchSpec(
             action=NAME,
             preemptor=job,
-            candidates=candidates,
+            candidates=lambda: self.candidates(job),
             validate=lambda taken: True,
             details=details,
             reason=f"moved so that {job.key} fits",
             move_victims=True,
             max_victim_jobs=ssn.config.max_consolidation_preemptees,
-            max_units=ssn.config.max_consolidation_preemptees,
             pool_free_gpu=request[GPU],
         )
         start = ssn.state_id
@@ -132,7 +138,7 @@ def run(session: Session) -> None:
     if not jobs:
         return
     free = free_gpu(session)
-    if not any(0 < session.job_request(j)[GPU] <= free for j in jobs):
+    if not any(0 < search_request(session, j)[GPU] <= free for j in jobs):
         return
     consolidation = _Consolidation(session)
     order = JobsByQueue(session, jobs)

@@ -2,7 +2,8 @@
 
 Per pending job (queue order), victims are running preemptible jobs of the same leaf queue whose priority is
 strictly lower and that the victim scopes allow (min-runtime: a protected elastic job gives only its surplus
-pods), taken in reverse job order (lowest priority, then newest, first). A victim set is accepted when the
+pods), taken in reverse job order (lowest priority, then newest, first), elastic jobs' surplus pods before the gang
+cores of their priority (``units_in_victim_order``). A victim set is accepted when the
 job's whole gang is placed within its queue's limits (and, for a non-preemptible job, its deserved quota).
 Once a search fails, jobs of the same shape and priority in the same queue are not searched again in this
 action run.
@@ -10,7 +11,6 @@ action run.
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Iterator
 
 from kai_stream.core.scheduler.actions._common.fairness import queue_details
@@ -18,8 +18,8 @@ from kai_stream.core.scheduler.actions._common.solver import SearchSpec, awaitin
 from kai_stream.core.scheduler.actions._common.victims import (
     VictimLists,
     VictimUnit,
+    units_in_victim_order,
     victim_judges,
-    victim_units,
 )
 from kai_stream.core.scheduler.framework.info import JobInfo, QueueInfo, TaskInfo
 from kai_stream.core.scheduler.framework.ordering import JobsByQueue
@@ -44,9 +44,9 @@ class _Preempt:
             self._pool_free = free_gpu(self.ssn)
         return self._pool_free
 
-    def victims(self, preemptor: JobInfo) -> tuple[Iterator[JobInfo], frozenset[JobInfo]] | None:
-        """The victim jobs in the order they are taken (read as the search takes them), and those of them limited
-        to their surplus pods; None when there is none."""
+    def victims(self, preemptor: JobInfo) -> Iterator[VictimUnit] | None:
+        """The victim units in the order they are taken (read as the search takes them); None when there is no
+        victim job."""
         queue = preemptor.queue
         assert queue is not None
         floor = self._floor.get(queue.name)
@@ -55,15 +55,19 @@ class _Preempt:
             floor = self._floor[queue.name] = _lowest_priority(queue, priority)
         if priority <= floor:
             return None
-        jobs, start, surplus = self.lists.live(queue, self.lists.key(preemptor, queue))
+        key = self.lists.key(preemptor, queue)
+        jobs, start, surplus = self.lists.live(queue, key)
         for first in range(start, len(jobs)):
             job = jobs[first]
             if job.priority < priority and job is not preemptor:
                 break
         else:
             return None
-        found = (j for j in itertools.islice(jobs, first, None) if j.priority < priority and j is not preemptor)
-        return found, surplus
+
+        def keep(j: JobInfo) -> bool:
+            return j.priority < priority and j is not preemptor
+
+        return units_in_victim_order(jobs, surplus, first, self.lists.runs(key, jobs), keep)
 
     def try_job(self, job: JobInfo) -> None:
         ssn = self.ssn
@@ -76,14 +80,12 @@ class _Preempt:
         shape = (tuple(t.shape for t in pending), job.min_member, queue.name, job.priority, job.topology)
         if shape in self._gave_up:
             return
-        found = self.victims(job)
-        if found is None:
+        units = self.victims(job)
+        if units is None:
             return
-        victims, surplus = found
 
         def candidates() -> Iterator[VictimUnit]:
-            for victim in victims:
-                yield from victim_units(victim, victim in surplus)
+            return units
 
         base = {**queue_details("queue", queue), "preemptor_priority": str(job.priority)}
 
@@ -98,6 +100,8 @@ class _Preempt:
             details=details,
             reason=f"preempted by higher-priority {job.key} (priority {job.priority}) in queue {queue.name}",
             pool_free_gpu=self.pool_free,
+            preemptor_first=True,
+            moves=False,
             fixed_candidates=True,
         )
         if not search(ssn, spec):

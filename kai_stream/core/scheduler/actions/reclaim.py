@@ -4,16 +4,18 @@ Per pending job (queue order), when its leaf queue stays within fair share with 
 within deserved), victims are preemptible running jobs of other leaf queues that the victim scopes allow for the
 job's leaf queue (min-runtime, resolved per reclaimer and victim leaf; a protected elastic job gives only its
 surplus pods). Victim queues come in KAI's victim order: the queue that would be scheduled last gives first,
-re-ranked after every victim job with what it gave taken off its dominant share (``VictimOrder``); each queue's jobs in
-reverse job order. A queue gives only while, at the level below the common ancestor of the two leaves, its side is
-over its allocatable share on some resource, or over its deserved quota on some resource while the reclaimer's side
-stays within its own on all (KAI's reclaim strategies). A victim set is accepted when the job's gang is placed and,
-at every level of the reclaimer's ancestry, against every sibling that lost victims, on every resource involved (the
-job's and the sibling's victims'), the reclaimer side does not end above its fair share (allocated / fair share > 1)
-at or above the sibling's saturation (KAI's reclaimable.go ``isFairShareSaturationLowerPerResource``, multiplier 1),
-and a non-preemptible job's side keeps its non-preemptible pods within its deserved quota. What a victim queue gives
-is counted down by the units it gave to the search so far (what their evictions take from its allocation), so the
-candidates do not read the evictions themselves and the search may defer them (``SearchSpec.fixed_candidates``).
+re-ranked after every victim unit with what it gave taken off its dominant share (``VictimOrder``); each queue's
+jobs in reverse job order, elastic jobs' surplus pods before the gang cores of their priority
+(``units_in_victim_order``). A queue gives only while, at the level below the common ancestor of the two leaves, its
+side is over its allocatable share on some resource, or over its deserved quota on some resource while the
+reclaimer's side stays within its own on all (KAI's reclaim strategies). A victim set is accepted when the job's
+gang is placed and, at every level of the reclaimer's ancestry, against every sibling that lost victims, on every
+resource involved (the job's and the sibling's victims'), the reclaimer side does not end above its fair share
+(allocated / fair share > 1) at or above the sibling's saturation (KAI's reclaimable.go
+``isFairShareSaturationLowerPerResource``, multiplier 1), and a non-preemptible job's side keeps its non-preemptible
+pods within its deserved quota. What a victim queue gives is counted down by the units it gave to the search so far
+(what their evictions take from its allocation), so the candidates do not read the evictions themselves and the
+search may defer them (``SearchSpec.fixed_candidates``).
 
 A job whose queue is past its fair share gets the pending reason ``NotEnoughOverQuotaShare``. Once a search
 fails, jobs of the same shape in the same queue are not searched again in this action run (later reclaims only
@@ -34,9 +36,14 @@ from kai_stream.core.scheduler.actions._common.fairness import (
     within,
 )
 from kai_stream.core.scheduler.actions._common.reasons import protected_reason, share_reason
-from kai_stream.core.scheduler.actions._common.solver import SearchSpec, awaiting, free_gpu, search
+from kai_stream.core.scheduler.actions._common.solver import SearchSpec, awaiting, free_gpu, search, search_request
 from kai_stream.core.scheduler.actions._common.victimorder import VictimOrder, kai_allocatable
-from kai_stream.core.scheduler.actions._common.victims import VictimLists, VictimUnit, victim_judges, victim_units
+from kai_stream.core.scheduler.actions._common.victims import (
+    VictimLists,
+    VictimUnit,
+    units_in_victim_order,
+    victim_judges,
+)
 from kai_stream.core.scheduler.framework.info import JobClass, JobInfo, QueueInfo, TaskInfo
 from kai_stream.core.scheduler.framework.ordering import JobsByQueue
 from kai_stream.core.scheduler.framework.session import Session
@@ -112,8 +119,7 @@ class _Reclaim:
         spent = self._spent
         victims = self.victims
         judged = victims.judges is not None
-        pools: dict[str, tuple[list[JobInfo], frozenset[JobInfo], QueueInfo, QueueInfo]] = {}
-        starts: dict[str, int] = {}
+        pools: dict[str, tuple[Iterator[VictimUnit], QueueInfo, QueueInfo]] = {}
         for q in self._leaves:
             if q is leaf:
                 continue
@@ -134,8 +140,8 @@ class _Reclaim:
                 continue
             jobs, start, surplus = victims.live(q, key)
             if start < len(jobs):
-                pools[q.name] = (jobs, surplus, v, side)
-                starts[q.name] = start
+                units = units_in_victim_order(jobs, surplus, start, victims.runs(key, jobs))
+                pools[q.name] = (units, v, side)
             else:
                 spent.add(key)
         order.rank_all(queues[n] for n in pools)
@@ -143,18 +149,14 @@ class _Reclaim:
             best = order.best(pools)
             assert best is not None
             name = best.name
-            jobs, surplus, v, side = pools[name]
-            i = starts[name]
-            job = jobs[i]
-            starts[name] = i + 1
-            if i + 1 >= len(jobs):
+            units, v, side = pools[name]
+            unit = next(units, None)
+            if unit is None:
                 del pools[name]
-            for unit in victim_units(job, job in surplus):
-                if not gives(v, side):
-                    break
-                yield unit
-                order.give(queues[name], unit.tasks)
-            if name in pools and not gives(v, side):
+                continue
+            yield unit
+            order.give(queues[name], unit.tasks)
+            if not gives(v, side):
                 del pools[name]
 
     def validator(self, reclaimer: JobInfo, request: list[int]) -> SearchSpec:
@@ -227,7 +229,7 @@ class _Reclaim:
             return None
         if awaiting(ssn, job):
             return None
-        request = ssn.job_request(job)
+        request = search_request(ssn, job)
         verdict = _verdict(job, request, ssn.hooks.check_job)
         if verdict == _REFUSED:
             return None
@@ -318,7 +320,7 @@ def _settle(reclaim: _Reclaim, jobs: list[JobInfo]) -> bool:
         key = (leaf.name, job_class) if job_class is not None else None
         verdict = verdicts.get(key) if key is not None else None
         if verdict is None:
-            verdict = _verdict(job, ssn.job_request(job), check_job)
+            verdict = _verdict(job, search_request(ssn, job), check_job)
             if key is not None:
                 verdicts[key] = verdict
         if verdict == _SEARCHES:

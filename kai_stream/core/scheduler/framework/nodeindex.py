@@ -233,6 +233,14 @@ class NodeIndex:
                 return found
         return None
 
+    def find_releasing_on(self, task: TaskInfo, node: NodeInfo) -> Placement | None:
+        """The placement of ``task`` on ``node`` counting what is being released there as free (pipelined)."""
+        return self._fit_on(task, node, future=True)
+
+    def find_free_on(self, task: TaskInfo, node: NodeInfo) -> Placement | None:
+        """The placement of ``task`` on ``node``'s free capacity."""
+        return self._fit_on(task, node, future=False)
+
     def fits_among(self, task: TaskInfo, nodes: list[NodeInfo]) -> bool:
         """Whether ``find_among`` would find a placement (without naming the releasing pods it would wait for)."""
         for future in (False, True):

@@ -1,7 +1,9 @@
 """The statement: tentative changes to a session with an undo log; ``commit`` returns decisions, no I/O.
 
 Operations: ``allocate`` (bind onto free capacity), ``pipeline`` (onto capacity being released),
-``evict`` (mark a running task releasing; victims for reclaim/preempt/consolidation). ``checkpoint`` marks
+``evict`` (mark a running task releasing; victims for reclaim/preempt/consolidation), ``unevict`` (a victim of
+this statement keeps running after all: its eviction and the unevict leave no decision, and pipelined pods that
+waited for it no longer name it). ``checkpoint`` marks
 the log, ``rollback(cp)`` undoes back to it, ``discard`` undoes everything, ``withdraw_evictions`` undoes some
 evictions out of order (a log of evictions only), ``commit`` turns the surviving
 operations into ``BindRequested`` / ``PodPipelined`` / ``EvictionRequested`` decisions (in operation order),
@@ -26,7 +28,7 @@ __all__ = ["Operation", "Statement"]
 
 @dataclass(slots=True, init=False)
 class Operation:
-    kind: Literal["allocate", "pipeline", "evict"]
+    kind: Literal["allocate", "pipeline", "evict", "unevict"]
     task: TaskInfo
     before: int = 0
     previous: str = ""
@@ -38,7 +40,7 @@ class Operation:
 
     def __init__(
         self,
-        kind: Literal["allocate", "pipeline", "evict"],
+        kind: Literal["allocate", "pipeline", "evict", "unevict"],
         task: TaskInfo,
         before: int = 0,
         previous: str = "",
@@ -93,6 +95,13 @@ class Statement:
             )
         )
 
+    def unevict(self, task: TaskInfo) -> None:
+        """Undo this statement's eviction of ``task`` as a new operation (rolled back by evicting it again)."""
+        previous = next(op.previous for op in reversed(self.ops) if op.kind == "evict" and op.task is task)
+        before = self.ssn.state_id
+        self.ssn.unrelease(task, previous)
+        self.ops.append(Operation("unevict", task, before, previous=previous))
+
     def convert_to_pipeline(self, tasks: list[TaskInfo]) -> None:
         """Turn this statement's allocations of ``tasks`` into pipeline operations (a job waiting as one)."""
         wanted = {t.uid for t in tasks}
@@ -115,6 +124,8 @@ class Statement:
             op = self.ops.pop()
             if op.kind == "evict":
                 self.ssn.unrelease(op.task, op.previous)
+            elif op.kind == "unevict":
+                self.ssn.release(op.task)
             else:
                 self.ssn.unplace(op.task)
             self.ssn.state_id = op.before
@@ -148,8 +159,11 @@ class Statement:
         """Decisions for the surviving operations (in order); appended to the session's decisions too."""
         ctx = self.ssn.ctx
         out: list[Decision] = []
+        kept = {id(op.task): op.task.key for op in self.ops if op.kind == "unevict"}
         for op in self.ops:
             task = op.task
+            if op.kind == "unevict" or (op.kind == "evict" and id(task) in kept):
+                continue
             job = task.job
             node = task.node
             assert node is not None
@@ -179,11 +193,15 @@ class Statement:
             elif op.kind == "pipeline":
                 if task.prev_pipelined == (node.name, task.gpus) and task.status == PIPELINED:
                     continue
+                waiting_for = op.waiting_for
+                if kept:
+                    running = set(kept.values())
+                    waiting_for = tuple(key for key in waiting_for if key not in running)
                 decision = PodPipelined(
                     decision_id=stable_id(ctx.pool, str(ctx.input_offset), task.uid, "PodPipelined"),
                     node=node.name,
                     gpu_indices=task.gpus,
-                    waiting_for=op.waiting_for,
+                    waiting_for=waiting_for,
                     **common,
                 )
             else:

@@ -18,16 +18,35 @@ Budgets keep a cycle bounded: at most ``max_units`` units and ``max_tries`` plac
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, replace
 
 from kai_stream.core.scheduler.actions._common.victims import VictimUnit
-from kai_stream.core.scheduler.framework.info import GPU, PENDING, UNIT, JobInfo, NodeInfo, TaskInfo
-from kai_stream.core.scheduler.framework.nodeindex import NodeIndex, _memory_portion
+from kai_stream.core.scheduler.framework.info import (
+    GPU,
+    PENDING,
+    PIPELINED,
+    RELEASING,
+    UNIT,
+    JobInfo,
+    NodeInfo,
+    TaskInfo,
+)
+from kai_stream.core.scheduler.framework.nodeindex import NodeIndex, Placement, _memory_portion
 from kai_stream.core.scheduler.framework.session import PendingInfo, Session
 from kai_stream.core.scheduler.framework.statement import Statement
 
-__all__ = ["SearchSpec", "awaiting", "free_gpu", "place_job", "search"]
+__all__ = [
+    "SearchSpec",
+    "awaiting",
+    "free_gpu",
+    "place_job",
+    "search",
+    "search_request",
+    "tasks_request",
+    "tasks_to_place",
+]
 
 
 @dataclass
@@ -46,6 +65,11 @@ class SearchSpec:
     doomed: Callable[[list[VictimUnit]], bool] | None = None
     """A refusal of ``validate`` known before the preemptor is placed (what it reads only gets worse as the
     placement adds to the queues' allocations): a try it answers True for is failed without placing."""
+    moves: bool = True
+    """Victims may be moved to other nodes in a simulation (else only put back on their own node)."""
+    preemptor_first: bool = False
+    """The preemptor goes before every victim job in queue order (preempt: same queue, higher priority), so a
+    simulation places it first, and ends there when it does not fit."""
     fixed_candidates: bool = False
     """The candidates do not depend on the evictions made during the search (each unit is its own job's, read
     from that job alone, and any bound on how many are taken counts the units taken, not the evictions): its
@@ -68,15 +92,19 @@ def free_gpu(session: Session) -> int:
 
 
 def place_job(
-    session: Session, stmt: Statement, job: JobInfo, near: list[NodeInfo] | None = None
+    session: Session, stmt: Statement, job: JobInfo, near: list[NodeInfo] | None = None, limit: int | None = None
 ) -> list[TaskInfo] | None:
-    """Place the job's pending tasks; None when refused or the gang is not reached. Each task goes on the best free
-    capacity anywhere, else (with ``near``, the victims' nodes) pipelined onto the first of them by node order that
-    fits with what is being released: KAI's node order for a preemptor, idle before releasing (the releasing
-    capacity of other nodes is not searched)."""
-    if session.hooks.check_job(job, session.job_request(job)) is not None:
-        return None
+    """Place the job's pending tasks (the first ``limit`` of them, with a limit); None when refused or the gang is
+    not reached. Each task goes on the best free capacity anywhere, else (with ``near``, the victims' nodes)
+    pipelined onto the first of them by node order that fits with what is being released: KAI's node order for a
+    preemptor, idle before releasing (the releasing capacity of other nodes is not searched)."""
     pending = session.pending_of(job)
+    request = session.job_request(job)
+    if limit is not None and limit < len(pending):
+        pending = pending[:limit]
+        request = tasks_request(session, pending)
+    if session.hooks.check_job(job, request) is not None:
+        return None
     active = job.active_count()
     placed: list[TaskInfo] = []
     remaining = len(pending)
@@ -97,25 +125,145 @@ def place_job(
     return placed
 
 
+def tasks_to_place(session: Session, job: JobInfo) -> list[TaskInfo]:
+    """The pending tasks a victim search places for ``job`` (KAI's tasks to allocate in a simulation): those its
+    gang still needs when it is below its minimum, else one."""
+    pending = session.pending_of(job)
+    active = job.active_count()
+    return pending[: job.min_member - active if active < job.min_member else 1]
+
+
+def search_request(session: Session, job: JobInfo) -> list[int]:
+    """What the tasks a victim search places for ``job`` ask for (``tasks_to_place``; the job's pending request when
+    that is all of them). The caller must not change the list."""
+    tasks = tasks_to_place(session, job)
+    if len(tasks) == len(session.pending_of(job)):
+        return session.job_request(job)
+    return tasks_request(session, tasks)
+
+
+def tasks_request(session: Session, tasks: list[TaskInfo]) -> list[int]:
+    """What ``tasks`` ask for together (``Session.task_request`` summed)."""
+    if len(tasks) == 1:
+        return session.task_request(tasks[0])
+    total = [0, 0, 0]
+    for task in tasks:
+        for r, amount in enumerate(session.task_request(task)):
+            total[r] += amount
+    return total
+
+
 def _moved(task: TaskInfo) -> TaskInfo:
     """The pending copy of an evicted task that a move places elsewhere."""
     return replace(task, status=PENDING, node=None, gpus=(), gpu_portion=0, prev_pipelined=None)
 
 
-def _move(session: Session, stmt: Statement, units: list[VictimUnit]) -> list[TaskInfo] | TaskInfo:
-    """Re-place every evicted task of ``units`` on free capacity (as a copy of the task); the first task that
-    finds none if one fails."""
-    session.index.allowed = None
-    moved: list[TaskInfo] = []
-    for unit in units:
-        for task in unit.tasks:
-            copy = _moved(task)
-            placement = session.index.find_free(copy)
-            if placement is None:
-                return task
-            stmt.allocate(copy, placement)
-            moved.append(copy)
-    return moved
+def _future_left(task: TaskInfo, node: NodeInfo) -> tuple[int, int]:
+    """What ``node`` has left once what is being released there is free: GPU for a GPU task, then CPU."""
+    gpu = 0
+    if task.gpu_whole or task.gpu_frac or task.gpu_mem_mib:
+        gpu = sum(node.gpu_free_future(g) for g in range(len(node.healthy)) if node.healthy[g])
+    return gpu, node.cpu_free_future()
+
+
+class _AllBut(AbstractSet[int]):
+    """Every node index of the pool but some (``NodeIndex.allowed`` hiding the nodes with capacity being released)."""
+
+    def __init__(self, excluded: AbstractSet[int], count: int) -> None:
+        self.excluded, self.count = excluded, count
+
+    def __contains__(self, idx: object) -> bool:
+        return idx not in self.excluded
+
+    def __iter__(self) -> Iterator[int]:
+        return (i for i in range(self.count) if i not in self.excluded)
+
+    def __len__(self) -> int:
+        return self.count - sum(1 for i in self.excluded if 0 <= i < self.count)
+
+
+def _left_evicted(taken: list[VictimUnit], moved: list[TaskInfo]) -> bool:
+    """Whether a task of ``taken`` is still evicted: neither running again nor moved."""
+    copies = {t.uid for t in moved}
+    return any(t.status == RELEASING and t.uid not in copies for unit in taken for t in unit.tasks)
+
+
+def _first_in_leaf(session: Session, preemptor: JobInfo, taken: list[VictimUnit]) -> bool:
+    """Whether ``preemptor`` goes before the jobs of ``taken`` (all of its leaf) by job order."""
+    key = session.job_key(preemptor)
+    return all(key < session.job_key(unit.job) for unit in taken)
+
+
+def _by_job(taken: list[VictimUnit]) -> dict[int, tuple[JobInfo, list[TaskInfo]]]:
+    """The tasks of ``taken`` per victim job (by ``id``), jobs in the order first taken."""
+    victims: dict[int, tuple[JobInfo, list[TaskInfo]]] = {}
+    for unit in taken:
+        entry = victims.get(id(unit.job))
+        if entry is None:
+            victims[id(unit.job)] = (unit.job, list(unit.tasks))
+        else:
+            entry[1].extend(unit.tasks)
+    return victims
+
+
+def _to_put_back(job: JobInfo, evicted: list[TaskInfo]) -> list[TaskInfo]:
+    """The evicted tasks of a victim job that a simulation places again (KAI's tasks to allocate of the job): those
+    its gang needs while it is below its minimum, else one; in task order."""
+    if len(evicted) == 1:
+        return evicted
+    active = job.active_count()
+    count = job.min_member - active if active < job.min_member else 1
+    return sorted(evicted, key=lambda t: (t.created, t.name, t.uid))[:count]
+
+
+def _in_queue_order(session: Session, entries: list[tuple[JobInfo, list[TaskInfo]]]) -> Iterator[JobInfo]:
+    """The jobs of ``entries`` in KAI's queue order, each taken after the caller placed the one before: the leaf
+    whose first job (by job order) goes first (``_before``, as things stand then) gives that job next. A job is
+    read with the request of the tasks it places (the queue keys read ``JobInfo.request_cache``, set meanwhile and
+    restored at the end)."""
+    if len(entries) == 1:
+        yield entries[0][0]
+        return
+    by_leaf: dict[str, list[JobInfo]] = {}
+    for job, _ in entries:
+        assert job.queue is not None
+        by_leaf.setdefault(job.queue.name, []).append(job)
+    for jobs in by_leaf.values():
+        jobs.sort(key=session.job_key, reverse=True)
+    saved = [(job, job.request_cache) for job, _ in entries]
+    try:
+        for job, tasks in entries:
+            gpu, cpu, mem = tasks_request(session, tasks)
+            job.request_cache = (gpu, cpu, mem)
+        while by_leaf:
+            heads = [jobs[-1] for jobs in by_leaf.values()]
+            best = heads[0]
+            for head in heads[1:]:
+                if _before(session, head, best):
+                    best = head
+            assert best.queue is not None
+            jobs = by_leaf[best.queue.name]
+            jobs.pop()
+            if not jobs:
+                del by_leaf[best.queue.name]
+            yield best
+    finally:
+        for job, cached in saved:
+            job.request_cache = cached
+
+
+def _before(session: Session, a: JobInfo, b: JobInfo) -> bool:
+    """Whether the leaf of ``a`` goes before the leaf of ``b`` (each ranked with that job) in KAI's queue order as
+    things stand: at the first level where their queue paths part, by the queue-order key of each side (then its
+    name)."""
+    qa, qb = a.queue, b.queue
+    assert qa is not None and qb is not None
+    path_a, path_b = qa.ancestry()[::-1], qb.ancestry()[::-1]
+    for x, y in zip(path_a, path_b, strict=False):
+        if x is not y:
+            kx, ky = session.hooks.queue_key(x, a), session.hooks.queue_key(y, b)
+            return kx < ky if kx != ky else x.name < y.name
+    return False
 
 
 class _Search:
@@ -123,6 +271,7 @@ class _Search:
         self.ssn = session
         self.spec = spec
         self.stmt = session.statement(spec.action)
+        self.tasks = tasks_to_place(session, spec.preemptor)
         self.placed: list[TaskInfo] = []
         self.moved: list[TaskInfo] = []
         self.near: dict[str, NodeInfo] = {}
@@ -130,9 +279,6 @@ class _Search:
         """How many units of the current victim set are evicted (a prefix; see ``worth_a_try``)."""
         self.tried_at = 0
         """The statement's checkpoint at the start of the last try (its operations before it are the evictions)."""
-        self.blocker: TaskInfo | None = None
-        """A victim task the last try could not move (with moving victims and a preemptor without a topology
-        constraint): while it still finds no free capacity before a try, the try fails the same way."""
 
     def evict(self, unit: VictimUnit) -> None:
         spec = self.spec
@@ -148,34 +294,160 @@ class _Search:
                 self.near.setdefault(task.node.name, task.node)
 
     def attempt(self, taken: list[VictimUnit]) -> bool:
-        """Place the preemptor (and the moved victims) on the current evictions; keep it only if accepted."""
+        """Simulate the current evictions: the preemptor and the victims' jobs are placed again in queue order
+        (``_in_queue_order``; victims of the preemptor's own leaf by job order), the preemptor's tasks as
+        ``place_job`` places them, each victim job as ``_put_back`` does; keep it only if the preemptor was placed,
+        no victim stays evicted when the action moves rather than kills (consolidation), and the validator
+        accepts."""
         spec = self.spec
         if spec.doomed is not None and spec.doomed(taken):
             return False
-        if self.blocker is not None and self._still_blocked(self.blocker):
-            return False
         checkpoint = self.tried_at = self.stmt.checkpoint()
         near = sorted(self.near.values(), key=lambda node: node.idx)
-        placed = place_job(self.ssn, self.stmt, spec.preemptor, near)
-        if placed is not None:
-            moved = _move(self.ssn, self.stmt, taken) if spec.move_victims else []
-            if isinstance(moved, TaskInfo):
-                if spec.preemptor.topology is None:
-                    self.blocker = moved
-            elif spec.validate(taken):
-                self.placed, self.moved = placed, moved
-                return True
+        ssn = self.ssn
+        preemptor = spec.preemptor
+        leaf = preemptor.queue
+        chosen: dict[int, list[TaskInfo]] = {}
+        jobs: Iterable[JobInfo]
+        placed: list[TaskInfo] | None = None
+        same_leaf = spec.preemptor_first or all(unit.job.queue is leaf for unit in taken)
+        if spec.preemptor_first or (same_leaf and _first_in_leaf(ssn, preemptor, taken)):
+            placed = place_job(ssn, self.stmt, preemptor, near, limit=len(self.tasks))
+            if placed is None:
+                self.stmt.rollback(checkpoint)
+                return False
+            victims = _by_job(taken)
+            jobs = sorted([job for job, _ in victims.values()], key=ssn.job_key)
+        elif same_leaf:
+            victims = _by_job(taken)
+            jobs = sorted([preemptor, *(job for job, _ in victims.values())], key=ssn.job_key)
+        else:
+            victims = _by_job(taken)
+            chosen = {k: _to_put_back(job, tasks) for k, (job, tasks) in victims.items()}
+            entries = [(victims[k][0], tasks) for k, tasks in chosen.items()]
+            jobs = _in_queue_order(ssn, [(preemptor, self.tasks), *entries])
+        moved: list[TaskInfo] = []
+        for job in jobs:
+            if job is preemptor:
+                placed = place_job(ssn, self.stmt, job, near, limit=len(self.tasks))
+                if placed is None:
+                    break
+            else:
+                tasks = chosen.get(id(job))
+                if tasks is None:
+                    tasks = _to_put_back(job, victims[id(job)][1])
+                moved.extend(self._put_back(tasks, near))
+        if placed is not None and not (spec.move_victims and _left_evicted(taken, moved)) and spec.validate(taken):
+            self.placed, self.moved = placed, moved
+            return True
         self.stmt.rollback(checkpoint)
         return False
 
-    def _still_blocked(self, task: TaskInfo) -> bool:
-        """Whether ``task`` (evicted, in the victim set) finds no free capacity now, before the try places
-        anything: a try only takes free capacity (the preemptor, then the moves in order), so its move of
-        ``task`` would fail too. Leaves the index unrestricted, as the try would (the preemptor has no topology
-        constraint, so its job check lifts any restriction, and the moves run unrestricted)."""
-        index = self.ssn.index
+    def _put_back(self, chosen: list[TaskInfo], near: list[NodeInfo]) -> list[TaskInfo]:
+        """KAI's re-placement of a victim job in the simulation: its ``chosen`` evicted tasks (``_to_put_back``), each
+        on free capacity of another node (bin-packing counts what the task releases on its own node as free there),
+        else back on its own node (it keeps running; a fraction only when the
+        device KAI's packing picks there, counting what is released, is its own, else it moves to that device), else
+        pipelined onto another victim's node; all of them or none (none when the job checks refuse them: a queue
+        limit). A task placed elsewhere is moved (a pending copy is placed); the copies are returned."""
+        ssn = self.ssn
+        index = ssn.index
         index.allowed = None
-        return index.find_free(_moved(task)) is None
+        if not chosen or ssn.hooks.check_job(chosen[0].job, tasks_request(ssn, chosen)) is not None:
+            return []
+        checkpoint = self.stmt.checkpoint()
+        moved: list[TaskInfo] = []
+        for task in chosen:
+            copy = _moved(task)
+            node = task.node
+            assert node is not None
+            placement = self._free_placement(copy, node, near) if self.spec.moves else None
+            if placement is None or placement.node is node:
+                home = placement if task.gpu_portion == UNIT else index.find_releasing_on(copy, node)
+                if task.gpu_portion == UNIT or (home is not None and home.gpus == task.gpus):
+                    if self._unevict(task):
+                        continue
+                elif home is not None:
+                    placement = home
+            if placement is None and self.spec.moves:
+                placement = index.find_among(copy, near)
+            if placement is None:
+                self.stmt.rollback(checkpoint)
+                return []
+            self.stmt.allocate(copy, placement)
+            moved.append(copy)
+        return moved
+
+    def _free_placement(self, copy: TaskInfo, own: NodeInfo, near: list[NodeInfo]) -> Placement | None:
+        """The free capacity KAI's bin-packing picks for a victim's copy: among the nodes where it fits now, the one
+        with the least left once what is being released there is free too (so its own node, where it releases its
+        share, comes after a node as full without it, and after one as full with it). The nodes of this search's
+        victims (``near``, the victim's own among them) are scanned; the others are ranked by ``find_free`` (by what
+        is free now: what earlier searches of the cycle release there is mostly taken by their preemptors)."""
+        ssn = self.ssn
+        index = ssn.index
+        index.allowed = _AllBut({node.idx for node in near}, len(ssn.nodes))
+        try:
+            best = index.find_free(copy)
+        finally:
+            index.allowed = None
+        score = None if best is None else _future_left(copy, best.node)
+        whole = copy.gpu_whole
+        for node in near:
+            if node.free_whole < whole:
+                continue
+            found = index.find_free_on(copy, node)
+            if found is not None:
+                left = _future_left(copy, node)
+                if score is None or left < score or (left == score and best is not None and best.node is own):
+                    best, score = found, left
+        return best
+
+    def _unevict(self, task: TaskInfo) -> bool:
+        """Let ``task`` keep running on its node when what is placed there in this try leaves it room (pipelined
+        whole-GPU pods on its devices move to other free devices of the node: KAI counts whole devices, not
+        which)."""
+        node = task.node
+        assert node is not None
+        if node.cpu_free_future() < task.cpu or node.mem_free_future() < task.mem:
+            return False
+        portion = task.gpu_portion
+        used, rel, pipe = node.gpu_used, node.gpu_rel, node.gpu_pipe
+        conflicts = {g for g in task.gpus if UNIT - used[g] + rel[g] - portion - pipe[g] < 0}
+        if conflicts and not self._swap(task, node, conflicts):
+            return False
+        self.stmt.unevict(task)
+        return True
+
+    def _swap(self, task: TaskInfo, node: NodeInfo, conflicts: set[int]) -> bool:
+        """Move this try's whole-GPU pods pipelined on ``conflicts`` (devices of the whole-GPU ``task``) to free
+        devices of the node; False (nothing moved) when that does not clear them."""
+        if task.gpu_portion != UNIT:
+            return False
+        movers = [
+            op.task
+            for op in self.stmt.ops[self.tried_at :]
+            if op.kind == "pipeline"
+            and op.task.node is node
+            and op.task.status == PIPELINED
+            and not conflicts.isdisjoint(op.task.gpus)
+        ]
+        if any(m.gpu_portion != UNIT for m in movers):
+            return False
+        if any(node.gpu_pipe[g] != sum(UNIT for m in movers if g in m.gpus) for g in conflicts):
+            return False
+        spares = [
+            h
+            for h in range(len(node.healthy))
+            if node.healthy[h] and h not in task.gpus and node.gpu_free_future(h) == UNIT
+        ]
+        if sum(1 for m in movers for g in m.gpus if g in conflicts) > len(spares):
+            return False
+        for m in movers:
+            gpus = tuple(sorted(spares.pop(0) if g in conflicts else g for g in m.gpus))
+            self.ssn.unplace(m)
+            self.ssn.place(m, node, gpus, UNIT, pipelined=True)
+        return True
 
     def replay(self, units: list[VictimUnit]) -> bool:
         self.stmt.discard()
@@ -203,7 +475,8 @@ class _Search:
     def commit(self) -> None:
         moved_to = {t.uid: t for t in self.moved}
         placed = {t.uid for t in self.placed}
-        evicted = [op for op in self.stmt.ops if op.kind == "evict"]
+        kept = {id(op.task) for op in self.stmt.ops if op.kind == "unevict"}
+        evicted = [op for op in self.stmt.ops if op.kind == "evict" and id(op.task) not in kept]
         victims = len({op.task.job.key for op in evicted})
         moved_from: dict[str, str] = {}
         for op in evicted:
@@ -212,7 +485,7 @@ class _Search:
                 op.details = {**op.details, "move_to": copy.node.name, "move_gpus": ",".join(map(str, copy.gpus))}
                 moved_from[op.task.uid] = op.task.node.name
         for op in self.stmt.ops:
-            if op.kind == "evict":
+            if op.kind in ("evict", "unevict"):
                 continue
             if op.task.uid in moved_from:
                 op.reason = (
@@ -223,20 +496,20 @@ class _Search:
                     f"{self.spec.action}: placed on capacity of {len(evicted)} evicted pod(s) of {victims} job(s)"
                 )
         to_pipeline = list(self.moved)
-        if self.spec.move_victims or any(op.kind == "pipeline" for op in self.stmt.ops):
+        if self.moved or self.spec.move_victims or any(op.kind == "pipeline" for op in self.stmt.ops):
             to_pipeline.extend(self.placed)
         self.stmt.convert_to_pipeline(to_pipeline)
         self.stmt.commit()
 
     def run(self) -> bool:
         spec = self.spec
-        need = self.ssn.job_request(spec.preemptor)[GPU] - spec.pool_free_gpu
+        need = tasks_request(self.ssn, self.tasks)[GPU] - spec.pool_free_gpu
         taken: list[VictimUnit] = []
         jobs: set[str] = set()
         freed = 0
         tries = 0
         self.ssn.index.allowed = None
-        pending = self.ssn.pending_of(spec.preemptor)
+        pending = self.tasks
         smallest = min(pending, key=lambda t: (t.gpu_whole * UNIT + t.gpu_frac, t.cpu, t.mem)) if pending else None
         bound = _Released() if spec.fixed_candidates else None
         for unit in spec.candidates():

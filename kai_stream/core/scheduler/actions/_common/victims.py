@@ -9,7 +9,7 @@ scopes limit to its surplus (min-runtime) offers its surplus units only.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Container, Hashable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -43,22 +43,77 @@ class VictimUnit:
 def victim_units(job: JobInfo, surplus_only: bool = False) -> list[VictimUnit]:
     """The job's units in the order a search takes them (surplus pods first, then the gang core unless
     ``surplus_only``)."""
+    surplus, core = _split_units(job, surplus_only)
+    return surplus if core is None else [*surplus, core]
+
+
+def _split_units(job: JobInfo, surplus_only: bool) -> tuple[list[VictimUnit], VictimUnit | None]:
+    """The job's surplus units (newest pod first) and its gang core (None with ``surplus_only`` or none left)."""
     tasks = job.tasks
     if len(tasks) == 1:
         task = tasks[0]
-        if task.status != RUNNING or (surplus_only and job.active_count() <= job.min_member):
-            return []
-        return [VictimUnit(job, [task])]
+        if task.status != RUNNING:
+            return [], None
+        if job.active_count() > job.min_member:
+            return [VictimUnit(job, [task])], None
+        return [], None if surplus_only else VictimUnit(job, [task])
     running = [t for t in tasks if t.status == RUNNING]
     if not running:
-        return []
+        return [], None
     running.sort(key=lambda t: (t.created, t.name, t.uid), reverse=True)
     surplus = max(0, min(len(running), job.active_count() - job.min_member))
     units = [VictimUnit(job, [t]) for t in running[:surplus]]
     rest = running[surplus:]
-    if rest and not surplus_only:
-        units.append(VictimUnit(job, rest))
-    return units
+    return units, VictimUnit(job, rest) if rest and not surplus_only else None
+
+
+Runs = tuple[list[int], list[int]]
+"""Per index of a job list: where its run of one priority ends, and a job from it on in that run with more pods than
+its minimum (-1: none)."""
+
+
+def priority_runs(jobs: Sequence[JobInfo]) -> Runs:
+    """The ``Runs`` of ``jobs``."""
+    n = len(jobs)
+    ends, elastic = [n] * n, [-1] * n
+    for i in range(n - 1, -1, -1):
+        job = jobs[i]
+        same = i + 1 < n and jobs[i + 1].priority == job.priority
+        ends[i] = ends[i + 1] if same else i + 1
+        elastic[i] = i if len(job.tasks) > job.min_member else elastic[i + 1] if same else -1
+    return ends, elastic
+
+
+def units_in_victim_order(
+    jobs: Sequence[JobInfo],
+    surplus: Container[JobInfo],
+    start: int = 0,
+    runs: Runs | None = None,
+    keep: Callable[[JobInfo], bool] | None = None,
+) -> Iterator[VictimUnit]:
+    """The units of ``jobs[start:]`` (in reverse job order; those ``keep`` allows) in KAI's victim order: a job gives
+    one unit per turn and goes back in line, and a job above its minimum comes before one at it (KAI's elastic job
+    order), so within a run of jobs of one priority every job's surplus pods come first, job by job, then their gang
+    cores. A job in ``surplus`` gives its surplus pods only. Jobs are read lazily up to the next run holding a job
+    of more pods than its minimum (``runs``, from ``priority_runs``)."""
+    ends, elastic = priority_runs(jobs) if runs is None else runs
+    i, n = start, len(jobs)
+    while i < n:
+        job = jobs[i]
+        if elastic[i] < 0:
+            if keep is None or keep(job):
+                yield from victim_units(job, job in surplus)
+            i += 1
+            continue
+        cores: list[VictimUnit] = []
+        for other in jobs[i : ends[i]]:
+            if keep is None or keep(other):
+                units, core = _split_units(other, other in surplus)
+                yield from units
+                if core is not None:
+                    cores.append(core)
+        yield from cores
+        i = ends[i]
 
 
 def running(job: JobInfo) -> bool:
@@ -105,6 +160,14 @@ class VictimLists:
         self._lists: dict[Hashable, list[JobInfo]] = {}
         self._surplus: dict[Hashable, frozenset[JobInfo]] = {}
         self._start: dict[Hashable, int] = {}
+        self._runs: dict[Hashable, Runs] = {}
+
+    def runs(self, key: Hashable, jobs: list[JobInfo]) -> Runs:
+        """``priority_runs`` of the list kept under ``key`` (``jobs``, from ``live``), computed once."""
+        runs = self._runs.get(key)
+        if runs is None:
+            runs = self._runs[key] = priority_runs(jobs)
+        return runs
 
     def key(self, preemptor: JobInfo, queue: QueueInfo) -> Hashable:
         """What the list ``preemptor`` sees of ``queue`` is kept under: the queue's name when nothing limits it,

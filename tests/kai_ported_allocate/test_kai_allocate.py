@@ -52,12 +52,6 @@ XFAIL: dict[tuple[str, str], str] = {
     ("allocate__allocateElastic", "Allocate elastic job - partial allocate - with priority"): (
         "task order inside a job (KAI's task-order priority label) is not modelled"
     ),
-    ("allocate__allocate_subgroups", "Allocate multiple jobs with SubGroups"): (
-        "C5: beyond each subgroup's minimum a job gets one task per pass and is re-queued"
-    ),
-    ("allocate__allocateElastic", "Allocate 2 elastic jobs - both partial allocate"): (
-        "C5: beyond minAvailable an elastic job gets one task per pass and is re-queued"
-    ),
     (
         "allocate__allocateFractionalGpu",
         "Pipeline fractional interactive gpu task when a task is evicting - dont allocate a new gpu",

@@ -78,10 +78,11 @@ class ProportionPlugin:
 
     def _request(self, job: JobInfo) -> tuple[int, int, int]:
         cached = job.request_cache
-        if cached is None:
+        if cached is None or job.request_cache_at != job.version:
             assert self.session is not None
             gpu, cpu, mem = self.session.job_request(job)
             cached = job.request_cache = (gpu, cpu, mem)
+            job.request_cache_at = job.version
         return cached
 
     def _request_read(self, job: JobInfo) -> tuple[int, ...]:

@@ -70,26 +70,23 @@ def free_gpu(session: Session) -> int:
 def place_job(
     session: Session, stmt: Statement, job: JobInfo, near: list[NodeInfo] | None = None
 ) -> list[TaskInfo] | None:
-    """Place the job's pending tasks; None when refused or the gang is not reached. Each task goes on the best free
-    capacity anywhere, else (with ``near``, the victims' nodes) pipelined onto the first of them by node order that
-    fits with what is being released: KAI's node order for a preemptor, idle before releasing (the releasing
-    capacity of other nodes is not searched)."""
+    """Place the tasks the job offers in one pass (``Session.to_allocate``: up to its minimum, else one), all or
+    none; None when refused or one does not fit. Each task goes on the best free capacity anywhere, else (with
+    ``near``, the victims' nodes) pipelined onto the first of them by node order that fits with what is being
+    released: KAI's node order for a preemptor, idle before releasing (the releasing capacity of other nodes is
+    not searched)."""
     if session.hooks.check_job(job, session.job_request(job)) is not None:
         return None
-    pending = session.pending_of(job)
+    tasks = session.to_allocate(job)
     active = job.active_count()
     placed: list[TaskInfo] = []
-    remaining = len(pending)
-    for task in pending:
-        remaining -= 1
+    for task in tasks:
         if near is None:
             placement = session.index.find(task)
         else:
             placement = session.index.find_free(task) or session.index.find_among(task, near)
         if placement is None:
-            if active + len(placed) + remaining < job.min_member:
-                return None
-            continue
+            return None
         stmt.allocate(task, placement)
         placed.append(task)
     if not placed or not session.hooks.ready(job, active + len(placed)):

@@ -608,7 +608,7 @@ def _tasks_to_allocate(job: JobInfo, pending: list[TaskInfo]) -> list[TaskInfo]:
     lower allocated / minMember (without a minimum: fewer allocated), then declared order. Tasks outside the
     declared subgroups form one subgroup with no minimum. The job's own minMember is then topped up from the
     remaining tasks."""
-    if not pending:
+    if not job.sub_groups and (len(pending) <= 1 or len(job.tasks) <= job.min_member):
         return pending
     _, active = job.alive_active()
     need = job.min_member - active

@@ -1,11 +1,11 @@
 """``explain``: one pod's story told from the log alone.
 
-When it arrived, every pending reason the scheduler gave (with the time and the failed predicates), the
-queues' standing at that moment (deserved, fair share, allocated: the numbers the core computes when the
-log is folded up to that decision), when and where it was bound, and who evicted it (action, preemptor,
-reason, the standing of both queues then). The standing is recomputed by folding the pool's events and
-decisions up to the decision's input offset and opening a core session there, so it needs no extra fields in
-the log.
+When it arrived, every pending reason the scheduler gave (with the time and the failed predicates) and the
+queues' standing as the cycle that gave it left them (deserved, fair share, allocated: the cycle is run again
+on the log folded up to the decision's input offset), when and where it was bound, and who evicted it (action,
+preemptor, reason, the standing of both queues as the victim search began: folded up to the decision's input
+offset, before the cycle; the eviction's details carry the numbers at the decision). Nothing is read from the
+log but events and decisions.
 """
 
 from __future__ import annotations
@@ -31,14 +31,14 @@ from kai_stream.core.events import (
     PodPipelined,
     PodRemoved,
 )
-from kai_stream.core.scheduler.cycle import plugins_of
+from kai_stream.core.scheduler.cycle import plugins_of, run_cycle
 from kai_stream.core.scheduler.framework.info import CPU, GPU, MEM, UNIT
-from kai_stream.core.scheduler.framework.session import open_session
+from kai_stream.core.scheduler.framework.session import Session, open_session
 from kai_stream.core.scheduler.timeshare import queue_usage
 from kai_stream.core.state import ClusterState, apply, job_key_of
 from kai_stream.history.reader import History, PoolLog
 
-__all__ = ["PodNotFound", "QueueStanding", "Step", "Story", "explain_pod", "queue_standing"]
+__all__ = ["PodNotFound", "QueueStanding", "Step", "Story", "cycle_standing", "explain_pod", "queue_standing"]
 
 _UNLIMITED = -1
 _MB = 10**6
@@ -75,8 +75,30 @@ class QueueStanding:
 
 def queue_standing(state: ClusterState, config: SchedulerConfig, pool: str) -> dict[str, QueueStanding]:
     """Every queue's deserved / fair share / allocated / requested in ``pool`` as the core sees ``state``."""
-    session = open_session(state, config, plugins_of(config), pool=pool, input_offset=state.offset, code_version="")
-    usage = queue_usage(session.queues, session.usage) if config.usage_params is not None else {}
+    return _standing(
+        open_session(state, config, plugins_of(config), pool=pool, input_offset=state.offset, code_version="")
+    )
+
+
+def cycle_standing(state: ClusterState, config: SchedulerConfig, pool: str) -> dict[str, QueueStanding]:
+    """The same table as the cycle on ``state`` left it: the cycle is run again (the core is deterministic, so it
+    decides what the log holds) and its closed session read, so a pending reason is shown next to the
+    allocations it was given against, those the cycle's own placements and evictions made included."""
+    seen: list[dict[str, QueueStanding]] = []
+    run_cycle(
+        state,
+        config,
+        pool=pool,
+        input_offset=state.offset,
+        code_version="",
+        reuse=False,
+        inspect=lambda session: seen.append(_standing(session)),
+    )
+    return seen[0]
+
+
+def _standing(session: Session) -> dict[str, QueueStanding]:
+    usage = queue_usage(session.queues, session.usage) if session.config.usage_params is not None else {}
     out: dict[str, QueueStanding] = {}
     for name, q in sorted(session.queues.items()):
         out[name] = QueueStanding(
@@ -251,6 +273,7 @@ def _story(log: PoolLog, uid: str, fallback: SchedulerConfig | None) -> Story:
     key, queue, gpu = uid, "", 0
     events = list(zip(log.offsets, log.events, strict=True))
     next_event = 0
+    after_cycle: dict[tuple[int, str], dict[str, QueueStanding]] = {}
 
     def fold_until(offset: int) -> None:
         nonlocal next_event, seen_pod, key, queue, gpu
@@ -273,7 +296,13 @@ def _story(log: PoolLog, uid: str, fallback: SchedulerConfig | None) -> Story:
             queue = decision.queue or queue
             if isinstance(decision, PodPending | EvictionRequested):
                 config = configs.get(decision.config_hash) or fallback or SchedulerConfig()
-                step.standing = queue_standing(state, config, log.pool)
+                if isinstance(decision, PodPending):
+                    cycle = (decision.input_offset, decision.config_hash)
+                    if cycle not in after_cycle:
+                        after_cycle[cycle] = cycle_standing(state, config, log.pool)
+                    step.standing = after_cycle[cycle]
+                else:
+                    step.standing = queue_standing(state, config, log.pool)
             steps.append(step)
         apply(state, decision)
     fold_until(1 << 62)

@@ -3,8 +3,7 @@
 its source file and KAI test name; expectations are KAI's ``JobExpectedResults`` / ``TaskExpectedResults``.
 
 Cases not ported are in ``NOT_PORTED`` with the reason; a case that fails on a known deviation of ours is a
-strict xfail naming it (kai-semantics conformance issue numbering: C5 elastic allocation, C10 fractional
-placement).
+strict xfail naming it.
 """
 
 from __future__ import annotations
@@ -47,22 +46,10 @@ NOT_PORTED.update(
     }
 )
 
-C10_GPU = "C10: a fraction should go to the most used (pack) / least used (spread) shared GPU, releasing counted"
 XFAIL: dict[tuple[str, str], str] = {
     ("allocate__allocateElastic", "Allocate elastic job - partial allocate - with priority"): (
         "task order inside a job (KAI's task-order priority label) is not modelled"
     ),
-    ("allocate__allocate_subgroups", "Allocate multiple jobs with SubGroups"): (
-        "C5: beyond each subgroup's minimum a job gets one task per pass and is re-queued"
-    ),
-    ("allocate__allocateElastic", "Allocate 2 elastic jobs - both partial allocate"): (
-        "C5: beyond minAvailable an elastic job gets one task per pass and is re-queued"
-    ),
-    (
-        "allocate__allocateFractionalGpu",
-        "Pipeline fractional interactive gpu task when a task is evicting - dont allocate a new gpu",
-    ): "C10: a fraction is pipelined onto the shared GPU being released instead of a free GPU",
-    ("allocate__allocateFractionalGpu", "Spread jobs across free GPUs"): C10_GPU,
 }
 
 

@@ -129,3 +129,19 @@ def test_explain_pending_pod_names_the_predicates_and_the_queue_holding_the_gpus
     assert doc["blocking_queues"] == ["team-b"]
     assert doc["steps"][1]["data"]["predicates"] == {"InsufficientGPU": 2}
     assert doc["steps"][1]["queues"]["team-b"]["over_fair_share"] is True
+
+
+def test_explain_pending_shows_the_queues_as_its_cycle_left_them(tmp_path: Path) -> None:
+    # team-b holds the 4 GPUs over its quota of 2; a-0, a-1, a-2 (team-a, fair share 2) arrive together at t=10:
+    # the cycle reclaims 2 GPUs for two of them and leaves the third pending because team-a then holds 2. Its
+    # table must show those 2 (the pending reasons are written after the cycle's placements; the table from
+    # before the cycle showed 0, contradicting the reason)
+    arrivals = [pod(f"a-{i}", "team-a") for i in range(3)]
+    directory = _history(tmp_path, _events([pod(f"b-{i}", "team-b") for i in range(4)], arrivals))
+    history = read_history(directory)
+    (story,) = [s for i in range(3) for s in explain_pod(history, f"ml/a-{i}") if s.status == "Pending"]
+    (pending,) = [s for s in story.steps if s.kind == "Pending"]
+    assert pending.data["code"] == "NotEnoughOverQuotaShare" and "it holds 2 + the job's 1" in pending.data["reason"]
+    assert pending.standing is not None
+    team_a = pending.standing["team-a"]
+    assert (team_a.fair_share_gpu, team_a.allocated_gpu) == (2.0, 2.0)

@@ -1,9 +1,12 @@
 """allocate: place pending jobs in queue/job order on free capacity; gangs are all-or-nothing.
 
-Per job: refuse it if the queue would go over a limit (or a non-preemptible job over its deserved quota);
-place each pending task on the best node; if fewer than minMember pods end up active, roll everything back.
-A job with any task on releasing capacity is pipelined as a whole (decided, not bound). Every pending task
-that was not placed gets a pending reason with per-predicate node counts.
+A job goes in passes (KAI ``GetTasksToAllocate``): first the tasks it needs to reach minMember (and each
+subgroup's minMember), as one gang, then one task at a time (one per subgroup); after each pass that leaves
+tasks pending it goes back in line, so the queue and job order choose again. Per pass: refuse it if the queue
+would go over a limit (or a non-preemptible job over its deserved quota) with the pass's tasks; place each of
+them on the best node, all or none. A pass with a task on releasing capacity, while the job has fewer than
+minMember pods bound or allocated, is pipelined as a whole (decided, not bound). The first pass that fails
+ends the job for this action; its pending tasks get the reason, with per-predicate node counts.
 
 A job that failed on the shape cache's verdict (nothing placed) passes its reason to the jobs of its class
 (``Session.job_class``) that follow it in its leaf with nothing changed in between (``JobsByQueue.in_order``):
@@ -13,7 +16,7 @@ each of them would hit the same verdict. A saturated cycle tries only the first 
 from __future__ import annotations
 
 from kai_stream.core.events import PendingCode
-from kai_stream.core.scheduler.framework.info import PENDING, RELEASING, JobClass, JobInfo, TaskInfo
+from kai_stream.core.scheduler.framework.info import ALLOCATED, RUNNING, JobClass, JobInfo, TaskInfo
 from kai_stream.core.scheduler.framework.ordering import JobsByQueue
 from kai_stream.core.scheduler.framework.session import PendingInfo, Session
 from kai_stream.core.scheduler.framework.statement import Operation
@@ -108,17 +111,19 @@ class _Allocator:
     def mark(self, tasks: list[TaskInfo], info: PendingInfo) -> None:
         self.ssn.set_pending(tasks, info)
 
-    def allocate_job(self, job: JobInfo) -> PendingInfo | None:
-        """Try ``job``; the reason it was given when that reason is its class's at this state (``job_class``) and
-        nothing was placed, else None."""
+    def allocate_job(self, job: JobInfo) -> tuple[PendingInfo | None, bool]:
+        """One pass of ``job``: place the tasks it offers now (``Session.to_allocate``), all or none. Returns the
+        reason it was given when that reason is its class's at this state (``job_class``) and nothing was placed,
+        else None; and whether the pass placed its tasks with more of the job still pending (it goes back in
+        line)."""
         ssn = self.ssn
         pending = ssn.pending_of(job)
         if not pending:
-            return None
+            return None, False
         if job.group_missing:
             reason = f"PodGroup {job.key} not observed yet: its gang size is unknown"
             self.mark(pending, PendingInfo("GangIncomplete", reason, {}, {"podGroup": job.key}))
-            return None
+            return None, False
         alive, active = job.alive_active()
         if alive < job.min_member:
             info = PendingInfo(
@@ -128,70 +133,43 @@ class _Allocator:
                 {"pods": str(alive), "minMember": str(job.min_member)},
             )
             self.mark(pending, info)
-            return None
+            return None, False
         request = ssn.job_request(job)
         refused = ssn.hooks.check_job(job, request)
         if refused is not None:
             self.mark(pending, PendingInfo(refused[0], refused[1], {}, {}))
-            return None
-        shape = (tuple([t.shape for t in pending]), job.min_member, active, job.queue_name, job.topology)
+            return None, False
+        tasks = ssn.to_allocate(job)
+        shape = (tuple([t.shape for t in tasks]), job.min_member, active, job.queue_name, job.topology, job.sub_groups)
         cached = self._job_failures.get(shape)
         if cached is not None and cached[0] == ssn.state_id:
             self.mark(pending, cached[1])
-            return cached[1]
-        if job.sub_groups:
-            pending = _subgroup_minimums_first(job, pending)
+            return cached[1], False
         start_id = ssn.state_id
         stmt = ssn.statement(NAME)
-        unplaced: list[TaskInfo] = []
         failure: PendingInfo | None = None
-        remaining = len(pending)
-        placed = 0
-        for task in pending:
-            remaining -= 1
+        for task in tasks:
             placement = ssn.index.find(task)
             if placement is None:
-                if failure is None:
-                    failure = _no_fit(self.diagnose(task, stmt.ops), ssn)
-                unplaced.append(task)
-                if active + placed + remaining < job.min_member:
-                    break
-                continue
+                failure = _no_fit(self.diagnose(task, stmt.ops), ssn)
+                break
             stmt.allocate(task, placement)
-            placed += 1
-        if placed == 0 or not ssn.hooks.ready(job, active + placed):
+        if failure is not None or not ssn.hooks.ready(job, active + len(tasks)):
             stmt.discard()
             info = failure or PendingInfo("GangIncomplete", f"job {job.key} cannot reach minMember", {}, {})
             self._job_failures[shape] = (start_id, info)
             self.mark(pending, info)
-            return info if ssn.state_id == start_id else None
-        if any(op.kind == "pipeline" for op in stmt.ops):
+            return (info if ssn.state_id == start_id else None), False
+        if any(op.kind == "pipeline" for op in stmt.ops) and _bound_or_allocated(job) < job.min_member:
             stmt.convert_to_pipeline([op.task for op in stmt.ops])
         touched = [op.task.node.idx for op in stmt.ops if op.task.node is not None]
         stmt.commit()
         self.committed(touched)
-        if failure is not None:
-            self.mark(unplaced, failure)
-        return None
+        return None, len(tasks) < len(pending)
 
 
-def _subgroup_minimums_first(job: JobInfo, pending: list[TaskInfo]) -> list[TaskInfo]:
-    """``pending`` with, first, in each subgroup the tasks it still needs to reach its minMember (subgroups in
-    their declared order), then the rest in order: each subgroup's gang is tried before any task beyond one."""
-    active = {name: 0 for name, _ in job.sub_groups}
-    for task in job.tasks:
-        if task.sub_group in active and task.status != PENDING and task.status != RELEASING:
-            active[task.sub_group] += 1
-    first: list[TaskInfo] = []
-    rest: list[TaskInfo] = []
-    need = {name: max(0, k - active[name]) for name, k in job.sub_groups}
-    for task in pending:
-        if task.sub_group in need and need[task.sub_group] > 0:
-            need[task.sub_group] -= 1
-            first.append(task)
-        else:
-            rest.append(task)
-    return first + rest
+def _bound_or_allocated(job: JobInfo) -> int:
+    return sum(1 for t in job.tasks if t.status == RUNNING or t.status == ALLOCATED)
 
 
 def run(session: Session) -> None:
@@ -209,5 +187,7 @@ def run(session: Session) -> None:
         if shared is not None and alike is not None and order.followed and session.job_class(job) == alike:
             allocator.mark(session.pending_of(job), shared)
             continue
-        shared = allocator.allocate_job(job)
+        shared, again = allocator.allocate_job(job)
         alike = session.job_class(job) if shared is not None else None
+        if again:
+            order.push_back(job)

@@ -71,6 +71,9 @@ class NodeOrder(Protocol):
 @dataclass
 class Hooks:
     job_keys: list[JobKeyFn] = field(default_factory=list)
+    pending_job_keys: list[JobKeyFn] = field(default_factory=list)
+    """Keys that order pending jobs only, after ``job_keys`` (how far a job got in the cycle's passes): the
+    victim searches order running jobs by ``job_key`` alone."""
     queue_keys: list[QueueKeyFn] = field(default_factory=list)
     queue_key_reads: list[QueueKeyReadsFn] = field(default_factory=list)
     predicates: list[tuple[str, PredicateFn]] = field(default_factory=list)
@@ -83,6 +86,14 @@ class Hooks:
     def job_key(self, job: JobInfo) -> SortKey:
         key: SortKey = ()
         for fn in self.job_keys:
+            key += fn(job)
+        return (*key, job.created, job.uid)
+
+    def pending_job_key(self, job: JobInfo) -> SortKey:
+        key: SortKey = ()
+        for fn in self.job_keys:
+            key += fn(job)
+        for fn in self.pending_job_keys:
             key += fn(job)
         return (*key, job.created, job.uid)
 

@@ -181,6 +181,8 @@ class JobInfo:
     key_at: int = -1
     pending_memo: list[TaskInfo] = field(default_factory=list)
     pending_at: int = -1
+    to_allocate_memo: list[TaskInfo] = field(default_factory=list)
+    to_allocate_at: int = -1
     class_memo: JobClass | None = None
     class_at: int = -1
     request_memo: list[int] = field(default_factory=list)
@@ -190,7 +192,7 @@ class JobInfo:
     sub_groups: tuple[tuple[str, int], ...] = ()
     """(name, minMember) of each subgroup that holds pods (``spec.subGroups`` without children): each one runs
     at least its minMember pods, or the job does not start."""
-    """The memos of ``Session.job_key``, ``pending_of``, ``job_class``, ``job_request`` and
+    """The memos of ``Session.job_key``, ``pending_of``, ``to_allocate``, ``job_class``, ``job_request`` and
     ``Hooks.queue_key_signature``, each with the version it was computed at (-1: none). They live on the job, so a
     job the fold left alone keeps them from cycle to cycle in a parked snapshot."""
 
@@ -222,6 +224,7 @@ class JobInfo:
         self.succeeded, self.group_missing, self.version = succeeded, group_missing, version
         self.sub_groups = sub_groups
         self.key_memo, self.key_at, self.pending_memo, self.pending_at = (), -1, [], -1
+        self.to_allocate_memo, self.to_allocate_at = [], -1
         self.class_memo, self.class_at, self.request_memo, self.request_at = None, -1, [], -1
         self.signature_memo, self.signature_at = (), -1
 

@@ -11,9 +11,12 @@
   class) and cached.
 
 Placement order (close to lexicographic, as KAI): nominated node (a previous pipelined placement) first,
-then feasibility, then GPU sharing, then the session's ``NodeOrder`` (the node-order plugin: bin-pack or spread)
-on free GPUs; ties by node name. CPU-only tasks prefer nodes without GPUs, then the node order on free CPU.
-Without a node order the index takes the first fit in its own order (``FirstFit``).
+then feasibility, then GPU sharing (most/least used device), then the session's ``NodeOrder`` (the node-order
+plugin: bin-pack or spread) on free GPUs; ties by node name. A fraction takes a shared GPU before a free one: with
+spread, the least used shared GPU of the chosen node; with bin-pack, a shared GPU being released that is more used
+than where it would bind now (releasing portions counted as used) gets it pipelined. CPU-only tasks prefer nodes
+without GPUs, then the node order on free CPU. Without a node order the index takes the first fit in its own order
+(``FirstFit``).
 """
 
 from __future__ import annotations
@@ -197,6 +200,10 @@ class NodeIndex:
                 if found is not None:
                     return self._keep_nominated_gpus(task, found)
         found = self._find_now(task)
+        if self.releasing and task.gpu_frac and task.gpu_devices == 1 and self._order().shared_first():
+            shared = self._shared_releasing(task, found)
+            if shared is not None:
+                return shared
         if found is None and self.releasing:
             found = self._find_pipelined(task)
         return found
@@ -308,7 +315,7 @@ class NodeIndex:
             return None if host is None else Placement(host, self._free_gpus(host, 1), portion)
         host = self._whole(task, idle)
         if host is not None:
-            return Placement(host, self._free_gpus(host, 1), portion)
+            return Placement(host, self._least_used_shared(host, portion) or self._free_gpus(host, 1), portion)
         end = len(partial)
         while end > start:
             lo = max(start, bisect_left(partial, (partial[end - 1][0], -1, -1)))
@@ -319,6 +326,56 @@ class NodeIndex:
                     return Placement(node, (g,), portion)
             end = lo
         return None
+
+    @staticmethod
+    def _least_used_shared(node: NodeInfo, portion: int) -> tuple[int, ...]:
+        """The least used shared GPU of ``node`` (partly used now) that fits ``portion`` now; () when none: KAI
+        puts a fraction on a shared GPU before a free one, spread ordering only the shared ones."""
+        best: tuple[int, int] | None = None
+        for g, free in enumerate(_gpu_free(node, False)):
+            if node.healthy[g] and portion <= free < UNIT and (best is None or free > best[0]):
+                best = (free, g)
+        return () if best is None else (best[1],)
+
+    def _shared_releasing(self, task: TaskInfo, than: Placement | None) -> Placement | None:
+        """A fraction's pipelined placement on a shared GPU being released that is more used (releasing and
+        pipelined portions counted) than the GPU ``than`` binds it on (a free GPU counts 0), the most used such
+        one; None when there is none: KAI gives a fraction the most used shared GPU it fits when the releasing
+        pods are gone, and pipelines it there rather than opening a free GPU (bin-pack only)."""
+        portion = task.gpu_frac
+
+        def taken(node: NodeInfo, g: int) -> int:
+            return node.gpu_used[g] + node.gpu_pipe[g]
+
+        best = -1 if than is None else taken(than.node, than.gpus[0])
+        found: Placement | None = None
+        nodes = self.ssn.nodes
+        for idx in sorted(self.releasing):
+            node = nodes[idx]
+            rel = node.gpu_rel
+            if not any(rel) or not self._fits_future_host(task, node):
+                continue
+            for g, free in enumerate(_gpu_free(node, True)):
+                if rel[g] and node.healthy[g] and free >= portion and taken(node, g) > best:
+                    best = taken(node, g)
+                    found = Placement(node, (g,), portion, pipelined=True)
+        if found is None:
+            return None
+        if found.node.gpu_free_now(found.gpus[0]) >= portion and self._fits_host(task, found.node):
+            found.pipelined = False
+        else:
+            found.waiting_for = tuple(sorted(t.key for t in self.ssn.releasing_tasks.get(found.node.name, ())))
+        return found
+
+    def _fits_future_host(self, task: TaskInfo, node: NodeInfo) -> bool:
+        allowed = self.allowed
+        return (
+            _eligible(node)
+            and (allowed is None or node.idx in allowed)
+            and node.cpu_free_future() >= task.cpu
+            and node.mem_free_future() >= task.mem
+            and self.static(task, node) is None
+        )
 
     def _fit_on(self, task: TaskInfo, node: NodeInfo, *, future: bool) -> Placement | None:
         """The placement of ``task`` on one node, or None; GPUs chosen by the GPU strategy."""

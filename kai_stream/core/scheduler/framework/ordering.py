@@ -16,6 +16,7 @@ the previous one was handled, by ``next_alike`` where it applies, else by ``requ
 
 from __future__ import annotations
 
+import bisect
 import heapq
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
@@ -163,6 +164,18 @@ class JobsByQueue:
                 self.requeue(job)
                 following = self.pop()
             job = following
+
+    def push_back(self, job: JobInfo) -> None:
+        """Put ``job`` back among its leaf's jobs still to come, where its (new) job key places it: a job that got
+        part of its tasks goes in line again (KAI ``PushJob``). Call it before the loop takes the next job."""
+        if job.queue is None:
+            return
+        name = job.queue.name
+        jobs = self._jobs[name]
+        i = self._next[name]
+        at = bisect.bisect_right(jobs, self.ssn.job_key(job), lo=i, key=self.ssn.job_key)
+        jobs.insert(at, job)
+        self._popped = None
 
     def requeue(self, job: JobInfo) -> None:
         """Put the job's queue back in line (with its next job) after ``job`` was handled."""

@@ -189,17 +189,17 @@ class Session:
         return [gpu, task.cpu, task.mem]
 
     def job_key(self, job: JobInfo) -> SortKey:
-        """``hooks.job_key``, memoised (the job-order hooks read the job's tasks and their statuses).
+        """``hooks.pending_job_key``, memoised (the job-order hooks read the job's tasks and their statuses).
 
         The per-job memos (``job_key``, ``pending_of``, ``job_request``, ``job_class``; fields of the job) hold
         while the job's version stands still: what they read of the job (its tasks' statuses) changes only through
         ``_charge``, which moves that version. A job without a queue is not memoised. Each reads its memo inline (no
         shared helper): every action asks them of every pending job, several times."""
         if job.queue is None:
-            return self.hooks.job_key(job)
+            return self.hooks.pending_job_key(job)
         if job.key_at == job.version:
             return job.key_memo
-        key = self.hooks.job_key(job)
+        key = self.hooks.pending_job_key(job)
         job.key_memo, job.key_at = key, job.version
         return key
 
@@ -213,6 +213,18 @@ class Session:
         job.pending_memo, job.pending_at = pending, job.version
         return pending
 
+    def to_allocate(self, job: JobInfo) -> list[TaskInfo]:
+        """The pending tasks the job offers in one pass (KAI ``GetTasksToAllocate``), memoised like ``pending_of``:
+        the ones still needed to reach minMember (and each subgroup's minMember), else one task (one per subgroup
+        with pending tasks), in task order. The caller must not change the list."""
+        if job.queue is None:
+            return job.pending_tasks()
+        if job.to_allocate_at == job.version:
+            return job.to_allocate_memo
+        chosen = _tasks_to_allocate(job, self.pending_of(job))
+        job.to_allocate_memo, job.to_allocate_at = chosen, job.version
+        return chosen
+
     def job_class(self, job: JobInfo) -> JobClass | None:
         """What the actions read of a job to decide it, besides its queue, identity and the session's state: its
         pending task shapes, minMember, pods not releasing and those of them active, and preemptibility. Jobs of
@@ -225,7 +237,12 @@ class Session:
         if job.class_at == job.version:
             return job.class_memo
         found: JobClass | None = None
-        if job.topology is None and not job.group_missing and all(t.prev_pipelined is None for t in job.tasks):
+        if (
+            job.topology is None
+            and not job.group_missing
+            and not job.sub_groups
+            and all(t.prev_pipelined is None for t in job.tasks)
+        ):
             alive, active = job.alive_active()
             shapes = tuple([t.shape for t in self.pending_of(job)])
             found = (shapes, job.min_member, alive, active, job.preemptible)
@@ -233,13 +250,13 @@ class Session:
         return found
 
     def job_request(self, job: JobInfo) -> list[int]:
-        """The sum of the job's pending tasks' requests, memoised (see ``job_key``); the caller must not change
-        the list."""
+        """The sum of the requests of the tasks the job offers in one pass (``to_allocate``), memoised (see
+        ``job_key``); the caller must not change the list."""
         if job.queue is None:
             return self._job_request(job.pending_tasks())
         if job.request_at == job.version:
             return job.request_memo
-        request = self._job_request(self.pending_of(job))
+        request = self._job_request(self.to_allocate(job))
         job.request_memo, job.request_at = request, job.version
         return request
 
@@ -585,6 +602,56 @@ def _memory_fraction(task: TaskInfo, node: NodeInfo) -> int:
     if node.gpu_memory_mib <= 0:
         return UNIT + 1
     return -(-task.gpu_mem_mib * UNIT // node.gpu_memory_mib)
+
+
+def _tasks_to_allocate(job: JobInfo, pending: list[TaskInfo]) -> list[TaskInfo]:
+    """``Session.to_allocate`` from the job's pending tasks (in task order).
+
+    With subgroups (KAI ``GetTasksToAllocate`` over pod sets): while some subgroups are below their minMember,
+    each of them offers what it still needs; once all are satisfied, one subgroup offers one task. Subgroups go
+    in KAI's subgroup order: below the minimum first, then those with a minimum before those without, then the
+    lower allocated / minMember (without a minimum: fewer allocated), then declared order. Tasks outside the
+    declared subgroups form one subgroup with no minimum. The job's own minMember is then topped up from the
+    remaining tasks."""
+    if not job.sub_groups and (len(pending) <= 1 or len(job.tasks) <= job.min_member):
+        return pending
+    _, active = job.alive_active()
+    need = job.min_member - active
+    if not job.sub_groups:
+        take = need if need > 0 else 1
+        return pending if take >= len(pending) else pending[:take]
+    minimum: dict[str | None, int] = dict(job.sub_groups)
+    minimum.setdefault(None, 0)
+    done = dict.fromkeys(minimum, 0)
+    waiting: dict[str | None, list[TaskInfo]] = {name: [] for name in minimum}
+    for task in job.tasks:
+        group = task.sub_group if task.sub_group in minimum else None
+        if task.status == PENDING:
+            waiting[group].append(task)
+        elif task.status != RELEASING:
+            done[group] += 1
+    below = [name for name in minimum if done[name] < minimum[name]]
+    rank = {name: i for i, name in enumerate(minimum)}
+
+    def order(name: str | None) -> tuple[int, int, float, int]:
+        k, n = minimum[name], done[name]
+        if n < k:
+            return (0, 0, 0.0, rank[name])
+        return (1, 0, n / k, rank[name]) if k > 0 else (1, 1, float(n), rank[name])
+
+    picked: set[int] = set()
+    groups = 0
+    for name in sorted(minimum, key=order):
+        if groups >= max(len(below), 1):
+            break
+        if not waiting[name]:
+            continue
+        k, n = minimum[name], done[name]
+        picked.update(id(t) for t in waiting[name][: k - n if n < k else 1])
+        groups += 1
+    if len(picked) < need:
+        picked.update(id(t) for t in [t for t in pending if id(t) not in picked][: need - len(picked)])
+    return [t for t in pending if id(t) in picked]
 
 
 def _pod_order(pod: PodSpec) -> tuple[float, str, str, str]:

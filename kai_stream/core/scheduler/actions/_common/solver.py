@@ -92,32 +92,25 @@ def free_gpu(session: Session) -> int:
 
 
 def place_job(
-    session: Session, stmt: Statement, job: JobInfo, near: list[NodeInfo] | None = None, limit: int | None = None
+    session: Session, stmt: Statement, job: JobInfo, near: list[NodeInfo] | None = None
 ) -> list[TaskInfo] | None:
-    """Place the job's pending tasks (the first ``limit`` of them, with a limit); None when refused or the gang is
-    not reached. Each task goes on the best free capacity anywhere, else (with ``near``, the victims' nodes)
-    pipelined onto the first of them by node order that fits with what is being released: KAI's node order for a
-    preemptor, idle before releasing (the releasing capacity of other nodes is not searched)."""
-    pending = session.pending_of(job)
-    request = session.job_request(job)
-    if limit is not None and limit < len(pending):
-        pending = pending[:limit]
-        request = tasks_request(session, pending)
-    if session.hooks.check_job(job, request) is not None:
+    """Place the tasks the job offers in one pass (``Session.to_allocate``: up to its minimum, else one), all or
+    none; None when refused or one does not fit. Each task goes on the best free capacity anywhere, else (with
+    ``near``, the victims' nodes) pipelined onto the first of them by node order that fits with what is being
+    released: KAI's node order for a preemptor, idle before releasing (the releasing capacity of other nodes is
+    not searched)."""
+    if session.hooks.check_job(job, session.job_request(job)) is not None:
         return None
+    tasks = session.to_allocate(job)
     active = job.active_count()
     placed: list[TaskInfo] = []
-    remaining = len(pending)
-    for task in pending:
-        remaining -= 1
+    for task in tasks:
         if near is None:
             placement = session.index.find(task)
         else:
             placement = session.index.find_free(task) or session.index.find_among(task, near)
         if placement is None:
-            if active + len(placed) + remaining < job.min_member:
-                return None
-            continue
+            return None
         stmt.allocate(task, placement)
         placed.append(task)
     if not placed or not session.hooks.ready(job, active + len(placed)):
@@ -126,20 +119,14 @@ def place_job(
 
 
 def tasks_to_place(session: Session, job: JobInfo) -> list[TaskInfo]:
-    """The pending tasks a victim search places for ``job`` (KAI's tasks to allocate in a simulation): those its
-    gang still needs when it is below its minimum, else one."""
-    pending = session.pending_of(job)
-    active = job.active_count()
-    return pending[: job.min_member - active if active < job.min_member else 1]
+    """The pending tasks a victim search places for ``job``: KAI's tasks to allocate (``Session.to_allocate``)."""
+    return session.to_allocate(job)
 
 
 def search_request(session: Session, job: JobInfo) -> list[int]:
-    """What the tasks a victim search places for ``job`` ask for (``tasks_to_place``; the job's pending request when
-    that is all of them). The caller must not change the list."""
-    tasks = tasks_to_place(session, job)
-    if len(tasks) == len(session.pending_of(job)):
-        return session.job_request(job)
-    return tasks_request(session, tasks)
+    """What the tasks a victim search places for ``job`` ask for (``Session.job_request``, the request of
+    ``tasks_to_place``). The caller must not change the list."""
+    return session.job_request(job)
 
 
 def tasks_request(session: Session, tasks: list[TaskInfo]) -> list[int]:
@@ -312,7 +299,7 @@ class _Search:
         placed: list[TaskInfo] | None = None
         same_leaf = spec.preemptor_first or all(unit.job.queue is leaf for unit in taken)
         if spec.preemptor_first or (same_leaf and _first_in_leaf(ssn, preemptor, taken)):
-            placed = place_job(ssn, self.stmt, preemptor, near, limit=len(self.tasks))
+            placed = place_job(ssn, self.stmt, preemptor, near)
             if placed is None:
                 self.stmt.rollback(checkpoint)
                 return False
@@ -329,7 +316,7 @@ class _Search:
         moved: list[TaskInfo] = []
         for job in jobs:
             if job is preemptor:
-                placed = place_job(ssn, self.stmt, job, near, limit=len(self.tasks))
+                placed = place_job(ssn, self.stmt, job, near)
                 if placed is None:
                     break
             else:

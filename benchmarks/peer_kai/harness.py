@@ -95,14 +95,15 @@ async def started(scheduler: Scheduler, objects: list[dict[str, Any]], workdir: 
     tasks: list[asyncio.Task[None]] = []
     try:
         await asyncio.to_thread(scheduler.prepare, plane)
-        await asyncio.to_thread(plane.load_objects, kai.priority_classes() + objects)
+        namespaces = [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
+                      for name in (NAMESPACE, WARMUP_NAMESPACE)]
+        await asyncio.to_thread(plane.load_objects, namespaces + kai.priority_classes() + objects)
         await scheduler.start(plane)
         api = Api(plane)
         tasks = [asyncio.create_task(coro) for coro in scheduler.side_tasks(api)]
         session = Session(plane, scheduler, api, tasks)
         if warmup_queue is not None:
             began = time.monotonic()
-            plane.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": WARMUP_NAMESPACE}})
             await api.create(warmup_pod(warmup_queue))
 
             async def bound() -> bool:

@@ -17,12 +17,16 @@ KWOK nobody would.
 from __future__ import annotations
 
 import asyncio
+import base64
+import contextlib
+import shutil
 import subprocess
 import time
 from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import yaml
 
 from benchmarks.peer_kai.api import Api
@@ -33,13 +37,14 @@ from kai_stream.broker import free_port
 MODULE = Path(__file__).resolve().parent / "go"
 KAI = "github.com/NVIDIA/KAI-scheduler"
 TOOLS = {
+    "admission": build.GoTool("kai-admission", f"{KAI}/cmd/admission", MODULE),
     "scheduler": build.GoTool("kai-scheduler", f"{KAI}/cmd/scheduler", MODULE),
     "binder": build.GoTool("kai-binder", f"{KAI}/cmd/binder", MODULE),
     "podgrouper": build.GoTool("kai-podgrouper", f"{KAI}/cmd/podgrouper", MODULE),
     "podgroupcontroller": build.GoTool("kai-podgroupcontroller", f"{KAI}/cmd/podgroupcontroller", MODULE),
     "queuecontroller": build.GoTool("kai-queuecontroller", f"{KAI}/cmd/queuecontroller", MODULE),
 }
-CORE = ("scheduler", "binder", "podgrouper")
+CORE = ("admission", "scheduler", "binder", "podgrouper")
 CONTROLLERS = ("podgroupcontroller", "queuecontroller")
 NAMESPACES = ("kai-scheduler", "kai-resource-reservation", "kai-scale-adjust")
 RESERVATION_NAMESPACE = "kai-resource-reservation"
@@ -105,6 +110,26 @@ def install_crds(plane: ControlPlane, objs: list[dict[str, Any]], timeout_s: flo
                 time.sleep(0.2)
 
 
+def register_webhooks(plane: ControlPlane, port: int) -> None:
+    """KAI's pod webhooks (mutating on create: GPU-sharing annotations; validating on create and update), served
+    by the admission process on loopback with the fixture's serving certificate."""
+    ca_bundle = base64.b64encode(plane.ca_file.read_bytes()).decode()
+    rules = {"apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"]}
+    common = {"sideEffects": "None", "admissionReviewVersions": ["v1"], "failurePolicy": "Fail"}
+    for kind, path, operations, extra in (
+        ("MutatingWebhookConfiguration", "mutate--v1-pod", ["CREATE"], {"reinvocationPolicy": "IfNeeded"}),
+        ("ValidatingWebhookConfiguration", "validate--v1-pod", ["CREATE", "UPDATE"], {}),
+    ):
+        webhook = {"name": "admission.run.ai", **common, **extra,
+                   "clientConfig": {"url": f"https://127.0.0.1:{port}/{path}", "caBundle": ca_bundle},
+                   "rules": [{**rules, "operations": operations}]}
+        obj = {"apiVersion": "admissionregistration.k8s.io/v1", "kind": kind,
+               "metadata": {"name": "kai-admission"}, "webhooks": [webhook]}
+        code, answer = plane.request("POST", f"/apis/admissionregistration.k8s.io/v1/{kind.lower()}s", obj)
+        if code >= 300:
+            raise build.BuildError(f"registering {kind}: {code} {answer}")
+
+
 class KaiScheduler:
     """KAI's components as processes against ``plane`` (admin credentials)."""
 
@@ -127,6 +152,18 @@ class KaiScheduler:
         def address() -> str:
             return f"127.0.0.1:{free_port()}"
 
+        webhook_port, probe = free_port(), address()
+        certs = self.processes.logdir / "webhook-tmp"
+        serving = certs / "k8s-webhook-server" / "serving-certs"
+        serving.mkdir(parents=True, exist_ok=True)
+        shutil.copy(plane.ca_file.parent / "serving.crt", serving / "tls.crt")
+        shutil.copy(plane.ca_file.parent / "serving.key", serving / "tls.key")
+        self.processes.spawn("admission", [
+            str(binaries["admission"]), f"--webhook-addr={webhook_port}", "--gpu-sharing-enabled=true",
+            "--fake-gpu-nodes=true", "--gpu-pod-runtime-class-name=", f"--metrics-bind-address={address()}",
+            f"--health-probe-bind-address={probe}"], env={**env, "TMPDIR": str(certs)})
+        await self._until_ready(f"http://{probe}/readyz")
+        await asyncio.to_thread(register_webhooks, plane, webhook_port)
         argv = {
             "scheduler": ["--schedule-period=1s", f"--listen-address={address()}",
                           f"--plugin-server-port={free_port()}", "--v=2"],
@@ -138,7 +175,20 @@ class KaiScheduler:
             "queuecontroller": ["--enable-webhook=false", f"--metrics-listen-address={address()}"],
         }
         for name in self.components:
-            self.processes.spawn(name, [str(binaries[name]), *argv[name]], env=env)
+            if name != "admission":
+                self.processes.spawn(name, [str(binaries[name]), *argv[name]], env=env)
+
+    async def _until_ready(self, url: str, timeout_s: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            self.processes.check()
+            with contextlib.suppress(OSError):
+                async with aiohttp.ClientSession() as session, session.get(url) as response:
+                    if response.status == 200:
+                        return
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"KAI admission not ready at {url} after {timeout_s:.0f} s")
+            await asyncio.sleep(0.2)
 
     def side_tasks(self, api: Api) -> list[Coroutine[Any, Any, None]]:
         return [GpuReservationAnnotator(api).run()]

@@ -5,6 +5,7 @@
 package tools
 
 import (
+	_ "github.com/NVIDIA/KAI-scheduler/cmd/admission"
 	_ "github.com/NVIDIA/KAI-scheduler/cmd/binder"
 	_ "github.com/NVIDIA/KAI-scheduler/cmd/podgroupcontroller"
 	_ "github.com/NVIDIA/KAI-scheduler/cmd/podgrouper"

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+import orjson
+
 from benchmarks.peer_kai import kai
 from benchmarks.peer_kai.api import Api
 from benchmarks.peer_kai.processes import Processes
@@ -123,6 +125,16 @@ async def started(scheduler: Scheduler, objects: list[dict[str, Any]], workdir: 
             await api.close()
         scheduler.stop()
         await asyncio.to_thread(plane.stop)
+
+
+async def dump(session: Session, directory: Path) -> None:
+    """The server's pods, PodGroups and events as JSON files in ``directory`` (to explain an outcome)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    for name, path in (("pods", "/api/v1/pods"), ("events", "/api/v1/events"),
+                       ("podgroups", "/apis/scheduling.run.ai/v2alpha2/podgroups")):
+        code, answer = await session.api.request("GET", path)
+        (directory / f"{name}.json").write_bytes(orjson.dumps(answer if code == 200 else {"code": code},
+                                                              option=orjson.OPT_INDENT_2))
 
 
 async def _create_job(api: Api, job: Job, ledger: PodLedger, gate: asyncio.Semaphore) -> None:

@@ -28,11 +28,11 @@ from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from benchmarks.peer_kai import harness  # noqa: E402
-from benchmarks.peer_kai.kai import KaiScheduler, version  # noqa: E402
-from benchmarks.peer_kai.kaistream import KaiStream  # noqa: E402
-from benchmarks.peer_kai.outcomes import STATES, PodOutcome, differences, key, outcomes, per_queue  # noqa: E402
-from connectors.simcluster import read_documents  # noqa: E402
+from benchmarks.peer_kai import harness
+from benchmarks.peer_kai.kai import KaiScheduler, version
+from benchmarks.peer_kai.kaistream import KaiStream
+from benchmarks.peer_kai.outcomes import STATES, PodOutcome, differences, key, outcomes, per_queue
+from connectors.simcluster import read_documents
 
 KUBELET_MAX_PODS = "110"
 DEFAULT_PARENT = "default-parent-queue"
@@ -97,7 +97,7 @@ async def settle(session: harness.Session, objs: list[dict[str, Any]], quiet_s: 
         signature = _signature(found)
         if signature != last:
             last, changed_at = signature, now
-        if signature != start and not terminating and now - changed_at >= quiet_s or now - began > max_s:
+        if (signature != start and not terminating and now - changed_at >= quiet_s) or now - began > max_s:
             return found
         await asyncio.sleep(1.0)
 

@@ -185,7 +185,7 @@ async def measure(session: Session, workload: Workload, rate: float, settle_s: f
         if creating.done() and count == len(ledger.pods):
             break
         now = time.monotonic()
-        if creating.done() and now - last_progress > settle_s or now - began > timeout_s:
+        if (creating.done() and now - last_progress > settle_s) or now - began > timeout_s:
             break
     usage = meter.read()
     return RunResult(session.scheduler.name, session.scheduler.scheduler_component, figures_by_phase(ledger),

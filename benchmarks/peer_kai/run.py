@@ -24,10 +24,10 @@ from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from benchmarks.peer_kai import harness, workload  # noqa: E402
-from benchmarks.peer_kai.kai import KaiScheduler, version  # noqa: E402
-from benchmarks.peer_kai.kaistream import KaiStream  # noqa: E402
-from benchmarks.peer_kai.records import Figures  # noqa: E402
+from benchmarks.peer_kai import harness, workload
+from benchmarks.peer_kai.kai import KaiScheduler, version
+from benchmarks.peer_kai.kaistream import KaiStream
+from benchmarks.peer_kai.records import Figures
 
 app = typer.Typer(add_completion=False)
 

@@ -1,17 +1,18 @@
 """NVIDIA's KAI Scheduler, built from the Go module pinned in ``go/go.mod`` and run against the fixture's API server.
 
-``ensure_binaries`` builds the commands (scheduler, binder, pod-grouper, and optionally the pod-group and queue
-controllers, which only write statuses) into ``~/.cache/kai-stream/bin`` with the fixture's Go caches
-(``connectors.apiserver.build``): nothing of KAI's source is kept in this repository. ``module_dir`` is the
-module's copy in the Go module cache, where KAI's CRDs (``deployments/kai-scheduler/crds``) and its chart's
-PriorityClasses come from.
+``ensure_binaries`` builds the commands (admission webhook, scheduler, binder, pod-grouper, and the pod-group and
+queue controllers, which only write statuses and run with ``--controllers``) into ``~/.cache/kai-stream/bin`` with
+the fixture's Go caches (``connectors.apiserver.build``): nothing of KAI's source is kept in this repository.
+``module_dir`` is the module's copy in the Go module cache, where KAI's CRDs (``deployments/kai-scheduler/crds``)
+and its chart's PriorityClasses come from.
 
-``KaiScheduler.start(plane)`` replaces the kai-stream chart's CRDs with KAI's, creates the namespaces KAI's
-components use and starts them with the admin kubeconfig and KAI's built-in defaults (the scheduler's default
-actions and plugins, a 1 s cycle; the binder with ``--fake-gpu-nodes``). ``GpuReservationAnnotator`` plays the
-part of the GPU reservation pod's own agent: on a real node it writes the GPU it got into the
-``run.ai/reserve_for_gpu_index`` annotation, which the binder waits for before it binds a GPU-fraction pod; under
-KWOK nobody would.
+``KaiScheduler.start(plane)`` (after ``prepare``: KAI's CRDs in place of the kai-stream chart's, KAI's namespaces)
+starts the admission webhook and registers it with the API server (loopback URL, the fixture's CA; it gives
+GPU-fraction pods the annotations the binder needs), then the other components, all with the admin kubeconfig
+and KAI's built-in defaults: the scheduler's default actions and plugins and 1 s cycle, the binder and the
+webhook with ``--fake-gpu-nodes``. ``GpuReservationAnnotator`` plays the part of the GPU reservation pod's own
+agent: on a real node it writes the GPU it got into the ``run.ai/reserve_for_gpu_index`` annotation, which the
+binder waits for before it binds a GPU-fraction pod; under KWOK nobody would.
 """
 
 from __future__ import annotations

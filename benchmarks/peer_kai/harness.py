@@ -1,8 +1,9 @@
 """One scheduler on one fresh fixture: etcd + kube-apiserver + KWOK, the scheduler's own objects (``prepare``), KAI's
-PriorityClasses, the workload's nodes and queues, then the scheduler's processes; a warm-up pod must be bound
-before anything is measured. ``measure`` then creates the workload's pods (the steady phase at a fixed rate, then
-the burst at once), follows the pod watch until every pod is bound, binds stall for ``settle_s`` or
-``timeout_s`` passes, and reads the figures and the processes' CPU and peak memory.
+PriorityClasses, the given objects but pods (nodes, queues, PodGroups), then the scheduler's processes (KAI's
+admission webhook is registered by then, as in a cluster where KAI runs before pods come), then the given pods;
+a warm-up pod must be bound before anything is measured. ``measure`` then creates the workload's pods (the steady
+phase at a fixed rate, then the burst at once), follows the pod watch until every pod is bound, binds stall for
+``settle_s`` or ``timeout_s`` passes, and reads the figures and the processes' CPU and peak memory.
 """
 
 from __future__ import annotations
@@ -99,8 +100,11 @@ async def started(scheduler: Scheduler, objects: list[dict[str, Any]], workdir: 
         await asyncio.to_thread(scheduler.prepare, plane)
         namespaces = [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
                       for name in (NAMESPACE, WARMUP_NAMESPACE)]
-        await asyncio.to_thread(plane.load_objects, namespaces + kai.priority_classes() + objects)
+        pods = [o for o in objects if o.get("kind") == "Pod"]
+        setup = [o for o in objects if o.get("kind") != "Pod"]
+        await asyncio.to_thread(plane.load_objects, namespaces + kai.priority_classes() + setup)
         await scheduler.start(plane)
+        await asyncio.to_thread(plane.load_objects, pods)
         api = Api(plane)
         tasks = [asyncio.create_task(coro) for coro in scheduler.side_tasks(api)]
         session = Session(plane, scheduler, api, tasks)

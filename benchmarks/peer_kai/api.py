@@ -19,6 +19,10 @@ import orjson
 from connectors.apiserver import ControlPlane
 from connectors.apiserver.controlplane import collection_path
 
+WATCH_RENEW_S = 20
+"""A watch is closed by the server after this long and resumed from its last resourceVersion: with Debian's
+etcd 3.4 a long watch on this kube-apiserver can stop delivering events (seen: 26 binds never arrived)."""
+
 WatchHandler = Callable[[str, dict[str, Any], float], None]
 
 
@@ -62,14 +66,16 @@ class Api:
 
     async def watch(self, path: str, handler: WatchHandler, resource_version: str = "") -> None:
         """Follow ``path`` until cancelled: a list first (each item handed over as ``ADDED``), then a watch from
-        its resourceVersion, resumed from the last one seen when the server closes it."""
+        its resourceVersion, resumed from the last one seen when the server closes it (every ``WATCH_RENEW_S``); after
+an expired resourceVersion (ERROR) it lists again."""
         if not resource_version:
             listed, resource_version = await self.items(path)
             now = time.monotonic()
             for obj in listed:
                 handler("ADDED", obj, now)
         while True:
-            url = f"{self.base}{path}?watch=true&allowWatchBookmarks=true&resourceVersion={resource_version}"
+            url = (f"{self.base}{path}?watch=true&allowWatchBookmarks=true&timeoutSeconds={WATCH_RENEW_S}"
+                   f"&resourceVersion={resource_version}")
             async with self._session.get(url) as response:
                 if response.status != 200:
                     raise ApiError(f"watch {path}: {response.status} {await response.text()}")

@@ -1,10 +1,11 @@
 """One scheduler on one fresh fixture: etcd + kube-apiserver + KWOK, the scheduler's own objects (``prepare``), KAI's
-PriorityClasses, the given objects but pods (nodes, queues, PodGroups), then the scheduler's processes (KAI's
-admission webhook is registered by then, as in a cluster where KAI runs before pods come), then the given pods;
-a warm-up pod must be bound before anything is measured. ``measure`` then creates the workload's pods (the steady
-phase at a fixed rate, then the burst at once), follows the pod watch until every pod is bound, binds stall for
-``settle_s`` or ``timeout_s`` passes, and reads the figures and the processes' CPU and peak memory. A last list
-of the pods catches binds the watch did not deliver; they count as bound at that moment.
+PriorityClasses, the given objects but pods (nodes, queues, PodGroups), the scheduler's admission webhook (KAI's;
+pods pass through it as in a cluster where KAI runs before they come), the given pods, then the scheduler's other
+processes, which find the whole scenario at once; a warm-up pod must be bound before anything is measured.
+``measure`` then creates the workload's pods (the steady phase at a fixed rate, then the burst at once), follows the
+pod watch until every pod is bound, binds stall for ``settle_s`` or ``timeout_s`` passes, and reads the figures and
+the processes' CPU and peak memory. A last list of the pods catches binds the watch did not deliver; they count as
+bound at that moment.
 """
 
 from __future__ import annotations
@@ -37,6 +38,8 @@ class Scheduler(Protocol):
     scheduler_component: str
 
     def prepare(self, plane: ControlPlane) -> None: ...
+
+    async def admit(self, plane: ControlPlane) -> None: ...
 
     async def start(self, plane: ControlPlane) -> None: ...
 
@@ -104,8 +107,9 @@ async def started(scheduler: Scheduler, objects: list[dict[str, Any]], workdir: 
         pods = [o for o in objects if o.get("kind") == "Pod"]
         setup = [o for o in objects if o.get("kind") != "Pod"]
         await asyncio.to_thread(plane.load_objects, namespaces + kai.priority_classes() + setup)
-        await scheduler.start(plane)
+        await scheduler.admit(plane)
         await asyncio.to_thread(plane.load_objects, pods)
+        await scheduler.start(plane)
         api = Api(plane)
         tasks = [asyncio.create_task(coro) for coro in scheduler.side_tasks(api)]
         session = Session(plane, scheduler, api, tasks)

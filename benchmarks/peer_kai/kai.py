@@ -6,9 +6,9 @@ the fixture's Go caches (``connectors.apiserver.build``): nothing of KAI's sourc
 ``module_dir`` is the module's copy in the Go module cache, where KAI's CRDs (``deployments/kai-scheduler/crds``)
 and its chart's PriorityClasses come from.
 
-``KaiScheduler.start(plane)`` (after ``prepare``: KAI's CRDs in place of the kai-stream chart's, KAI's namespaces)
+``KaiScheduler.prepare`` puts KAI's CRDs in place of the kai-stream chart's and creates KAI's namespaces; ``admit``
 starts the admission webhook and registers it with the API server (loopback URL, the fixture's CA; it gives
-GPU-fraction pods the annotations the binder needs), then the other components, all with the admin kubeconfig
+GPU-fraction pods the annotations the binder needs); ``start`` the other components, all with the admin kubeconfig
 and KAI's built-in defaults: the scheduler's default actions and plugins and 1 s cycle, the binder and the
 webhook with ``--fake-gpu-nodes``. ``GpuReservationAnnotator`` plays the part of the GPU reservation pod's own
 agent: on a real node it writes the GPU it got into the ``run.ai/reserve_for_gpu_index`` annotation, which the
@@ -111,6 +111,10 @@ def install_crds(plane: ControlPlane, objs: list[dict[str, Any]], timeout_s: flo
                 time.sleep(0.2)
 
 
+def _address() -> str:
+    return f"127.0.0.1:{free_port()}"
+
+
 def register_webhooks(plane: ControlPlane, port: int) -> None:
     """KAI's pod webhooks (mutating on create: GPU-sharing annotations; validating on create and update), served
     by the admission process on loopback with the fixture's serving certificate."""
@@ -146,38 +150,38 @@ class KaiScheduler:
         for namespace in NAMESPACES:
             plane.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
 
-    async def start(self, plane: ControlPlane) -> None:
-        binaries = await asyncio.to_thread(ensure_binaries, self.components)
-        env = {"KUBECONFIG": str(plane.kubeconfig)}
-
-        def address() -> str:
-            return f"127.0.0.1:{free_port()}"
-
-        webhook_port, probe = free_port(), address()
+    async def admit(self, plane: ControlPlane) -> None:
+        """The admission webhook, registered with the API server: pods created from now on pass through it."""
+        binary = (await asyncio.to_thread(ensure_binaries, ("admission",)))["admission"]
+        webhook_port, probe = free_port(), _address()
         certs = self.processes.logdir / "webhook-tmp"
         serving = certs / "k8s-webhook-server" / "serving-certs"
         serving.mkdir(parents=True, exist_ok=True)
         shutil.copy(plane.ca_file.parent / "serving.crt", serving / "tls.crt")
         shutil.copy(plane.ca_file.parent / "serving.key", serving / "tls.key")
         self.processes.spawn("admission", [
-            str(binaries["admission"]), f"--webhook-addr={webhook_port}", "--gpu-sharing-enabled=true",
-            "--fake-gpu-nodes=true", "--gpu-pod-runtime-class-name=", f"--metrics-bind-address={address()}",
-            f"--health-probe-bind-address={probe}"], env={**env, "TMPDIR": str(certs)})
+            str(binary), f"--webhook-addr={webhook_port}", "--gpu-sharing-enabled=true",
+            "--fake-gpu-nodes=true", "--gpu-pod-runtime-class-name=", f"--metrics-bind-address={_address()}",
+            f"--health-probe-bind-address={probe}"], env={"KUBECONFIG": str(plane.kubeconfig), "TMPDIR": str(certs)})
         await self._until_ready(f"http://{probe}/readyz")
         await asyncio.to_thread(register_webhooks, plane, webhook_port)
+
+    async def start(self, plane: ControlPlane) -> None:
+        binaries = await asyncio.to_thread(ensure_binaries, self.components)
         argv = {
-            "scheduler": ["--schedule-period=1s", f"--listen-address={address()}",
+            "scheduler": ["--schedule-period=1s", f"--listen-address={_address()}",
                           f"--plugin-server-port={free_port()}", "--v=2"],
-            "binder": ["--fake-gpu-nodes=true", f"--metrics-bind-address={address()}",
-                       f"--health-probe-bind-address={address()}"],
-            "podgrouper": [f"--metrics-bind-address={address()}", f"--health-probe-bind-address={address()}"],
-            "podgroupcontroller": ["--enable-webhook=false", f"--metrics-bind-address={address()}",
-                                   f"--health-probe-bind-address={address()}"],
-            "queuecontroller": ["--enable-webhook=false", f"--metrics-listen-address={address()}"],
+            "binder": ["--fake-gpu-nodes=true", f"--metrics-bind-address={_address()}",
+                       f"--health-probe-bind-address={_address()}"],
+            "podgrouper": [f"--metrics-bind-address={_address()}", f"--health-probe-bind-address={_address()}"],
+            "podgroupcontroller": ["--enable-webhook=false", f"--metrics-bind-address={_address()}",
+                                   f"--health-probe-bind-address={_address()}"],
+            "queuecontroller": ["--enable-webhook=false", f"--metrics-listen-address={_address()}"],
         }
         for name in self.components:
             if name != "admission":
-                self.processes.spawn(name, [str(binaries[name]), *argv[name]], env=env)
+                self.processes.spawn(name, [str(binaries[name]), *argv[name]],
+                                     env={"KUBECONFIG": str(plane.kubeconfig)})
 
     async def _until_ready(self, url: str, timeout_s: float = 60.0) -> None:
         deadline = time.monotonic() + timeout_s

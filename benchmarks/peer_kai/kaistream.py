@@ -32,6 +32,9 @@ class KaiStream:
     def prepare(self, plane: ControlPlane) -> None:
         """Nothing beyond the fixture: it installs kai-stream's chart (CRDs, RBAC, ServiceAccounts)."""
 
+    async def admit(self, plane: ControlPlane) -> None:
+        """kai-stream has no admission webhook."""
+
     async def start(self, plane: ControlPlane) -> None:
         self.broker = embedded_broker("tansu", memory=True, data_dir=self.logdir / "broker")
         await asyncio.to_thread(self.broker.start)

@@ -32,12 +32,15 @@ class BuildError(RuntimeError):
 
 @dataclass(frozen=True)
 class GoTool:
+    """``package`` built from the Go module in ``directory`` (default ``go/<name>`` here) as binary ``name``."""
+
     name: str
     package: str
+    directory: Path | None = None
 
     @property
     def module(self) -> Path:
-        return GO_MODULES / self.name
+        return self.directory if self.directory is not None else GO_MODULES / self.name
 
 
 KUBE_APISERVER = GoTool("kube-apiserver", "k8s.io/kubernetes/cmd/kube-apiserver")

@@ -85,17 +85,17 @@ class Figures:
 def figures(records: Iterable[PodRecord]) -> Figures:
     chosen = list(records)
     created = [r.created for r in chosen if r.created is not None]
-    bound = [r for r in chosen if r.bound is not None and r.created is not None]
-    latencies = [(r.bound - r.created) * 1000 for r in bound]  # type: ignore[operator]
+    pairs = [(r.created, r.bound) for r in chosen if r.bound is not None and r.created is not None]
+    latencies = [(done - start) * 1000 for start, done in pairs]
     evicted = sum(1 for r in chosen if r.deleted is not None)
-    span = max(r.bound for r in bound) - min(created) if bound and created else None  # type: ignore[type-var]
+    span = max(done for _, done in pairs) - min(created) if pairs and created else None
     return Figures(
         pods=len(chosen),
-        bound=len(bound),
+        bound=len(pairs),
         pending=sum(1 for r in chosen if r.bound is None and r.deleted is None),
         evicted=evicted,
-        time_to_place_s=span if span is not None and len(bound) == len(chosen) else None,
-        pods_per_s=len(bound) / span if span else None,
+        time_to_place_s=span if span is not None and len(pairs) == len(chosen) else None,
+        pods_per_s=len(pairs) / span if span else None,
         p50_ms=percentile(latencies, 50),
         p99_ms=percentile(latencies, 99),
     )

@@ -1,6 +1,6 @@
 """The control plane's binaries: etcd, kube-apiserver and KWOK, built from the pinned Go modules under ``go/``.
 
-Each Go binary is built once into ``~/.cache/kai-stream/bin/<name>-<hash>`` (``KAI_STREAM_CACHE`` moves the
+Each Go binary is built once into ``~/.cache/kai-stream/bin/<name>-<hash>`` (``KAI_STREAM_CACHE_DIR`` moves the
 cache), where the hash covers the module's go.mod and go.sum: a changed pin builds anew, an unchanged one reuses
 the binary. Module downloads and the Go build cache live under ``~/.cache/kai-stream/go/``. A file lock keeps two
 processes from building the same binary at once. etcd is built too (v3.6, the version kube-apiserver v1.34's
@@ -49,7 +49,7 @@ ETCD = GoTool("etcd", "go.etcd.io/etcd/server/v3")
 
 
 def cache_dir() -> Path:
-    return Path(os.environ.get("KAI_STREAM_CACHE", Path.home() / ".cache" / "kai-stream"))
+    return Path(os.environ.get("KAI_STREAM_CACHE_DIR", Path.home() / ".cache" / "kai-stream"))
 
 
 def go_binary() -> Path:

@@ -8,6 +8,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from kubernetes_asyncio import client
+
 from kai_stream.pipeline import Pipeline
 
 
@@ -22,6 +24,12 @@ spec:
     cpu: {{quota: -1, overQuotaWeight: 1, limit: -1}}
     memory: {{quota: -1, overQuotaWeight: 1, limit: -1}}
 """
+
+
+async def create_pod(core: client.CoreV1Api, namespace: str, body: dict[str, Any]) -> Any:
+    """Creates a pod from a dict body: the client sends dicts as they are, its annotations name only ``V1Pod``."""
+    create: Any = core.create_namespaced_pod
+    return await create(namespace, body)
 
 
 def gpu_pod(

@@ -46,7 +46,7 @@ def _pod(name: str, ts: float, node: str | None = None, phase: str = "Pending") 
         pod_group=f"j{name[1]}",
         requests=Resources(gpu_milli=GPU[name]),
         node_name=node,
-        phase=phase,  # type: ignore[arg-type]
+        phase=phase,
         created=ts,
     )
     return PodObserved(event_id=stable_id(name, str(ts), phase), ts=ts, pod=spec)
@@ -88,7 +88,7 @@ def _done(name: str, ts: float, node: str) -> list[Model]:
 
 
 def _pending(name: str, ts: float, code: str) -> PodPending:
-    return PodPending(code=code, **_common(name, ts, f"pending-{code}"))  # type: ignore[arg-type]
+    return PodPending(code=code, **_common(name, ts, f"pending-{code}"))
 
 
 def _share(ts: float, a: int, b: int) -> FairShareRecorded:

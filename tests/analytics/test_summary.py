@@ -13,18 +13,18 @@ from hypothesis import strategies as st
 
 from kai_stream.analytics import jain_index, summarize
 from kai_stream.analytics.keys import Keys
-from kai_stream.analytics.summary import _quantiles, _queue_quantiles
+from kai_stream.analytics.summary import Summary, _quantiles, _queue_quantiles
 from kai_stream.history.schema import HISTORY_V2_COLUMNS
 
 
 @pytest.fixture(scope="module")
-def summary(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+def summary(tmp_path_factory: pytest.TempPathFactory) -> Summary:
     directory = tmp_path_factory.mktemp("history")
     write_history(directory)
     return summarize(directory, bins=50)
 
 
-def test_utilization_and_allocation_are_time_weighted(summary) -> None:  # type: ignore[no-untyped-def]
+def test_utilization_and_allocation_are_time_weighted(summary: Summary) -> None:
     c = summary.cluster
     assert c["capacity_gpus"] == 8.0
     assert c["nodes"] == 2
@@ -37,13 +37,13 @@ def test_utilization_and_allocation_are_time_weighted(summary) -> None:  # type:
     assert queues["b"]["avg_allocated_gpus"] == pytest.approx(1.4)
 
 
-def test_fragmentation_counts_free_gpus_on_partly_used_nodes(summary) -> None:  # type: ignore[no-untyped-def]
+def test_fragmentation_counts_free_gpus_on_partly_used_nodes(summary: Summary) -> None:
     # only n1 is ever partly used: 2 GPUs free there for 100 s of 200
     assert summary.cluster["avg_stranded_gpus"] == pytest.approx(1.0)
     assert summary.cluster["stranded_share_of_free"] == pytest.approx(1.0 / 3.6)
 
 
-def test_queueing_delay_and_jct(summary) -> None:  # type: ignore[no-untyped-def]
+def test_queueing_delay_and_jct(summary: Summary) -> None:
     delay = summary.cluster["queueing_delay_s"]
     # delays 10 (p1), 30 (p2: first bind), 10 (p3)
     assert delay["p50"] == pytest.approx(10.0)
@@ -58,7 +58,7 @@ def test_queueing_delay_and_jct(summary) -> None:  # type: ignore[no-untyped-def
     assert queues["b"]["queueing_delay_s"]["p50"] == pytest.approx(30.0)
 
 
-def test_evictions_suffered_and_caused(summary) -> None:  # type: ignore[no-untyped-def]
+def test_evictions_suffered_and_caused(summary: Summary) -> None:
     assert summary.cluster["evictions"] == 1
     assert summary.cluster["evictions_by_action"] == {"reclaim": 1}
     queues = {q["queue"]: q for q in summary.queues}
@@ -67,14 +67,14 @@ def test_evictions_suffered_and_caused(summary) -> None:  # type: ignore[no-unty
     assert queues["a"]["evictions_suffered"] == {}
 
 
-def test_pending_reasons_by_count(summary) -> None:  # type: ignore[no-untyped-def]
+def test_pending_reasons_by_count(summary: Summary) -> None:
     assert summary.pending_reasons == [
         {"code": "NoNodeFits", "decisions": 2, "pods": 2},
         {"code": "QueueOverLimit", "decisions": 1, "pods": 1},
     ]
 
 
-def test_fair_share_over_time_and_jain_index(summary) -> None:  # type: ignore[no-untyped-def]
+def test_fair_share_over_time_and_jain_index(summary: Summary) -> None:
     queues = {q["queue"]: q for q in summary.queues}
     # a: 4 for 40 s then 6 for 160 s; b: 4 then 2
     assert queues["a"]["avg_fair_share_gpus"] == pytest.approx(5.6)
@@ -84,7 +84,7 @@ def test_fair_share_over_time_and_jain_index(summary) -> None:  # type: ignore[n
     assert summary.cluster["jain_fairness"] == pytest.approx(sum(x) ** 2 / (2 * sum(v * v for v in x)))
 
 
-def test_series_sample_the_step_functions(summary) -> None:  # type: ignore[no-untyped-def]
+def test_series_sample_the_step_functions(summary: Summary) -> None:
     cluster = summary.series["cluster"]
     assert cluster.height == 50
     at = dict(zip(cluster["t"].to_list(), cluster["allocated"].to_list(), strict=True))
@@ -105,7 +105,7 @@ def test_missing_history_is_a_clear_error(tmp_path: Path) -> None:
         summarize(tmp_path)
 
 
-def test_segments_without_typed_columns_give_the_same_summary(summary, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_segments_without_typed_columns_give_the_same_summary(summary: Summary, tmp_path: Path) -> None:
     write_history(tmp_path)
     for path in tmp_path.glob("**/*.parquet"):
         pl.read_parquet(path).drop(HISTORY_V2_COLUMNS).write_parquet(path)
@@ -114,7 +114,7 @@ def test_segments_without_typed_columns_give_the_same_summary(summary, tmp_path:
 
 
 @pytest.mark.parametrize("results", ["copy", "only"])
-def test_outcomes_on_bind_results_count_once(summary, tmp_path: Path, results: str) -> None:  # type: ignore[no-untyped-def]
+def test_outcomes_on_bind_results_count_once(summary: Summary, tmp_path: Path, results: str) -> None:
     write_history(tmp_path, results=results)
     assert (tmp_path / "bind-results").is_dir()
     got, want = summarize(tmp_path, bins=50).to_json(), summary.to_json()
@@ -126,8 +126,8 @@ def test_outcomes_on_bind_results_count_once(summary, tmp_path: Path, results: s
 
 @pytest.mark.parametrize("column", ["uid", "job"])
 def test_texts_sharing_a_key_are_summarized_by_the_texts(
-    summary, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, column: str
-) -> None:  # type: ignore[no-untyped-def]
+    summary: Summary, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, column: str
+) -> None:
     hashed_key = Keys.key
     used: set[bool] = set()
 

@@ -181,9 +181,9 @@ async def test_committed_offsets_survive_a_consumer_restart(engine: EngineUnderT
         assert await again.committed(tp) == 6
         batches: dict[TopicPartition, list[object]] = {}
         while not batches:
-            batches = await again.getmany(timeout_ms=500)  # type: ignore[assignment]
+            batches = await again.getmany(timeout_ms=500)
         first = next(iter(batches.values()))[0]
-        assert first.offset == 6  # type: ignore[attr-defined]
+        assert first.offset == 6
     finally:
         await again.stop()
 

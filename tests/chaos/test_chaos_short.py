@@ -21,7 +21,7 @@ from kai_stream.history.reader import read_broker
 from kai_stream.kafka import make_producer, partition_for, read_topic
 from kai_stream.pipeline import Pipeline, PipelineOptions
 from replay.testing import assert_replays_identically
-from tests.cluster_objects import gpu_pod, unlimited_queue, until
+from tests.cluster_objects import create_pod, gpu_pod, unlimited_queue, until
 
 NODES, GPUS_PER_NODE, WAVES, PODS_PER_WAVE = 6, 4, 3, 5  # 22 GPUs asked of 24: every pod fits
 CLUSTER = "".join(
@@ -67,12 +67,15 @@ async def test_kills_and_hostile_records_lose_nothing_and_overcommit_nothing(
     async with Pipeline(options) as pipeline, api_client(pipeline.cluster.url or "") as api:
         core = client.CoreV1Api(api)
         assert pipeline.kafka is not None
-        bound = lambda: {b.name for b in pipeline.cluster.bindings if b.code == 201}  # noqa: E731
+
+        def bound() -> set[str]:
+            return {b.name for b in pipeline.cluster.bindings if b.code == 201}
+
         for wave in range(WAVES):
             batch = [f"w{wave}-{i}" for i in range(PODS_PER_WAVE)]
             names += batch
             for i, name in enumerate(batch):
-                await core.create_namespaced_pod("chaos", gpu_pod(name, "chaos", 1 + (i + wave) % 2, queue="q"))
+                await create_pod(core, "chaos", gpu_pod(name, "chaos", 1 + (i + wave) % 2, queue="q"))
                 if i == 1:
                     pipeline.stop_processor(kill=True)
                     kills["processor"] += 1
@@ -82,7 +85,11 @@ async def test_kills_and_hostile_records_lose_nothing_and_overcommit_nothing(
                     await pipeline.stop_binder(kill=True)
                     kills["binder"] += 1
                     pipeline.start_binder()
-            await until(lambda b=batch: bound() >= set(b), f"wave {wave} bound", pipeline, 45.0, 0.05)  # type: ignore[misc]
+
+            def batch_bound(want: frozenset[str] = frozenset(batch)) -> bool:
+                return bound() >= want
+
+            await until(batch_bound, f"wave {wave} bound", pipeline, 45.0, 0.05)
             recoveries["processor+binder"].append(time.monotonic() - started)
             if wave == 0:
                 events = await read_topic(pipeline.kafka, pipeline.names.cluster_events)

@@ -22,6 +22,7 @@ from kai_stream.core.events import ALL_POOLS, DeadLetter, loads_cluster_event
 from kai_stream.kafka import partition_for, read_topic
 from kai_stream.settings import KafkaSettings
 from kai_stream.topics import TopicNames
+from tests.cluster_objects import create_pod
 
 CLUSTER = """
 apiVersion: v1
@@ -104,8 +105,8 @@ async def test_publishes_by_pool_follows_changes_and_resumes_without_duplicates(
     blue, default = partition_for("blue", 8), partition_for("default", 8)
     async with api_client(cluster.url or "") as api:
         core = client.CoreV1Api(api)
-        await core.create_namespaced_pod("ns", _pod("keep", pool="blue"))
-        await core.create_namespaced_pod("ns", _pod("gone"))
+        await create_pod(core, "ns", _pod("keep", pool="blue"))
+        await create_pod(core, "ns", _pod("gone"))
         connector = KubernetesConnector(api, kafka_settings, topics, tick_interval_s=None)
         async with _running(connector):
             await connector.flush()
@@ -117,7 +118,7 @@ async def test_publishes_by_pool_follows_changes_and_resumes_without_duplicates(
             pods = {(p, e.pod.name) for p, e in events if e.type == "PodObserved"}
             assert pods == {(blue, "keep"), (default, "gone")}
 
-            await core.create_namespaced_pod("ns", _pod("late"))
+            await create_pod(core, "ns", _pod("late"))
             await core.delete_namespaced_pod("gone", "ns")
 
             async def watched() -> bool:
@@ -129,7 +130,7 @@ async def test_publishes_by_pool_follows_changes_and_resumes_without_duplicates(
 
         # while the connector is down: one pod deleted, one created
         await core.delete_namespaced_pod("late", "ns")
-        await core.create_namespaced_pod("ns", _pod("meanwhile", pool="blue"))
+        await create_pod(core, "ns", _pod("meanwhile", pool="blue"))
         earlier = await _events(kafka_settings, topics)
         before = Counter(e.type for _, e in earlier)
 
@@ -149,7 +150,7 @@ async def test_publishes_by_pool_follows_changes_and_resumes_without_duplicates(
 
 async def test_ticks_and_dead_letters(cluster: SimCluster, kafka_settings: KafkaSettings, topics: TopicNames) -> None:
     async with api_client(cluster.url or "") as api:
-        await client.CoreV1Api(api).create_namespaced_pod("ns", _pod("half", gpus="1.5"))
+        await create_pod(client.CoreV1Api(api), "ns", _pod("half", gpus="1.5"))
         connector = KubernetesConnector(api, kafka_settings, topics, tick_interval_s=0.2, clock=lambda: 42.0)
         async with _running(connector):
 
@@ -176,7 +177,7 @@ async def test_watch_from_an_expired_version_raises_expired() -> None:
             _, version = await list_objects(pods, call)
             core = client.CoreV1Api(api)
             for i in range(6):
-                await core.create_namespaced_pod("ns", _pod(f"p{i}"))
+                await create_pod(core, "ns", _pod(f"p{i}"))
             with pytest.raises(Expired):
                 async for _ in watch_objects(pods, call, version, timeout_s=2):
                     pass

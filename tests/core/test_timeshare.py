@@ -128,7 +128,7 @@ spec: {schedulerName: kai-scheduler, nodeName: n1, containers: [{name: c, resour
 """
     events = load_scenario(base, ts=1000.0)
     big = next(e for e in events if getattr(e, "pod", None) is not None)
-    events.append(removed("big", 1000.0 + HOUR).model_copy(update={"uid": big.pod.uid}))  # type: ignore[attr-defined]
+    events.append(removed("big", 1000.0 + HOUR).model_copy(update={"uid": big.pod.uid}))
     for team in ("a", "b"):
         for i in range(16):
             doc = yaml.safe_load(

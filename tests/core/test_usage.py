@@ -38,7 +38,7 @@ def pod(
         queue=queue,
         requests=Resources(gpu_milli=gpus * GPU, cpu_milli=1000),
         node_name=node_name,
-        phase=phase,  # type: ignore[arg-type]
+        phase=phase,
     )
     return PodObserved(event_id=f"p-{name}-{ts}-{phase}", ts=ts, pod=spec)
 

@@ -28,6 +28,7 @@ from kai_stream.kafka import assign_from_start, make_consumer, read_to_end, read
 from kai_stream.pipeline import Pipeline, PipelineOptions
 from kai_stream.settings import KafkaSettings
 from replay.testing import assert_replays_identically
+from tests.cluster_objects import create_pod
 
 NODES, GPUS, PODS = 40, 8, 240  # 480 GPUs asked of 320: some pods stay pending
 CLUSTER = "".join(
@@ -92,7 +93,7 @@ async def test_processor_killed_mid_burst_decides_every_pod_exactly_once(
 
         async def create() -> None:
             for i, name in enumerate(names):
-                await core.create_namespaced_pod("eos", _pod(name, 1 + i % 3))
+                await create_pod(core, "eos", _pod(name, 1 + i % 3))
                 await asyncio.sleep(0.03)
 
         creating = asyncio.create_task(create())
@@ -104,7 +105,7 @@ async def test_processor_killed_mid_burst_decides_every_pod_exactly_once(
         kills += 1
         names += ["late-0", "late-1"]
         for name in names[-2:]:
-            await core.create_namespaced_pod("eos", _pod(name, 1))
+            await create_pod(core, "eos", _pod(name, 1))
         pipeline.start_processor()
         await pipeline.wait_quiescent(timeout_s=120)
 

@@ -26,7 +26,7 @@ from kai_stream.invariants import check_history
 from kai_stream.pipeline import Pipeline, PipelineOptions
 from kai_stream.simulate import simulate
 from replay.testing import assert_replays_identically
-from tests.cluster_objects import gpu_pod, unlimited_queue, until
+from tests.cluster_objects import create_pod, gpu_pod, unlimited_queue, until
 from tests.engines import EngineUnderTest
 
 CLUSTER = """
@@ -76,7 +76,7 @@ async def test_pods_bound_as_simulate_decides_across_processor_and_binder_kills(
         # ---- wave 1, created while the processor is down: decided in one cycle, bound by the binder
         pipeline.stop_processor(kill=True)
         for i, name in enumerate(wave1):
-            await core.create_namespaced_pod("e2e", gpu_pod(name, "e2e", 1 + i % 2, cpu="1"))
+            await create_pod(core, "e2e", gpu_pod(name, "e2e", 1 + i % 2, cpu="1"))
         expected1 = _expected(pipeline, wave1)
         pipeline.start_processor()
         await until(lambda: {b.name for b in pipeline.cluster.bindings} >= set(wave1), "wave 1 bound", pipeline, 60.0)
@@ -93,7 +93,7 @@ async def test_pods_bound_as_simulate_decides_across_processor_and_binder_kills(
         pipeline.stop_processor(kill=True)
         await pipeline.stop_binder(kill=True)
         for name in wave2:
-            await core.create_namespaced_pod("e2e", gpu_pod(name, "e2e", 1, cpu="1"))
+            await create_pod(core, "e2e", gpu_pod(name, "e2e", 1, cpu="1"))
         expected2 = _expected(pipeline, wave2)
         fitting = {n for n, (node, _) in expected2.items() if node is not None}
         assert 0 < len(fitting) < len(wave2)  # some fit, some stay pending

@@ -22,6 +22,7 @@ from kai_stream.invariants import check_history
 from kai_stream.kafka import partition_for
 from kai_stream.pipeline import Pipeline, PipelineOptions
 from replay.testing import assert_replays_identically
+from tests.cluster_objects import create_pod
 from tests.engines import EngineUnderTest
 
 POOLS = ("blue", "green")
@@ -91,7 +92,7 @@ async def test_two_processors_share_pools_and_survive_one_dying(
                 for i in range(3):
                     name = f"{pool}-w{wave}-{i}"
                     names.append(name)
-                    await core.create_namespaced_pod("so", _pod(name, pool))
+                    await create_pod(core, "so", _pod(name, pool))
             bound = lambda e=set(names): {b.name for b in pipeline.cluster.bindings} >= e  # noqa: E731
             await _until(bound, f"wave {wave}", pipeline)
             if wave == 0:

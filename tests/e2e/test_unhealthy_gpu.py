@@ -24,7 +24,7 @@ from kai_stream.history.reader import read_broker
 from kai_stream.kafka import make_producer
 from kai_stream.pipeline import Pipeline, PipelineOptions
 from replay.testing import assert_replays_identically
-from tests.cluster_objects import gpu_pod, unlimited_queue, until
+from tests.cluster_objects import create_pod, gpu_pod, unlimited_queue, until
 
 NODE = "gpu-node-1"
 CLUSTER = f"""
@@ -80,7 +80,7 @@ async def test_fatal_xid_gpu_leaves_the_pool_and_the_pending_reason_says_so(
         )
 
         # ---- a pod that needs both GPUs stays pending, and says it is the unhealthy GPU's doing
-        await core.create_namespaced_pod("gpu", gpu_pod("needs-two", "gpu", 2))
+        await create_pod(core, "gpu", gpu_pod("needs-two", "gpu", 2))
 
         def pending() -> list[PodPending]:
             return [d for d in tail.all_decisions() if isinstance(d, PodPending) and d.name == "needs-two"]
@@ -107,7 +107,7 @@ async def test_fatal_xid_gpu_leaves_the_pool_and_the_pending_reason_says_so(
         assert marked["message"] == decision.reason
 
         # ---- a pod that needs only the healthy GPU count is bound, to the healthy GPU
-        await core.create_namespaced_pod("gpu", gpu_pod("needs-one", "gpu", 1))
+        await create_pod(core, "gpu", gpu_pod("needs-one", "gpu", 1))
         bound_one = lambda: any(b.name == "needs-one" for b in pipeline.cluster.bindings)  # noqa: E731
         await until(bound_one, "needs-one bound", pipeline, 30.0)
         binds = [d for d in tail.all_decisions() if isinstance(d, BindRequested)]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 
 import orjson
 import pytest
@@ -30,10 +30,10 @@ def _decision(i: int, queue: str, namespace: str, kind: str) -> Decision:
         queue=queue,
     )
     if kind == "bind":
-        return BindRequested(node="n1", **common)  # type: ignore[arg-type]
+        return BindRequested(node="n1", **common)
     if kind == "evict":
-        return EvictionRequested(**{**common, "action": "reclaim"})  # type: ignore[arg-type]
-    return PodPending(code="NoNodeFits", **common)  # type: ignore[arg-type]
+        return EvictionRequested(**{**common, "action": "reclaim"})
+    return PodPending(code="NoNodeFits", **common)
 
 
 async def _publish(settings: KafkaSettings, topic: str, decisions: list[Decision]) -> None:
@@ -117,7 +117,7 @@ async def test_two_concurrent_subscribers_each_get_every_matching_decision(
     first = [_decision(i, f"q{i % 2}", "ns", kinds[i % 3]).model_copy(update={"pool": pools[i % 4]}) for i in range(24)]
     await _publish(kafka_settings, topics.decisions, first)
 
-    def order(ds: list[Decision]) -> dict[str, list[str]]:  # per pool (= per partition), log order
+    def order(ds: Sequence[Decision]) -> dict[str, list[str]]:  # per pool (= per partition), log order
         return {p: [d.decision_id for d in ds if d.pool == p] for p in pools}
 
     want_q0 = [d for d in first if d.queue == "q0"]

@@ -24,7 +24,7 @@ def test_shortcuts_equal_full_validation_and_reject_bad_records() -> None:
     assert [dumps(e) for e in decoded if e is not None] == raws
     assert decoded == [CLUSTER_EVENT.validate_json(r) for r in raws]
 
-    broken = [
+    broken: list[str | bytes] = [
         b'{"event_id":"t","pool":"default","ts":"soon","type":"Tick","v":1}',
         b'{"type":"Tick", nope',
         dumps(events[1]).replace(b'"ts":2.0', b'"ts":"2.0x"'),

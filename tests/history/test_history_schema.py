@@ -37,7 +37,7 @@ def test_event_row_fills_the_typed_columns() -> None:
         None,
         None,
     )
-    evict = event_row("decisions", 0, 2, EvictionRequested(node="n", preemptor="ns/big", **_decision()))  # type: ignore[arg-type]
+    evict = event_row("decisions", 0, 2, EvictionRequested(node="n", preemptor="ns/big", **_decision()))
     assert (evict["job"], evict["preemptor"], evict["phase"], evict["node"]) == ("ns/j", "ns/big", None, "n")
     frame = rows_frame([observed, evict])
     assert frame.columns == list(HISTORY_SCHEMA)
@@ -53,7 +53,7 @@ def test_rows_as_tuples_make_the_same_frame_as_rows_as_dicts() -> None:
         PodObserved(event_id="e", ts=2.0, pod=PodSpec(namespace="ns", name="p", uid="u", queue="q")),
         FairShareRecorded(ts=3.0, input_offset=1, config_hash="h", queues=(share, share)),
         FairShareRecorded(ts=4.0, input_offset=2, config_hash="h", queues=()),
-        EvictionRequested(node="n", preemptor="ns/big", **_decision()),  # type: ignore[arg-type]
+        EvictionRequested(node="n", preemptor="ns/big", **_decision()),
     ]
     for chosen in (events, events[:2], events[2:4], events[3:4]):
         dicts = rows_frame([event_row("t", 0, i, e) for i, e in enumerate(chosen)])

@@ -49,7 +49,7 @@ from kai_stream.core.scheduler.framework.session import Session
 from kai_stream.core.state import ClusterState, apply
 
 
-def is_decision(record: DecisionsRecord) -> TypeGuard[Decision]:
+def is_decision(record: Model) -> TypeGuard[Decision]:
     return isinstance(record, BindRequested | EvictionRequested | PodPipelined | PodPending)
 
 

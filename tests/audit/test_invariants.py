@@ -10,8 +10,8 @@ import orjson
 import pytest
 
 from kai_stream.core.events import (
-    AnyEvent,
     BindRequested,
+    ClusterEvent,
     Decision,
     EvictionRequested,
     NodeObserved,
@@ -48,7 +48,7 @@ class Log:
     offset and the last event's offset as ``input_offset``."""
 
     def __init__(self) -> None:
-        self.events: list[tuple[int, AnyEvent]] = []
+        self.events: list[tuple[int, ClusterEvent]] = []
         self.decisions: list[Decision] = []
         self.pods: dict[str, PodSpec] = {}
 
@@ -56,7 +56,7 @@ class Log:
     def at(self) -> int:
         return len(self.events) - 1
 
-    def event(self, make: Callable[..., AnyEvent], **fields: Any) -> Log:
+    def event(self, make: Callable[..., ClusterEvent], **fields: Any) -> Log:
         ts = float(len(self.events))
         self.events.append((len(self.events), make(event_id=f"e{len(self.events)}", ts=ts, **fields)))
         return self

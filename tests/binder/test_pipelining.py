@@ -10,7 +10,7 @@ from aiokafka import TopicPartition
 
 from kai_stream.binder import Binder
 from kai_stream.binder.plan import Action
-from kai_stream.core.events import Outcome
+from kai_stream.core.events import Decision, Outcome
 from kai_stream.kafka import make_consumer, make_producer, partition_for, publish, read_topic
 from kai_stream.settings import KafkaSettings
 from kai_stream.topics import TopicNames
@@ -38,8 +38,11 @@ async def test_slow_pod_blocks_only_its_own_actions_and_the_commit(
 ) -> None:
     slow, fast, other = ({**p, "metadata": {**p["metadata"], "uid": f"u-{n}"}} for n, p in
                          (("slow", pod("slow")), ("fast", pod("fast")), ("other", pod("other"))))
-    batches = [[bind(slow, "n1", offset=1), bind(fast, "n1", offset=2)], [bind(other, "n1", offset=3),
-               bind(fast, "n1", offset=2)], [evict(slow, offset=4)]]
+    batches: list[list[Decision]] = [
+        [bind(slow, "n1", offset=1), bind(fast, "n1", offset=2)],
+        [bind(other, "n1", offset=3), bind(fast, "n1", offset=2)],
+        [evict(slow, offset=4)],
+    ]
     producer = make_producer(kafka_settings)
     await producer.start()
     try:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from kai_stream.binder.plan import Bind, Evict, MarkUnschedulable, lanes, plan
-from kai_stream.core.events import ConfigRecorded, PodPipelined
+from kai_stream.core.events import ConfigRecorded, DecisionsRecord, PodPipelined
 
 from .builders import bind, evict, pending
 
@@ -18,7 +18,7 @@ A, B = _pod("a"), _pod("b")
 
 
 def test_actionable_decisions_map_to_actions_in_log_order() -> None:
-    records = [
+    records: list[DecisionsRecord] = [
         ConfigRecorded(ts=0, config_hash="c", code_version="v", config="{}"),
         bind(A, "n1", offset=1),
         PodPipelined(**bind(B, "n2").model_dump(exclude={"type", "gpu_indices", "gpu_fraction_milli"})),

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from kai_stream.core.config import SchedulerConfig
@@ -40,7 +42,7 @@ spec:
 """
 
 
-def _run(text: str) -> dict:
+def _run(text: str) -> dict[str, Any]:
     result = simulate(load_scenario(text), SchedulerConfig(), cycles=10)
     assert result.settled
     return result.to_json()

@@ -5,9 +5,12 @@ Each case runs the default actions to a fixed point and reads the last ``PodPend
 
 from __future__ import annotations
 
+from typing import cast
+
 from kai_stream.core.config import SchedulerConfig
 from kai_stream.core.events import (
     AnyEvent,
+    ObservedEvent,
     PodPending,
     QueueObserved,
     QueueResource,
@@ -29,7 +32,7 @@ def _queue(name: str, deserved: float = -1, limit: float = -1, parent: str | Non
 
 
 def _last_pending(events: list[AnyEvent], pod: str) -> PodPending:
-    result = simulate(events, SchedulerConfig(), cycles=20)
+    result = simulate(cast(list[ObservedEvent], events), SchedulerConfig(), cycles=20)
     assert result.settled
     found = [d for d in result.decisions if isinstance(d, PodPending) and d.name == pod]
     assert found, f"{pod} got no pending reason"

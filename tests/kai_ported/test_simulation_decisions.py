@@ -4,18 +4,19 @@ naming its new node followed by its pipelined copy."""
 
 from __future__ import annotations
 
-from kai_stream.core.events import EvictionRequested, PodPipelined
+from kai_stream.core.events import EvictionRequested, PodPending, PodPipelined
 
 from .kai_harness import Case, load_cases, one_session
 
 CASES = {c.id: c for c in load_cases()}
 
 
-def _decisions(case_id: str) -> list[tuple[str, str, str, tuple[str, ...], str]]:
+def _decisions(case_id: str) -> list[tuple[str, str, str | None, tuple[str, ...], str]]:
     case: Case = CASES[case_id]
     _, decisions = one_session(case.topology, (case.action,))
-    out = []
+    out: list[tuple[str, str, str | None, tuple[str, ...], str]] = []
     for d in decisions:
+        assert not isinstance(d, PodPending)
         waiting = d.waiting_for if isinstance(d, PodPipelined) else ()
         moved_to = d.details.get("move_to", "") if isinstance(d, EvictionRequested) else ""
         out.append((type(d).__name__, d.name, d.node, waiting, moved_to))

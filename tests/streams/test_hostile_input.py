@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import random
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import orjson
 from aiokafka import ConsumerRecord
@@ -135,7 +135,7 @@ async def test_every_hostile_record_is_dead_lettered_and_changes_nothing() -> No
         offset += 1
     await mixed.process(stream)
 
-    letters = [(r, key) for topic, _, key, r in mixed_sent.records if topic == "dead-letter"]
+    letters = [(cast(DeadLetter, r), key) for topic, _, key, r in mixed_sent.records if topic == "dead-letter"]
     assert len(letters) == len(hostile_values())
     for letter, key in letters:
         assert isinstance(letter, DeadLetter)

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
 from kai_stream.core.config import SchedulerConfig
-from kai_stream.core.events import ClusterEvent, Model, Tick, dumps, stable_id
+from kai_stream.core.events import AnyEvent, ClusterEvent, Model, Tick, dumps, stable_id
 from kai_stream.core.manifests import load_scenario
 from kai_stream.core.state import ClusterState, apply
 from kai_stream.settings import KafkaSettings
@@ -90,7 +90,7 @@ async def test_rebuild_from_a_short_read_skips_no_event_and_folds_decisions_afte
     for offset, event in enumerate(later):
         apply(reference, event, offset)
         for decision in [d for d in pending if d.input_offset == offset]:
-            apply(reference, decision)
+            apply(reference, cast(AnyEvent, decision))
     rebuilt = runtime.engines[0].pools["default"].state
     assert rebuilt.offset == reference.offset == len(later) - 1
     assert rebuilt.pods == reference.pods, "events after the short read were skipped"

@@ -48,7 +48,8 @@ def test_every_job_runs_to_completion_within_capacity(history: Path, slice_trace
     assert c["jobs_completed"] == 80
     assert c["pods_never_bound"] == 0
     assert 0 < c["utilization"] <= 1
-    assert summary.series["cluster"]["allocated"].max() <= 32_000
+    most_allocated = summary.series["cluster"]["allocated"].max()
+    assert isinstance(most_allocated, int | float) and most_allocated <= 32_000
     assert c["jct_s"]["avg"] >= float(slice_trace.jobs["duration"].mean())  # type: ignore[arg-type]
     assert {q["queue"] for q in summary.queues} == set(slice_trace.teams)
     assert all(q["avg_fair_share_gpus"] is not None for q in summary.queues)

@@ -82,7 +82,7 @@ def test_a_quiet_cycle_is_skipped_until_a_min_runtime_expires(
         for q in auto_queue_events(nodes, ["a", "b"])
         if isinstance(q, QueueObserved)
     ]
-    sim = _Simulation(nodes + queues, config, pool="default", max_cycles=8)
+    sim = _Simulation([*nodes, *queues], config, pool="default", max_cycles=8)
     job = {"duration": 1000.0, "cpu_milli": 0, "memory": 0}
     for i in range(2):
         sim.arrive(i, {**job, "job_id": f"a{i}", "submit": 0.0, "gpus": 4, "gpu_milli": 4000, "queue": "a"}, 0.0)

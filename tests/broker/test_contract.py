@@ -22,6 +22,7 @@ import asyncio
 import time
 import uuid
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
@@ -43,11 +44,13 @@ def _topic(kind: str) -> str:
     return f"contract-{kind}-{uuid.uuid4().hex[:8]}"
 
 
-async def _create(settings: KafkaSettings, name: str, partitions: int = 1, **configs: str) -> None:
+async def _create(
+    settings: KafkaSettings, name: str, partitions: int = 1, configs: dict[str, str] | None = None
+) -> None:
     admin = make_admin(settings)
     await admin.start()
     try:
-        await admin.create_topics([NewTopic(name, partitions, 1, topic_configs=configs)])
+        await admin.create_topics([NewTopic(name, partitions, 1, topic_configs=configs or {})])
     finally:
         await admin.close()
 
@@ -179,10 +182,10 @@ async def test_committed_offsets_survive_a_consumer_restart(engine: EngineUnderT
     await again.start()
     try:
         assert await again.committed(tp) == 6
-        batches: dict[TopicPartition, list[object]] = {}
-        while not batches:
-            batches = await again.getmany(timeout_ms=500)
-        first = next(iter(batches.values()))[0]
+        resumed: dict[TopicPartition, list[Any]] = {}
+        while not resumed:
+            resumed = await again.getmany(timeout_ms=500)
+        first = next(iter(resumed.values()))[0]
         assert first.offset == 6
     finally:
         await again.stop()
@@ -220,7 +223,8 @@ async def test_end_offsets_match_the_high_watermark(engine: EngineUnderTest) -> 
 
 async def _start_and_send(producer: AIOKafkaProducer, topic: str, value: bytes) -> int:
     await producer.start()
-    return (await producer.send_and_wait(topic, value, partition=0)).offset
+    offset: int = (await producer.send_and_wait(topic, value, partition=0)).offset
+    return offset
 
 
 async def test_idempotent_producer(engine: EngineUnderTest) -> None:
@@ -271,7 +275,8 @@ async def test_transactional_producer(engine: EngineUnderTest) -> None:
         async def done() -> bool:
             batches = await committed.getmany(timeout_ms=200)
             seen.extend(r.value for records in batches.values() for r in records if r.value is not None)
-            return await committed.position(tp) >= 4  # two records and two transaction markers
+            position: int = await committed.position(tp)
+            return position >= 4  # two records and two transaction markers
 
         assert await _eventually(done, 20)
     finally:
@@ -284,7 +289,7 @@ async def test_compaction_keeps_the_latest_record_per_key(engine: EngineUnderTes
     await _create(
         engine.settings,
         topic,
-        **{"cleanup.policy": "compact", "segment.ms": "100", "min.cleanable.dirty.ratio": "0.01"},
+        configs={"cleanup.policy": "compact", "segment.ms": "100", "min.cleanable.dirty.ratio": "0.01"},
     )
     await _produce(engine.settings, topic, [(f"k{i % 2}".encode(), f"{i}".encode()) for i in range(10)])
     await asyncio.sleep(0.3)
@@ -303,7 +308,7 @@ async def test_compaction_keeps_the_latest_record_per_key(engine: EngineUnderTes
 
 async def test_time_retention_advances_the_log_start(engine: EngineUnderTest) -> None:
     topic = _topic("retain")
-    await _create(engine.settings, topic, **{"retention.ms": "1000", "segment.ms": "100"})
+    await _create(engine.settings, topic, configs={"retention.ms": "1000", "segment.ms": "100"})
     await _produce(engine.settings, topic, [(None, f"{i}".encode()) for i in range(5)])
     await asyncio.sleep(1.2)
     await _produce(engine.settings, topic, [(None, b"fresh")])  # rolls the expired segment

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import Any
 
 import pytest
 from aiokafka import TopicPartition
@@ -71,7 +72,7 @@ async def _commit_first(settings: KafkaSettings, topic: str, group: str, n: int)
     consumer = make_consumer(settings, topic, group_id=group)
     await consumer.start()
     try:
-        got = []
+        got: list[Any] = []
         while len(got) < n:
             batches = await consumer.getmany(timeout_ms=500, max_records=n - len(got))
             got.extend(r for rs in batches.values() for r in rs)

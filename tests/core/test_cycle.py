@@ -7,6 +7,7 @@ import copy
 from kai_stream.core.config import SchedulerConfig
 from kai_stream.core.events import (
     BindRequested,
+    Decision,
     EvictionRequested,
     GpuDevice,
     GpuHealthObserved,
@@ -41,13 +42,13 @@ def scenario(*docs: str) -> ClusterState:
     return fold(load_scenario("---\n".join(docs)))
 
 
-def cycle(state: ClusterState, pool: str = "default") -> list[object]:
+def cycle(state: ClusterState, pool: str = "default") -> list[Decision]:
     return list(run_cycle(state, CONFIG, pool=pool, input_offset=state.offset))
 
 
-def fold_decisions(state: ClusterState, decisions: list[object]) -> None:
+def fold_decisions(state: ClusterState, decisions: list[Decision]) -> None:
     for d in decisions:
-        apply(state, d, state.offset + 1)  # type: ignore[arg-type]
+        apply(state, d, state.offset + 1)
 
 
 def test_run_cycle_does_not_mutate_state_and_ids_are_stable() -> None:
@@ -57,7 +58,7 @@ def test_run_cycle_does_not_mutate_state_and_ids_are_stable() -> None:
     assert state == before
     bind = next(d for d in decisions if isinstance(d, BindRequested))
     assert bind.decision_id == stable_id("default", str(state.offset), bind.uid, "BindRequested")
-    assert [d.model_dump() for d in decisions] == [d.model_dump() for d in cycle(state)]  # type: ignore[attr-defined]
+    assert [d.model_dump() for d in decisions] == [d.model_dump() for d in cycle(state)]
 
 
 def test_unchanged_pending_reason_is_not_emitted_twice() -> None:

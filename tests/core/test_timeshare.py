@@ -127,7 +127,7 @@ metadata: {name: big, namespace: t, labels: {kai.scheduler/queue: team-a}}
 spec: {schedulerName: kai-scheduler, nodeName: n1, containers: [{name: c, resources: {limits: {nvidia.com/gpu: 16}}}]}
 """
     events = load_scenario(base, ts=1000.0)
-    big = next(e for e in events if getattr(e, "pod", None) is not None)
+    big = next(e for e in events if isinstance(e, PodObserved))
     events.append(removed("big", 1000.0 + HOUR).model_copy(update={"uid": big.pod.uid}))
     for team in ("a", "b"):
         for i in range(16):

@@ -8,6 +8,7 @@ import pytest
 
 from kai_stream.core.config import UsageParams, parse_config
 from kai_stream.core.events import (
+    ClusterEvent,
     NodeObserved,
     NodeRemoved,
     NodeSpec,
@@ -75,7 +76,7 @@ def test_buckets_split_at_bucket_edges() -> None:
 
 
 def test_only_bound_live_pods_hold() -> None:
-    events = [
+    events: list[ClusterEvent] = [
         node("n1", 4, 0.0),
         pod("pending", "qa", 1, 0.0, node_name=None, phase="Pending"),
         pod("done", "qa", 1, 0.0, phase="Succeeded"),
@@ -98,7 +99,9 @@ def test_capacity_follows_nodes() -> None:
 
 
 def test_ledger_is_part_of_the_state_and_survives_pickle() -> None:
-    events = [node("n1", 8, 0.0), pod("a", "qa", 4, 10.0), pod("b", "qb", 2, 75.0), removed("a", 200.0)]
+    events: list[ClusterEvent] = [
+        node("n1", 8, 0.0), pod("a", "qa", 4, 10.0), pod("b", "qb", 2, 75.0), removed("a", 200.0)
+    ]
     whole = fold(events)
     half = pickle.loads(pickle.dumps(fold(events[:2])))
     fold(events[2:], half)

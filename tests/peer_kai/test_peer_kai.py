@@ -3,6 +3,8 @@ from pod records, the scenario outcomes it compares, the command lines it parses
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from typer.testing import CliRunner
 
@@ -106,7 +108,7 @@ def test_comparison_rows_and_ratios() -> None:
     assert run.table(results, "t").row_count == len(rows)
 
 
-SCENARIO = [
+SCENARIO: list[dict[str, Any]] = [
     {"kind": "Queue", "metadata": {"name": "qa"}, "spec": {}},
     {"kind": "Queue", "metadata": {"name": "dept"}, "spec": {}},
     {"kind": "Queue", "metadata": {"name": "qb"}, "spec": {"parentQueue": "dept"}},
@@ -123,7 +125,7 @@ SCENARIO = [
 
 
 def test_scenario_outcomes_and_differences() -> None:
-    live = {"ml/p1": {"metadata": {}, "spec": {"nodeName": "n1"}},
+    live: dict[str, dict[str, Any]] = {"ml/p1": {"metadata": {}, "spec": {"nodeName": "n1"}},
             "ml/p2": {"metadata": {"deletionTimestamp": "now"}, "spec": {"nodeName": "n1"}},
             "ml/p3": {"metadata": {}, "spec": {}}}
     ours = outcomes(SCENARIO, live)

@@ -121,7 +121,7 @@ def test_time_only_fold_with_time_going_back_and_a_removed_node(tmp_path: Path) 
     assert (state.offset, state.now) == (expected.offset, expected.now) == (len(events) - 1, 12.5)
     assert state == expected
 
-    no_removal = [e for e in events if not isinstance(e, NodeRemoved)]
+    no_removal: list[ClusterEvent] = [e for e in events if not isinstance(e, NodeRemoved)]
     write_history(tmp_path / "b", [PoolLog("default", events=no_removal, offsets=list(range(len(no_removal))))])
     history = read_history(tmp_path / "b")
     timed = history.pools["default"].time_only

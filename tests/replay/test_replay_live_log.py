@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import sys
 from pathlib import Path
+from typing import Any
 
 import orjson
 
@@ -20,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[2]
 CLI = [sys.executable, "-c", "from kai_stream.cli import main; main()"]
 
 
-async def _audit_invariants(*source: str) -> tuple[int, dict[str, object]]:
+async def _audit_invariants(*source: str) -> tuple[int, dict[str, Any]]:
     """`kai-stream audit invariants SOURCE --json` in its own process: exit code and report."""
     proc = await asyncio.create_subprocess_exec(
         *CLI, "audit", "invariants", *source, "--json",

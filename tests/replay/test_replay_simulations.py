@@ -22,7 +22,7 @@ FILES = sorted((ROOT / "tests" / "core" / "scenarios").glob("*.yaml")) + sorted(
 
 def _split(path: Path) -> tuple[str, dict[str, Any]]:
     docs = [d for d in yaml.safe_load_all(path.read_text()) if d is not None]
-    expect = next((d for d in docs if d.get("kind") == "Expect"), {})
+    expect: dict[str, Any] = next((d for d in docs if d.get("kind") == "Expect"), {})
     return yaml.safe_dump_all([d for d in docs if d.get("kind") != "Expect"], sort_keys=False), expect
 
 

@@ -11,6 +11,7 @@ from typing import Any
 from kubernetes_asyncio import client
 
 from kai_stream.pipeline import Pipeline
+from tests.kube_calls import send
 
 
 def unlimited_queue(name: str = "default-queue") -> str:
@@ -28,8 +29,7 @@ spec:
 
 async def create_pod(core: client.CoreV1Api, namespace: str, body: dict[str, Any]) -> Any:
     """Creates a pod from a dict body: the client sends dicts as they are, its annotations name only ``V1Pod``."""
-    create: Any = core.create_namespaced_pod
-    return await create(namespace, body)
+    return await send(core.create_namespaced_pod, namespace, body)
 
 
 def gpu_pod(

@@ -21,6 +21,7 @@ from kubernetes_asyncio import config as kube_config
 
 from connectors.apiserver import ControlPlane
 from connectors.simcluster import SimCluster, api_client
+from tests.kube_calls import send
 
 NODE_CAPACITY = {"cpu": "32", "memory": "256Gi", "nvidia.com/gpu": "8", "pods": "110"}
 SIM_HISTORY = 20
@@ -78,7 +79,7 @@ class Server:
     async def add_node(self, base: str, labels: dict[str, str] | None = None) -> str:
         name = self.name(base)
         body = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": labels or {}}}
-        await self.v1.create_node(body)
+        await send(self.v1.create_node, body)
         status = {"capacity": dict(NODE_CAPACITY), "allocatable": dict(NODE_CAPACITY)}
         await self.v1.patch_node_status(name, {"status": status})
         return name
@@ -93,7 +94,7 @@ class Server:
             spec["nodeName"] = node_name
         body = {"apiVersion": "v1", "kind": "Pod",
                 "metadata": {"name": name, "namespace": self.namespace, "labels": labels or {}}, "spec": spec}
-        created: client.V1Pod = await self.v1.create_namespaced_pod(self.namespace, body)
+        created: client.V1Pod = await send(self.v1.create_namespaced_pod, self.namespace, body)
         return created
 
     async def find_pod(self, name: str) -> client.V1Pod | None:
@@ -134,14 +135,14 @@ async def server(request: pytest.FixtureRequest) -> AsyncIterator[Server]:
                          history_limit=SIM_HISTORY)
         url = await sim.start()
         async with api_client(url) as api:
-            await client.CoreV1Api(api).create_namespace(ns_body)
+            await send(client.CoreV1Api(api).create_namespace, ns_body)
             yield Server("sim", api, namespace, sim)
         await sim.stop()
         return
     plane: ControlPlane = request.getfixturevalue("control_plane")
     api = await kubeconfig_client(plane.kubeconfig)
     try:
-        await client.CoreV1Api(api).create_namespace(ns_body)
+        await send(client.CoreV1Api(api).create_namespace, ns_body)
         yield Server("apiserver", api, namespace, plane=plane)
         await remove_test_objects(api, namespace, f"{namespace}-")
     finally:

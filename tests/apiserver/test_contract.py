@@ -13,6 +13,8 @@ import pytest
 from kubernetes_asyncio import client, watch
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from tests.kube_calls import send, status_of
+
 from .conftest import SIM_HISTORY, Server
 
 pytestmark = pytest.mark.apiserver
@@ -126,7 +128,7 @@ async def test_binding_201_then_409_and_404_and_pod_scheduled(server: Server) ->
     created = await server.pod("b1")
     assert created.status.phase == "Pending"
 
-    response = await v1.create_namespaced_pod_binding("b1", ns, _binding("b1", n1), _preload_content=False)
+    response = await send(v1.create_namespaced_pod_binding, "b1", ns, _binding("b1", n1), _preload_content=False)
     assert response.status == 201
     body = json.loads(await response.read())
     assert (body["kind"], body["status"]) == ("Status", "Success")
@@ -134,12 +136,12 @@ async def test_binding_201_then_409_and_404_and_pod_scheduled(server: Server) ->
     assert bound.spec.node_name == n1
     assert [c.status for c in bound.status.conditions or [] if c.type == "PodScheduled"] == ["True"]
 
-    already = await v1.create_namespaced_pod_binding("b1", ns, _binding("b1", n2), _preload_content=False)
+    already = await send(v1.create_namespaced_pod_binding, "b1", ns, _binding("b1", n2), _preload_content=False)
     assert already.status == 409
     status = json.loads(await already.read())
     assert status["reason"] == "Conflict" and f'already assigned to node "{n1}"' in status["message"]
 
-    missing = await v1.create_namespaced_pod_binding("ghost", ns, _binding("ghost", n1), _preload_content=False)
+    missing = await send(v1.create_namespaced_pod_binding, "ghost", ns, _binding("ghost", n1), _preload_content=False)
     assert missing.status == 404 and json.loads(await missing.read())["reason"] == "NotFound"
 
     async def is_running() -> bool:
@@ -155,7 +157,7 @@ async def test_binding_preconditions_on_uid(server: Server) -> None:
     await server.pod("u")
     wrong = client.V1Binding(metadata=client.V1ObjectMeta(name="u", uid="00000000-0000-0000-0000-000000000000"),
                              target=client.V1ObjectReference(api_version="v1", kind="Node", name=n1))
-    refused = await v1.create_namespaced_pod_binding("u", ns, wrong, _preload_content=False)
+    refused = await send(v1.create_namespaced_pod_binding, "u", ns, wrong, _preload_content=False)
     assert refused.status == 409
     assert (await v1.read_namespaced_pod("u", ns)).spec.node_name is None
 
@@ -199,7 +201,7 @@ async def test_graceful_eviction_keeps_the_pod_terminating_for_its_grace_period(
     terminating = await v1.read_namespaced_pod("slow", ns)
     assert terminating.metadata.deletion_timestamp is not None
     assert terminating.metadata.deletion_grace_period_seconds == 3
-    refused = await v1.create_namespaced_pod_binding("slow", ns, _binding("slow", n1), _preload_content=False)
+    refused = await send(v1.create_namespaced_pod_binding, "slow", ns, _binding("slow", n1), _preload_content=False)
     assert refused.status == 409
     await asyncio.sleep(1.0)
     assert await server.find_pod("slow") is not None, "removed before its grace period ended"
@@ -241,12 +243,12 @@ async def test_merge_patches_and_status_on_custom_resources(server: Server) -> N
     queue = {"apiVersion": "scheduling.run.ai/v2", "kind": "Queue", "metadata": {"name": queue_name},
              "spec": {"resources": {"gpu": {"quota": 4, "overQuotaWeight": 1, "limit": -1}}}}
     await custom.create_cluster_custom_object("scheduling.run.ai", "v2", "queues", queue)
-    patched = await custom.patch_cluster_custom_object(
+    patched = await send(custom.patch_cluster_custom_object,
         "scheduling.run.ai", "v2", "queues", queue_name,
         {"spec": {"resources": {"gpu": {"quota": 8}}}}, _content_type=MERGE)
     assert patched["spec"]["resources"]["gpu"] == {"quota": 8, "overQuotaWeight": 1, "limit": -1}
     with pytest.raises(ApiException) as strategic:
-        await custom.patch_cluster_custom_object(
+        await send(custom.patch_cluster_custom_object,
             "scheduling.run.ai", "v2", "queues", queue_name, {"spec": {"priority": 1}},
             _content_type="application/strategic-merge-patch+json")
     assert strategic.value.status == 415
@@ -258,10 +260,10 @@ async def test_merge_patches_and_status_on_custom_resources(server: Server) -> N
     assert created.get("status", {}).get("phase") is None, "create ignores status when /status is a subresource"
     conditions = {"status": {"schedulingConditions": [
         {"type": "UnschedulableOnNodePool", "nodePool": "default", "reason": "Unschedulable", "message": "m"}]}}
-    with_status = await custom.patch_namespaced_custom_object_status(
+    with_status = await send(custom.patch_namespaced_custom_object_status,
         "scheduling.run.ai", "v2alpha2", ns, "podgroups", "pg", conditions, _content_type=MERGE)
     assert with_status["status"]["schedulingConditions"][0]["type"] == "UnschedulableOnNodePool"
-    spec_via_status = await custom.patch_namespaced_custom_object_status(
+    spec_via_status = await send(custom.patch_namespaced_custom_object_status,
         "scheduling.run.ai", "v2alpha2", ns, "podgroups", "pg", {"spec": {"minMember": 5}}, _content_type=MERGE)
     assert spec_via_status["spec"]["minMember"] == 2, "a /status write must not change spec"
     listed = await custom.list_namespaced_custom_object("scheduling.run.ai", "v2alpha2", ns, "podgroups")
@@ -298,7 +300,7 @@ async def test_label_and_field_selectors(server: Server) -> None:
     assert await names(field_selector="status.phase!=Pending") == ["a"]
     with pytest.raises(ApiException) as bad:
         await v1.list_namespaced_pod(ns, field_selector="spec.priority=3")
-    assert bad.value.status == 400 and "field label not supported" in json.loads(bad.value.body)["message"]
+    assert bad.value.status == 400 and "field label not supported" in status_of(bad.value)["message"]
 
 
 async def test_filtered_watch_turns_selector_crossings_into_added(server: Server) -> None:
@@ -326,21 +328,23 @@ async def test_priority_admission_sets_spec_priority_from_the_priority_class(ser
     v1, ns = server.v1, server.namespace
     scheduling = client.SchedulingV1Api(server.api)
     high = server.name("high")
-    await scheduling.create_priority_class({"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
-                                            "metadata": {"name": high}, "value": 200})
+    await send(
+        scheduling.create_priority_class,
+        {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": high}, "value": 200},
+    )
     try:
-        body = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
+        body: dict[str, Any] = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
                 "spec": {"priorityClassName": high, "containers": [{"name": "c", "image": "busybox"}]}}
-        created = await v1.create_namespaced_pod(ns, body)
+        created = await send(v1.create_namespaced_pod, ns, body)
         assert (created.spec.priority, created.spec.preemption_policy) == (200, "PreemptLowerPriority")
         plain = await server.pod("plain")
         assert plain.spec.priority == (None if server.sim is not None else 0)
         unknown = {**body, "metadata": {"name": "u"}, "spec": {**body["spec"], "priorityClassName": server.name("x")}}
         if server.sim is not None:
-            assert (await v1.create_namespaced_pod(ns, unknown)).spec.priority is None
+            assert (await send(v1.create_namespaced_pod, ns, unknown)).spec.priority is None
         else:
             with pytest.raises(ApiException) as refused:
-                await v1.create_namespaced_pod(ns, unknown)
+                await send(v1.create_namespaced_pod, ns, unknown)
             assert refused.value.status == 403
     finally:
         await scheduling.delete_priority_class(high)

@@ -26,6 +26,7 @@ from connectors.kubernetes import KubernetesConnector
 from kai_stream.binder.runner import run_binder
 from kai_stream.settings import KafkaSettings
 from kai_stream.topics import TopicNames
+from tests.kube_calls import send
 
 from .conftest import kubeconfig_client, remove_test_objects
 
@@ -150,7 +151,7 @@ async def _setup_cluster(admin: client.ApiClient, suffix: str, nodes: int) -> tu
     """Namespace, queue and GPU nodes of this test (named e2e-<suffix>-*: nodes and queues are cluster-wide)."""
     v1 = client.CoreV1Api(admin)
     namespace = f"e2e-{suffix}"
-    await v1.create_namespace({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
+    await send(v1.create_namespace, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
     queue = f"{namespace}-q"
     unlimited = {"quota": -1, "overQuotaWeight": 1, "limit": -1}
     await client.CustomObjectsApi(admin).create_cluster_custom_object("scheduling.run.ai", "v2", "queues", {
@@ -159,12 +160,12 @@ async def _setup_cluster(admin: client.ApiClient, suffix: str, nodes: int) -> tu
     names = []
     for i in range(nodes):
         name = f"{namespace}-gpu-{i}"
-        await v1.create_node({"apiVersion": "v1", "kind": "Node",
+        await send(v1.create_node, {"apiVersion": "v1", "kind": "Node",
                               "metadata": {"name": name, "labels": {"nvidia.com/gpu.memory": "81920"}}})
         await v1.patch_node_status(name, {"status": {"capacity": GPU_NODE, "allocatable": GPU_NODE}})
         # TaintNodesByCondition gives a new node node.kubernetes.io/not-ready; no node lifecycle controller runs
         # to lift it once KWOK reports Ready, so lift it here as that controller would.
-        await v1.patch_node(name, {"spec": {"taints": None}}, _content_type="application/merge-patch+json")
+        await send(v1.patch_node, name, {"spec": {"taints": None}}, _content_type="application/merge-patch+json")
         names.append(name)
     return namespace, queue, names
 
@@ -185,7 +186,7 @@ async def _bind_and_run(admin: client.ApiClient, namespace: str, queue: str, nod
     v1 = client.CoreV1Api(admin)
     names = [f"train-{i}" for i in range(5)]
     for i, name in enumerate(names):
-        await v1.create_namespaced_pod(namespace, _pod(name, namespace, queue, gpus=1 + i % 2))
+        await send(v1.create_namespaced_pod, namespace, _pod(name, namespace, queue, gpus=1 + i % 2))
 
     async def all_running() -> list[client.V1Pod] | None:
         pods = (await v1.list_namespaced_pod(namespace)).items
@@ -225,7 +226,7 @@ async def test_the_chart_rbac_is_what_the_components_get(control_plane: ControlP
             await client.CoreV1Api(connector).delete_namespaced_pod("any", "default")
         assert deleting.value.status == 403
         with pytest.raises(ApiException) as creating:
-            await client.CoreV1Api(binder).create_namespaced_pod("default", _pod("x", "default", "q", 1))
+            await send(client.CoreV1Api(binder).create_namespaced_pod, "default", _pod("x", "default", "q", 1))
         assert creating.value.status == 403
     finally:
         await connector.close()

@@ -21,6 +21,7 @@ from kubernetes_asyncio import client, watch
 from connectors.apiserver import ControlPlane
 from kai_stream.core.events import BindFailed, BindRequested, EvictionRequested, PodPipelined
 from kai_stream.pipeline import Pipeline, PipelineOptions
+from tests.kube_calls import send
 
 from .conftest import remove_test_objects
 from .test_pipeline_e2e import _pod, _setup_cluster
@@ -74,7 +75,7 @@ async def test_connector_and_binder_killed_mid_run_lose_nothing_and_bind_nothing
 
     async def create(names: list[str], gpus: int = 1) -> None:
         for name in names:
-            await v1.create_namespaced_pod(namespace, _pod(name, namespace, queue, gpus))
+            await send(v1.create_namespaced_pod, namespace, _pod(name, namespace, queue, gpus))
 
     async def bound(names: list[str]) -> bool:
         pods = {p.metadata.name: p for p in (await v1.list_namespaced_pod(namespace)).items}
@@ -189,7 +190,7 @@ async def test_reclaim_waits_for_the_victims_termination_grace(
     suffix = uuid.uuid4().hex[:6]
     namespace = f"rc-{suffix}"
     v1, custom = client.CoreV1Api(admin), client.CustomObjectsApi(admin)
-    await v1.create_namespace({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
+    await send(v1.create_namespace, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
     control_plane.apply({"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
                          "metadata": {"name": "train"}, "value": 50})
     queues = {q: f"{namespace}-{q}" for q in ("qa", "qb")}
@@ -202,21 +203,21 @@ async def test_reclaim_waits_for_the_victims_termination_grace(
     two_gpus = {"cpu": "64", "memory": "256Gi", "nvidia.com/gpu": "2", "pods": "110"}
     nodes = [f"{namespace}-n{i}" for i in (1, 2)]
     for node in nodes:
-        await v1.create_node({"apiVersion": "v1", "kind": "Node", "metadata": {"name": node}})
+        await send(v1.create_node, {"apiVersion": "v1", "kind": "Node", "metadata": {"name": node}})
         await v1.patch_node_status(node, {"status": {"capacity": two_gpus, "allocatable": two_gpus}})
-        await v1.patch_node(node, {"spec": {"taints": None}}, _content_type="application/merge-patch+json")
+        await send(v1.patch_node, node, {"spec": {"taints": None}}, _content_type="application/merge-patch+json")
     pod_watch = PodWatch(admin, namespace, {n: 2 for n in nodes})
     watching = asyncio.create_task(pod_watch.run())
     try:
         for i in range(4):
             body = _pod(f"b{i + 1}", namespace, queues["qb"], 1, grace_s=GRACE_S, priority_class="train")
             body["spec"]["nodeName"] = nodes[i // 2]
-            await v1.create_namespaced_pod(namespace, body)
+            await send(v1.create_namespaced_pod, namespace, body)
         async with Pipeline(_options(control_plane, broker, topic_prefix)) as pipeline:
             assert pipeline.tail is not None
             tail = pipeline.tail
             for name in ("a1", "a2"):
-                await v1.create_namespaced_pod(
+                await send(v1.create_namespaced_pod,
                     namespace, _pod(name, namespace, queues["qa"], 1, grace_s=GRACE_S, priority_class="train"))
 
             async def preemptors_bound() -> bool:

@@ -4,12 +4,13 @@ SchedulingV1Api, including the merge-patch content-type quirk and watches of cus
 from __future__ import annotations
 
 import asyncio
-import json
 from typing import Any
 
 import pytest
 from kubernetes_asyncio import client, watch
 from kubernetes_asyncio.client.exceptions import ApiException
+
+from tests.kube_calls import send, status_of
 
 MERGE = "application/merge-patch+json"
 RUNAI = "scheduling.run.ai"
@@ -38,9 +39,9 @@ async def test_queue_crud_and_merge_patch_quirk(crd: client.CustomObjectsApi) ->
     # Quirk: a dict body defaults to application/json-patch+json, which needs a list of operations.
     with pytest.raises(ApiException) as quirk:
         await crd.patch_cluster_custom_object(RUNAI, "v2", "queues", "team-a", {"spec": {"priority": 5}})
-    assert quirk.value.status == 400 and MERGE in json.loads(quirk.value.body)["message"]
+    assert quirk.value.status == 400 and MERGE in status_of(quirk.value)["message"]
 
-    patched = await crd.patch_cluster_custom_object(RUNAI, "v2", "queues", "team-a",
+    patched = await send(crd.patch_cluster_custom_object, RUNAI, "v2", "queues", "team-a",
                                                     {"spec": {"resources": {"gpu": {"quota": 6}}}},
                                                     _content_type=MERGE)
     assert patched["spec"]["resources"]["gpu"] == {"quota": 6, "limit": -1, "overQuotaWeight": 1}
@@ -49,7 +50,7 @@ async def test_queue_crud_and_merge_patch_quirk(crd: client.CustomObjectsApi) ->
     assert (await crd.patch_cluster_custom_object(RUNAI, "v2", "queues", "team-a", ops))["spec"][
         "parentQueue"] == "other"
     with pytest.raises(ApiException) as strategic:
-        await crd.patch_cluster_custom_object(RUNAI, "v2", "queues", "team-a", {"spec": {}},
+        await send(crd.patch_cluster_custom_object, RUNAI, "v2", "queues", "team-a", {"spec": {}},
                                               _content_type="application/strategic-merge-patch+json")
     assert strategic.value.status == 415
 
@@ -58,7 +59,7 @@ async def test_queue_crud_and_merge_patch_quirk(crd: client.CustomObjectsApi) ->
     with pytest.raises(ApiException) as gone:
         await crd.get_cluster_custom_object(RUNAI, "v2", "queues", "team-a")
     assert gone.value.status == 404
-    assert json.loads(gone.value.body)["message"] == 'queues.scheduling.run.ai "team-a" not found'
+    assert status_of(gone.value)["message"] == 'queues.scheduling.run.ai "team-a" not found'
 
 
 async def test_podgroup_status_subresource_and_namespacing(crd: client.CustomObjectsApi) -> None:
@@ -67,12 +68,12 @@ async def test_podgroup_status_subresource_and_namespacing(crd: client.CustomObj
     assert "status" not in created, "status is ignored on create when the status subresource is enabled"
     condition = {"type": "Unschedulable", "status": "True", "reason": "NotEnoughResources",
                  "message": "2 pods need 8 GPUs"}
-    with_status = await crd.patch_namespaced_custom_object_status(
+    with_status = await send(crd.patch_namespaced_custom_object_status,
         RUNAI, "v2alpha2", "team-a", "podgroups", "pg1",
         {"spec": {"minMember": 9}, "status": {"schedulingConditions": [condition]}}, _content_type=MERGE)
     assert with_status["status"]["schedulingConditions"] == [condition]
     assert with_status["spec"]["minMember"] == 2, "a /status write must not change spec"
-    main = await crd.patch_namespaced_custom_object(RUNAI, "v2alpha2", "team-a", "podgroups", "pg1",
+    main = await send(crd.patch_namespaced_custom_object, RUNAI, "v2alpha2", "team-a", "podgroups", "pg1",
                                                     {"spec": {"minMember": 3}, "status": None}, _content_type=MERGE)
     assert main["spec"]["minMember"] == 3 and main["status"]["schedulingConditions"] == [condition]
     everywhere = await crd.list_cluster_custom_object(RUNAI, "v2alpha2", "podgroups")

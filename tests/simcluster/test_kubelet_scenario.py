@@ -10,6 +10,7 @@ import pytest
 from kubernetes_asyncio import client, watch
 
 from connectors.simcluster import DURATION_ANNOTATION, ScenarioError, SimCluster
+from tests.kube_calls import send
 
 from .manifests import binding, node, pod
 
@@ -57,12 +58,12 @@ spec: {minMember: 1, queue: team-a}
 
 async def test_bound_pod_runs_then_succeeds(v1: client.CoreV1Api, sim: SimCluster) -> None:
     sim.load_objects([node("n1")])
-    await v1.create_namespaced_pod("default", pod("job", annotations={DURATION_ANNOTATION: "20"}))
+    await send(v1.create_namespaced_pod, "default", pod("job", annotations={DURATION_ANNOTATION: "20"}))
     listed = await v1.list_namespaced_pod("default")
     async with watch.Watch() as w:
         stream = w.stream(v1.list_namespaced_pod, "default", resource_version=listed.metadata.resource_version,
                           timeout_seconds=5)
-        response = await v1.create_namespaced_pod_binding("job", "default", binding("job", "n1"),
+        response = await send(v1.create_namespaced_pod_binding, "job", "default", binding("job", "n1"),
                                                           _preload_content=False)
         assert response.status == 201
         phases = []
@@ -79,7 +80,7 @@ async def test_bound_pod_runs_then_succeeds(v1: client.CoreV1Api, sim: SimCluste
 
 async def test_running_pod_has_kubelet_status(v1: client.CoreV1Api, sim: SimCluster) -> None:
     sim.load_objects([node("n1")])
-    await v1.create_namespaced_pod("default", pod("svc"))
+    await send(v1.create_namespaced_pod, "default", pod("svc"))
     await v1.create_namespaced_pod_binding("svc", "default", binding("svc", "n1"), _preload_content=False)
     await sim.wait_until(lambda: sim.get("pods/default/svc")["status"]["phase"] == "Running", timeout=3)
     running = await v1.read_namespaced_pod("svc", "default")
@@ -92,11 +93,11 @@ async def test_running_pod_has_kubelet_status(v1: client.CoreV1Api, sim: SimClus
 
 
 async def test_pod_bound_to_unknown_node_stays_pending(v1: client.CoreV1Api, sim: SimCluster) -> None:
-    await v1.create_namespaced_pod("default", pod("lost"))
+    await send(v1.create_namespaced_pod, "default", pod("lost"))
     await v1.create_namespaced_pod_binding("lost", "default", binding("lost", "nowhere"), _preload_content=False)
     await asyncio.sleep(0.1)
     assert sim.get("pods/default/lost")["status"]["phase"] == "Pending"
-    await v1.create_node(node("nowhere"))
+    await send(v1.create_node, node("nowhere"))
     await sim.wait_until(lambda: sim.get("pods/default/lost")["status"]["phase"] == "Running", timeout=3)
 
 
@@ -130,7 +131,7 @@ async def test_capacity_admission_rejects_overcommit(v1: client.CoreV1Api, sim: 
     small["status"] = {"allocatable": {"cpu": "4", "nvidia.com/gpu": "1"}}
     sim.load_objects([small])
     for name in ("first", "second"):
-        await v1.create_namespaced_pod("default", pod(name))
+        await send(v1.create_namespaced_pod, "default", pod(name))
     await v1.create_namespaced_pod_binding("first", "default", binding("first", "small"), _preload_content=False)
     await sim.wait_until(lambda: sim.get("pods/default/first")["status"]["phase"] == "Running", timeout=3)
     await v1.create_namespaced_pod_binding("second", "default", binding("second", "small"), _preload_content=False)

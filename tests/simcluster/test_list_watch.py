@@ -4,7 +4,6 @@ paging, and filtered watches that turn selector crossings into ADDED/DELETED."""
 from __future__ import annotations
 
 import asyncio
-import json
 from typing import Any
 
 import pytest
@@ -12,6 +11,7 @@ from kubernetes_asyncio import client, watch
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from connectors.simcluster import SimCluster
+from tests.kube_calls import send, status_of
 
 from .manifests import binding, node, pod
 
@@ -30,7 +30,7 @@ async def _collect(stream: Any, count: int, timeout: float = 5.0) -> list[dict[s
 
 
 async def test_watch_from_list_resource_version(v1: client.CoreV1Api) -> None:
-    await v1.create_namespaced_pod("default", pod("before"))
+    await send(v1.create_namespaced_pod, "default", pod("before"))
     listed = await v1.list_namespaced_pod("default")
     assert [p.metadata.name for p in listed.items] == ["before"]
     rv = listed.metadata.resource_version
@@ -40,7 +40,7 @@ async def test_watch_from_list_resource_version(v1: client.CoreV1Api) -> None:
         stream = w.stream(v1.list_namespaced_pod, "default", resource_version=rv, timeout_seconds=5)
         task = asyncio.ensure_future(_collect(stream, 3))
         await asyncio.sleep(0.05)
-        await v1.create_namespaced_pod("default", pod("after"))
+        await send(v1.create_namespaced_pod, "default", pod("after"))
         await v1.patch_namespaced_pod("after", "default", {"metadata": {"labels": {"x": "1"}}})
         await v1.delete_namespaced_pod("after", "default")
         events = await task
@@ -53,7 +53,7 @@ async def test_watch_from_list_resource_version(v1: client.CoreV1Api) -> None:
 
 async def test_watch_without_resource_version_starts_with_current_objects(v1: client.CoreV1Api) -> None:
     for name in ("a", "b"):
-        await v1.create_namespaced_pod("default", pod(name))
+        await send(v1.create_namespaced_pod, "default", pod(name))
     async with watch.Watch() as w:
         events = await _collect(w.stream(v1.list_namespaced_pod, "default", timeout_seconds=5), 2)
     assert [(e["type"], e["object"].metadata.name) for e in events] == [("ADDED", "a"), ("ADDED", "b")]
@@ -61,7 +61,7 @@ async def test_watch_without_resource_version_starts_with_current_objects(v1: cl
 
 async def test_bookmarks_carry_the_current_resource_version(v1: client.CoreV1Api, sim: SimCluster) -> None:
     listed = await v1.list_namespaced_pod("default")
-    await v1.create_node(node("elsewhere"))
+    await send(v1.create_node, node("elsewhere"))
     async with watch.Watch() as w:
         stream = w.stream(v1.list_namespaced_pod, "default", resource_version=listed.metadata.resource_version,
                           allow_watch_bookmarks=True, timeout_seconds=5)
@@ -84,7 +84,7 @@ async def test_too_old_resource_version_is_410_and_relist_recovers(v1: client.Co
     listed = await v1.list_namespaced_pod("default")
     old_rv = listed.metadata.resource_version
     for n in range(6):
-        await v1.create_namespaced_pod("default", pod(f"p{n}"))
+        await send(v1.create_namespaced_pod, "default", pod(f"p{n}"))
 
     with pytest.raises(ApiException) as expired:
         async with watch.Watch() as w:
@@ -106,16 +106,16 @@ async def test_too_old_resource_version_is_410_and_relist_recovers(v1: client.Co
                           timeout_seconds=5)
         task = asyncio.ensure_future(_collect(stream, 1))
         await asyncio.sleep(0.05)
-        await v1.create_namespaced_pod("default", pod("fresh"))
+        await send(v1.create_namespaced_pod, "default", pod("fresh"))
         events = await task
     assert events[0]["type"] == "ADDED" and events[0]["object"].metadata.name == "fresh"
 
 
 async def test_label_and_field_selectors(v1: client.CoreV1Api, sim: SimCluster) -> None:
     sim.load_objects([node("n1"), node("n2")])
-    await v1.create_namespaced_pod("default", pod("a", labels={"app": "train", "tier": "gold"}, node_name="n1"))
-    await v1.create_namespaced_pod("default", pod("b", labels={"app": "serve"}))
-    await v1.create_namespaced_pod("ml", pod("c", "ml", labels={"app": "train"}))
+    await send(v1.create_namespaced_pod, "default", pod("a", labels={"app": "train", "tier": "gold"}, node_name="n1"))
+    await send(v1.create_namespaced_pod, "default", pod("b", labels={"app": "serve"}))
+    await send(v1.create_namespaced_pod, "ml", pod("c", "ml", labels={"app": "train"}))
 
     async def names(**kwargs: Any) -> list[str]:
         found = await v1.list_pod_for_all_namespaces(**kwargs)
@@ -135,14 +135,14 @@ async def test_label_and_field_selectors(v1: client.CoreV1Api, sim: SimCluster) 
     assert await names(label_selector="app=train", field_selector="metadata.namespace!=ml") == ["a"]
     with pytest.raises(ApiException) as bad:
         await v1.list_namespaced_pod("default", field_selector="spec.priority=3")
-    assert bad.value.status == 400 and "field label not supported" in json.loads(bad.value.body)["message"]
+    assert bad.value.status == 400 and "field label not supported" in status_of(bad.value)["message"]
 
 
 async def test_filtered_watch_turns_selector_crossings_into_added_and_deleted(
     v1: client.CoreV1Api, sim: SimCluster
 ) -> None:
     sim.load_objects([node("n1")])
-    await v1.create_namespaced_pod("default", pod("w", annotations={"kai.scheduler/duration-seconds": "5"}))
+    await send(v1.create_namespaced_pod, "default", pod("w", annotations={"kai.scheduler/duration-seconds": "5"}))
     listed = await v1.list_namespaced_pod("default", field_selector="spec.nodeName=n1")
     assert listed.items == []
     async with watch.Watch() as w:
@@ -160,11 +160,11 @@ async def test_filtered_watch_turns_selector_crossings_into_added_and_deleted(
 
 async def test_list_paging_is_a_consistent_snapshot(v1: client.CoreV1Api) -> None:
     for n in range(5):
-        await v1.create_namespaced_pod("default", pod(f"p{n}"))
+        await send(v1.create_namespaced_pod, "default", pod(f"p{n}"))
     first = await v1.list_namespaced_pod("default", limit=2)
     assert [p.metadata.name for p in first.items] == ["p0", "p1"]
     assert first.metadata.remaining_item_count == 3
-    await v1.create_namespaced_pod("default", pod("p9"))
+    await send(v1.create_namespaced_pod, "default", pod("p9"))
     second = await v1.list_namespaced_pod("default", limit=2, _continue=first.metadata._continue)
     third = await v1.list_namespaced_pod("default", limit=2, _continue=second.metadata._continue)
     assert [p.metadata.name for p in [*second.items, *third.items]] == ["p2", "p3", "p4"]
@@ -178,7 +178,7 @@ async def test_watch_all_namespaces_and_nodes(v1: client.CoreV1Api) -> None:
         stream = w.stream(v1.list_node, resource_version=listed.metadata.resource_version, timeout_seconds=5)
         task = asyncio.ensure_future(_collect(stream, 2))
         await asyncio.sleep(0.05)
-        await v1.create_node(node("n7"))
+        await send(v1.create_node, node("n7"))
         await v1.patch_node_status("n7", {"status": {"allocatable": {"nvidia.com/gpu": "4"}}})
         events = await task
     assert [e["type"] for e in events] == ["ADDED", "MODIFIED"]
@@ -187,7 +187,7 @@ async def test_watch_all_namespaces_and_nodes(v1: client.CoreV1Api) -> None:
 
 
 async def test_send_initial_events_ends_with_annotated_bookmark(v1: client.CoreV1Api, sim: SimCluster) -> None:
-    await v1.create_namespaced_pod("default", pod("i1"))
+    await send(v1.create_namespaced_pod, "default", pod("i1"))
     async with watch.Watch() as w:
         stream = w.stream(v1.list_namespaced_pod, "default", send_initial_events=True,
                           resource_version_match="NotOlderThan", allow_watch_bookmarks=True, timeout_seconds=5)
@@ -215,8 +215,8 @@ async def test_watch_forever_resumes_after_server_side_timeout(v1: client.CoreV1
     async with watch.Watch() as w:
         stream = w.stream(v1.list_namespaced_pod, "default", resource_version=listed.metadata.resource_version)
         task = asyncio.ensure_future(_collect(stream, 2))
-        await v1.create_namespaced_pod("default", pod("early"))
+        await send(v1.create_namespaced_pod, "default", pod("early"))
         await asyncio.sleep(0.8)
-        await v1.create_namespaced_pod("default", pod("late"))
+        await send(v1.create_namespaced_pod, "default", pod("late"))
         events = await task
     assert [(e["type"], e["object"].metadata.name) for e in events] == [("ADDED", "early"), ("ADDED", "late")]

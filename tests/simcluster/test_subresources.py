@@ -11,6 +11,7 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from connectors.simcluster import SimCluster
+from tests.kube_calls import send, status_of
 
 from .manifests import binding, node, pod
 
@@ -21,9 +22,11 @@ async def test_binding_201_status_then_409_and_404(
     v1: client.CoreV1Api, sim: SimCluster, api: client.ApiClient
 ) -> None:
     sim.load_objects([node("n1"), node("n2")])
-    await v1.create_namespaced_pod("default", pod("b1"))
+    await send(v1.create_namespaced_pod, "default", pod("b1"))
 
-    response = await v1.create_namespaced_pod_binding("b1", "default", binding("b1", "n1"), _preload_content=False)
+    response = await send(
+        v1.create_namespaced_pod_binding, "b1", "default", binding("b1", "n1"), _preload_content=False
+    )
     assert response.status == 201
     body = json.loads(await response.read())
     assert (body["kind"], body["status"], body["code"]) == ("Status", "Success", 201)
@@ -33,13 +36,14 @@ async def test_binding_201_status_then_409_and_404(
     assert [(c.status) for c in scheduled] == ["True"]
 
     # With _preload_content=False the client raises nothing for an error code: read the status yourself.
-    already = await v1.create_namespaced_pod_binding("b1", "default", binding("b1", "n2"), _preload_content=False)
+    already = await send(v1.create_namespaced_pod_binding, "b1", "default", binding("b1", "n2"), _preload_content=False)
     assert already.status == 409
     status = json.loads(await already.read())
     assert status["reason"] == "Conflict" and 'already assigned to node "n1"' in status["message"]
 
-    missing = await v1.create_namespaced_pod_binding("ghost", "default", binding("ghost", "n1"),
-                                                     _preload_content=False)
+    missing = await send(
+        v1.create_namespaced_pod_binding, "ghost", "default", binding("ghost", "n1"), _preload_content=False
+    )
     assert missing.status == 404 and json.loads(await missing.read())["reason"] == "NotFound"
 
     assert [(r.name, r.node, r.code) for r in sim.bindings] == [("b1", "n1", 201), ("b1", "n2", 409),
@@ -56,7 +60,7 @@ async def test_binding_quirk_default_deserialization_fails_but_the_pod_is_bound(
     v1: client.CoreV1Api, sim: SimCluster
 ) -> None:
     sim.load_objects([node("n1")])
-    await v1.create_namespaced_pod("default", pod("q"))
+    await send(v1.create_namespaced_pod, "default", pod("q"))
     with pytest.raises(ValueError, match="target"):
         await v1.create_namespaced_pod_binding("q", "default", binding("q", "n1"))
     assert (await v1.read_namespaced_pod("q", "default")).spec.node_name == "n1"
@@ -83,14 +87,16 @@ async def test_graceful_eviction_marks_deletion_timestamp_first(v1: client.CoreV
     terminating = await v1.read_namespaced_pod("slow", "default")
     assert terminating.metadata.deletion_timestamp is not None
     assert terminating.metadata.deletion_grace_period_seconds == 10
-    refused = await v1.create_namespaced_pod_binding("slow", "default", binding("slow", "n1"), _preload_content=False)
+    refused = await send(
+        v1.create_namespaced_pod_binding, "slow", "default", binding("slow", "n1"), _preload_content=False
+    )
     assert refused.status == 409
     await sim.wait_until(lambda: sim.find("pods/default/slow") is None, timeout=3)
 
 
 async def test_merge_json_and_strategic_patches_and_415(v1: client.CoreV1Api, api: client.ApiClient) -> None:
-    await v1.create_namespaced_pod("default", pod("p", labels={"a": "1", "b": "2"}))
-    merged = await v1.patch_namespaced_pod("p", "default", {"metadata": {"labels": {"a": None, "c": "3"}}},
+    await send(v1.create_namespaced_pod, "default", pod("p", labels={"a": "1", "b": "2"}))
+    merged = await send(v1.patch_namespaced_pod, "p", "default", {"metadata": {"labels": {"a": None, "c": "3"}}},
                                            _content_type=MERGE)
     assert merged.metadata.labels == {"b": "2", "c": "3"}
     patched = await v1.patch_namespaced_pod(
@@ -105,13 +111,15 @@ async def test_merge_json_and_strategic_patches_and_415(v1: client.CoreV1Api, ap
         await v1.patch_namespaced_pod("p", "default", [{"op": "test", "path": "/metadata/labels/c", "value": "9"}])
     assert failed_test.value.status == 422
     with pytest.raises(ApiException) as unsupported:
-        await v1.patch_namespaced_pod("p", "default", {"metadata": {}}, _content_type="application/apply-patch+yaml")
+        await send(
+            v1.patch_namespaced_pod, "p", "default", {"metadata": {}}, _content_type="application/apply-patch+yaml"
+        )
     assert unsupported.value.status == 415
-    assert json.loads(unsupported.value.body)["reason"] == "UnsupportedMediaType"
+    assert status_of(unsupported.value)["reason"] == "UnsupportedMediaType"
 
 
 async def test_pod_status_subresource(v1: client.CoreV1Api) -> None:
-    await v1.create_namespaced_pod("default", pod("s", labels={"keep": "me"}))
+    await send(v1.create_namespaced_pod, "default", pod("s", labels={"keep": "me"}))
     condition = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
                  "message": "queue team-a is over quota"}
     updated = await v1.patch_namespaced_pod_status(
@@ -127,11 +135,15 @@ async def test_pod_status_subresource(v1: client.CoreV1Api) -> None:
 
 
 async def test_strategic_patch_merges_conditions_by_type(v1: client.CoreV1Api) -> None:
-    await v1.create_namespaced_pod("default", pod("c"))
+    await send(v1.create_namespaced_pod, "default", pod("c"))
     first = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}
     other = {"type": "DisruptionTarget", "status": "True"}
     await v1.patch_namespaced_pod_status("c", "default", {"status": {"conditions": [first, other]}})
-    cleared = await v1.patch_namespaced_pod_status(
-        "c", "default", {"status": {"conditions": [{"type": "PodScheduled", "status": "True", "reason": None}]}})
+    cleared = await send(
+        v1.patch_namespaced_pod_status,
+        "c",
+        "default",
+        {"status": {"conditions": [{"type": "PodScheduled", "status": "True", "reason": None}]}},
+    )
     assert [(c.type, c.status, c.reason) for c in cleared.status.conditions] == [
         ("PodScheduled", "True", None), ("DisruptionTarget", "True", None)]

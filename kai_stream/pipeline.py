@@ -706,7 +706,7 @@ class Pipeline:
                     key = event_key(event)
                     if key is not None:
                         present.add(key)
-                        if catalog.is_new(key, event.event_id):
+                        if catalog.is_new(key, event):
                             behind.append(f"{'/'.join(filter(None, key))} observed")
         behind.extend(f"{'/'.join(filter(None, key))} removed" for key in catalog.objects if key not in present)
         return behind

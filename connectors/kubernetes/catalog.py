@@ -12,10 +12,7 @@ gap that ended in 410).
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass, field
-
-import orjson
 
 from kai_stream.core.events import (
     ALL_POOLS,
@@ -23,20 +20,19 @@ from kai_stream.core.events import (
     AnyEvent,
     NodeObserved,
     NodeRemoved,
+    ObjectKey,
     ObservedBase,
     ObservedEvent,
     PodGroupObserved,
     PodGroupRemoved,
     PodObserved,
     PodRemoved,
-    PriorityClassObserved,
     QueueObserved,
     QueueRemoved,
-    TopologyObserved,
+    content_digest,
+    event_key,
     stable_id,
 )
-
-ObjectKey = tuple[str, str, str]
 
 
 @dataclass(frozen=True)
@@ -45,41 +41,6 @@ class Published:
     pool: str
     uid: str
     content: str = ""
-
-
-_BOOKKEEPING = frozenset({"event_id", "ts", "resource_version"})
-
-
-def content_digest(event: ObservedBase) -> str:
-    """Digest of what the scheduler reads from an observed event: all of it but its bookkeeping fields."""
-    body = event.model_dump(mode="json", exclude=set(_BOOKKEEPING))
-    return hashlib.blake2b(orjson.dumps(body, option=orjson.OPT_SORT_KEYS), digest_size=16).hexdigest()
-
-
-def event_key(event: AnyEvent) -> ObjectKey | None:
-    """The object an observed/removed event is about (None for Ticks, outcomes and decisions)."""
-    match event:
-        case NodeObserved(node=node):
-            return ("Node", "", node.name)
-        case NodeRemoved(name=name):
-            return ("Node", "", name)
-        case PodObserved(pod=pod):
-            return ("Pod", pod.namespace, pod.name)
-        case PodRemoved(namespace=namespace, name=name):
-            return ("Pod", namespace, name)
-        case QueueObserved(queue=queue):
-            return ("Queue", "", queue.name)
-        case QueueRemoved(name=name):
-            return ("Queue", "", name)
-        case PodGroupObserved(pod_group=group):
-            return ("PodGroup", group.namespace, group.name)
-        case PodGroupRemoved(namespace=namespace, name=name):
-            return ("PodGroup", namespace, name)
-        case PriorityClassObserved(priority_class=pc):
-            return ("PriorityClass", "", pc.name)
-        case TopologyObserved(topology=topology):
-            return ("Topology", "", topology.name)
-    return None
 
 
 def _uid(event: AnyEvent) -> str:

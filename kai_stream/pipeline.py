@@ -32,7 +32,6 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio import config as kube_config
 
 from connectors.kubernetes import KubernetesConnector
-from connectors.kubernetes.catalog import event_key
 from connectors.kubernetes.kinds import KINDS
 from connectors.simcluster import scenario as sim_scenario
 from connectors.simcluster.client import kube_client_config
@@ -51,6 +50,7 @@ from kai_stream.core.events import (
     MalformedEvent,
     PodObserved,
     PodRemoved,
+    event_key,
     loads_cluster_event,
     loads_decisions_record,
     stable_id,

@@ -29,10 +29,20 @@ from aiokafka import AIOKafkaProducer
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from connectors.kubernetes.catalog import Catalog, ObjectKey, event_key, removal_event
+from connectors.kubernetes.catalog import Catalog, removal_event
 from connectors.kubernetes.kinds import KINDS, WatchedKind
 from connectors.kubernetes.watcher import Expired, Obj, list_objects, resource_version, watch_objects
-from kai_stream.core.events import ALL_POOLS, DeadLetter, ObservedEvent, Tick, dumps, loads_cluster_event, stable_id
+from kai_stream.core.events import (
+    ALL_POOLS,
+    DeadLetter,
+    ObjectKey,
+    ObservedEvent,
+    Tick,
+    dumps,
+    event_key,
+    loads_cluster_event,
+    stable_id,
+)
 from kai_stream.core.manifests import ManifestError, object_to_events
 from kai_stream.kafka import expedite, make_producer, partition_for, read_topic, send_keyed
 from kai_stream.quirks import feedback_linger_ms

@@ -32,7 +32,6 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio import config as kube_config
 
 from connectors.kubernetes import KubernetesConnector
-from connectors.kubernetes.catalog import event_key
 from connectors.kubernetes.kinds import KINDS
 from connectors.simcluster import scenario as sim_scenario
 from connectors.simcluster.client import kube_client_config
@@ -51,6 +50,7 @@ from kai_stream.core.events import (
     MalformedEvent,
     PodObserved,
     PodRemoved,
+    event_key,
     loads_cluster_event,
     loads_decisions_record,
     stable_id,
@@ -706,7 +706,7 @@ class Pipeline:
                     key = event_key(event)
                     if key is not None:
                         present.add(key)
-                        if catalog.is_new(key, event.event_id):
+                        if catalog.is_new(key, event):
                             behind.append(f"{'/'.join(filter(None, key))} observed")
         behind.extend(f"{'/'.join(filter(None, key))} removed" for key in catalog.objects if key not in present)
         return behind

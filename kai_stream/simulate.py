@@ -60,16 +60,23 @@ from kai_stream.core.events import (
     ClusterEvent,
     Decision,
     EvictionRequested,
+    NodeRemoved,
+    ObjectKey,
+    ObservedBase,
     ObservedEvent,
     PodBound,
     PodEvicted,
     PodGroupObserved,
+    PodGroupRemoved,
     PodObserved,
     PodPending,
     PodRemoved,
     PodSpec,
+    QueueRemoved,
     Tick,
     chain,
+    content_digest,
+    event_key,
     stable_id,
 )
 from kai_stream.core.scheduler.cycle import plugins_of, run_cycle
@@ -371,9 +378,20 @@ class EmulatedCluster:
     termination_grace: float = 0.0
     terminating: dict[str, tuple[PodSpec, EvictionRequested]] = field(default_factory=dict)
     """Evicted pods still terminating (by uid): removed by ``end_grace``."""
+    contents: dict[ObjectKey, str] = field(default_factory=dict)
+    """The content of the last observation per object: the connector publishes only a change of it."""
 
     def observe(self, event: ClusterEvent) -> None:
-        """Append ``event`` to cluster-events and fold it."""
+        """Append ``event`` to cluster-events and fold it, unless it observes an object unchanged."""
+        key = event_key(event)
+        if key is not None and isinstance(event, ObservedBase):
+            if not isinstance(event, NodeRemoved | PodRemoved | QueueRemoved | PodGroupRemoved):
+                content = content_digest(event)
+                if self.contents.get(key) == content:
+                    return
+                self.contents[key] = content
+            else:
+                self.contents.pop(key, None)
         self.log.append(event)
         apply(self.state, event, self.state.offset + 1)
 

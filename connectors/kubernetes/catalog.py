@@ -1,9 +1,13 @@
 """What the connector has published, per object: the basis for dedupe, removals and resume.
 
 The catalog maps an object key (kind, namespace, name) to the id of the last event published for it,
-its pool and uid. It is rebuilt on start from the cluster-events log itself, so a restarted connector
-re-lists, skips objects whose content-derived event id it already published, and emits removals for
-objects that disappeared while it was away (or during a watch gap that ended in 410).
+its pool, uid and content digest. An observed event is new only when its content (the typed event less
+``event_id``, ``ts`` and ``resource_version``) differs from the last one published for the object, so
+status writes the scheduler does not read (node heartbeats, Queue/PodGroup status, pod conditions) and
+re-lists of unchanged objects publish nothing; a removal forgets the object, so a re-creation is new.
+It is rebuilt on start from the cluster-events log itself, so a restarted connector re-lists, skips
+unchanged objects, and emits removals for objects that disappeared while it was away (or during a watch
+gap that ended in 410).
 """
 
 from __future__ import annotations
@@ -16,20 +20,19 @@ from kai_stream.core.events import (
     AnyEvent,
     NodeObserved,
     NodeRemoved,
+    ObjectKey,
     ObservedBase,
     ObservedEvent,
     PodGroupObserved,
     PodGroupRemoved,
     PodObserved,
     PodRemoved,
-    PriorityClassObserved,
     QueueObserved,
     QueueRemoved,
-    TopologyObserved,
+    content_digest,
+    event_key,
     stable_id,
 )
-
-ObjectKey = tuple[str, str, str]
 
 
 @dataclass(frozen=True)
@@ -37,32 +40,7 @@ class Published:
     event_id: str
     pool: str
     uid: str
-
-
-def event_key(event: AnyEvent) -> ObjectKey | None:
-    """The object an observed/removed event is about (None for Ticks, outcomes and decisions)."""
-    match event:
-        case NodeObserved(node=node):
-            return ("Node", "", node.name)
-        case NodeRemoved(name=name):
-            return ("Node", "", name)
-        case PodObserved(pod=pod):
-            return ("Pod", pod.namespace, pod.name)
-        case PodRemoved(namespace=namespace, name=name):
-            return ("Pod", namespace, name)
-        case QueueObserved(queue=queue):
-            return ("Queue", "", queue.name)
-        case QueueRemoved(name=name):
-            return ("Queue", "", name)
-        case PodGroupObserved(pod_group=group):
-            return ("PodGroup", group.namespace, group.name)
-        case PodGroupRemoved(namespace=namespace, name=name):
-            return ("PodGroup", namespace, name)
-        case PriorityClassObserved(priority_class=pc):
-            return ("PriorityClass", "", pc.name)
-        case TopologyObserved(topology=topology):
-            return ("Topology", "", topology.name)
-    return None
+    content: str = ""
 
 
 def _uid(event: AnyEvent) -> str:
@@ -106,13 +84,14 @@ class Catalog:
         if isinstance(event, NodeRemoved | PodRemoved | QueueRemoved | PodGroupRemoved):
             self.objects.pop(key, None)
             return
-        self.objects[key] = Published(event.event_id, event.pool, _uid(event))
+        self.objects[key] = Published(event.event_id, event.pool, _uid(event), content_digest(event))
         if event.pool != ALL_POOLS:
             self.pools.add(event.pool)
 
-    def is_new(self, key: ObjectKey, event_id: str) -> bool:
+    def is_new(self, key: ObjectKey, event: ObservedBase) -> bool:
+        """Whether ``event`` says something about ``key`` that the last published event did not."""
         known = self.objects.get(key)
-        return known is None or known.event_id != event_id
+        return known is None or known.content != content_digest(event)
 
     def keys_of(self, kind: str) -> list[ObjectKey]:
         return sorted(key for key in self.objects if key[0] == kind)

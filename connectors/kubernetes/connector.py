@@ -7,7 +7,7 @@
 * Routing: a pool's events go to ``partition_for(pool)`` keyed by pool; cluster-wide objects (pool ``*``:
   Queue, PriorityClass, Topology) go to every partition, so each pool's partition is a complete log.
 * Resume: on start the catalog is rebuilt from the log, so a re-list after a restart publishes only what
-  changed (event ids derive from uid + resourceVersion) and the removals of what vanished meanwhile.
+  changed in content (see ``catalog``) and the removals of what vanished meanwhile.
 * A Tick per known pool every ``tick_interval_s`` advances event time and triggers scheduling cycles.
 
 Producer sends are pipelined (order per partition is the producer's); a delivery failure stops the
@@ -29,10 +29,20 @@ from aiokafka import AIOKafkaProducer
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from connectors.kubernetes.catalog import Catalog, ObjectKey, event_key, removal_event
+from connectors.kubernetes.catalog import Catalog, removal_event
 from connectors.kubernetes.kinds import KINDS, WatchedKind
 from connectors.kubernetes.watcher import Expired, Obj, list_objects, resource_version, watch_objects
-from kai_stream.core.events import ALL_POOLS, DeadLetter, ObservedEvent, Tick, dumps, loads_cluster_event, stable_id
+from kai_stream.core.events import (
+    ALL_POOLS,
+    DeadLetter,
+    ObjectKey,
+    ObservedEvent,
+    Tick,
+    dumps,
+    event_key,
+    loads_cluster_event,
+    stable_id,
+)
 from kai_stream.core.manifests import ManifestError, object_to_events
 from kai_stream.kafka import expedite, make_producer, partition_for, read_topic, send_keyed
 from kai_stream.quirks import feedback_linger_ms
@@ -181,7 +191,7 @@ class KubernetesConnector:
             known = self.catalog.objects.get(ev_key)
             if known is not None and known.pool != event.pool and known.pool != ALL_POOLS:
                 await self._remove(ev_key, resource_version(obj))
-            if self.catalog.is_new(ev_key, event.event_id):
+            if self.catalog.is_new(ev_key, event):
                 await self._send(event)
         return key
 

@@ -754,3 +754,42 @@ def chain(decisions: list[Decision], prev_hash: str) -> tuple[list[Decision], st
     """Link decisions into the hash chain after ``prev_hash``; return them and the new head hash."""
     linked, head = chain_encoded(decisions, prev_hash)
     return [decision for decision, _ in linked], head
+
+
+ObjectKey = tuple[str, str, str]
+"""A cluster object: (kind, namespace or "", name)."""
+
+
+def event_key(event: AnyEvent) -> ObjectKey | None:
+    """The object an observed/removed event is about (None for Ticks, outcomes and decisions)."""
+    match event:
+        case NodeObserved(node=node):
+            return ("Node", "", node.name)
+        case NodeRemoved(name=name):
+            return ("Node", "", name)
+        case PodObserved(pod=pod):
+            return ("Pod", pod.namespace, pod.name)
+        case PodRemoved(namespace=namespace, name=name):
+            return ("Pod", namespace, name)
+        case QueueObserved(queue=queue):
+            return ("Queue", "", queue.name)
+        case QueueRemoved(name=name):
+            return ("Queue", "", name)
+        case PodGroupObserved(pod_group=group):
+            return ("PodGroup", group.namespace, group.name)
+        case PodGroupRemoved(namespace=namespace, name=name):
+            return ("PodGroup", namespace, name)
+        case PriorityClassObserved(priority_class=pc):
+            return ("PriorityClass", "", pc.name)
+        case TopologyObserved(topology=topology):
+            return ("Topology", "", topology.name)
+    return None
+
+
+_BOOKKEEPING = frozenset({"event_id", "ts", "resource_version"})
+
+
+def content_digest(event: ObservedBase) -> str:
+    """Digest of what the scheduler reads from an observed event: all of it but its bookkeeping fields."""
+    body = event.model_dump(mode="json", exclude=set(_BOOKKEEPING))
+    return hashlib.blake2b(orjson.dumps(body, option=orjson.OPT_SORT_KEYS), digest_size=16).hexdigest()

@@ -184,3 +184,51 @@ async def test_watch_from_an_expired_version_raises_expired() -> None:
     finally:
         await sim.stop()
     assert {k.kind for k in KINDS} == {"Node", "Pod", "Queue", "PodGroup", "PriorityClass", "Topology"}
+
+
+async def test_status_writes_and_relists_of_unchanged_objects_publish_nothing(
+    cluster: SimCluster, kafka_settings: KafkaSettings, topics: TopicNames
+) -> None:
+    merge = "application/merge-patch+json"
+    cluster.load_objects([{"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+                           "metadata": {"name": "high"}, "value": 100}])
+    async with api_client(cluster.url or "") as api:
+        core = client.CoreV1Api(api)
+        crd = client.CustomObjectsApi(api)
+        scheduling = client.SchedulingV1Api(api)
+        await core.create_namespaced_pod("ns", _pod("p"))
+        connector = KubernetesConnector(api, kafka_settings, topics, tick_interval_s=None)
+        async with _running(connector):
+            await connector.flush()
+            synced = connector.published
+            assert Counter(e.type for _, e in await _events(kafka_settings, topics))["PriorityClassObserved"] == 8
+            for beat in range(3):
+                stamp = f"2026-01-01T00:00:0{beat}Z"
+                ready = {"type": "Ready", "status": "True", "lastHeartbeatTime": stamp}
+                await core.patch_node_status("gpu-2", {"status": {"conditions": [ready]}})
+                await crd.patch_cluster_custom_object_status(
+                    "scheduling.run.ai", "v2", "queues", "q", {"status": {"allocated": {"gpu": beat}}},
+                    _content_type=merge)
+                await scheduling.patch_priority_class("high", {"metadata": {"annotations": {"beat": str(beat)}}})
+                await core.patch_namespaced_pod_status(
+                    "p", "ns", {"status": {"conditions": [{"type": "Probe", "status": "True", "reason": stamp}]}})
+            await cluster.wait_until(lambda: cluster.get("nodes", None, "gpu-2")["status"]["conditions"])
+            await asyncio.sleep(1.0)
+            for kind in KINDS:
+                await connector._relist(kind)
+            await connector.flush()
+            assert connector.published == synced, "unchanged objects were published again"
+
+            await crd.patch_cluster_custom_object(
+                "scheduling.run.ai", "v2", "queues", "q", {"spec": {"priority": 7}}, _content_type=merge)
+            await scheduling.delete_priority_class("high")
+            await asyncio.sleep(0.5)
+            await scheduling.create_priority_class(
+                {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": "high"},
+                 "value": 100})
+
+            async def changed() -> bool:
+                counts = Counter(e.type for _, e in await _events(kafka_settings, topics))
+                return counts["QueueObserved"] == 16 and counts["PriorityClassObserved"] == 16
+
+            await _until(changed)

@@ -23,6 +23,7 @@ from kai_stream.kafka import partition_for, read_topic
 from kai_stream.settings import KafkaSettings
 from kai_stream.topics import TopicNames
 from tests.cluster_objects import create_pod
+from tests.kube_calls import send
 
 CLUSTER = """
 apiVersion: v1
@@ -196,7 +197,7 @@ async def test_status_writes_and_relists_of_unchanged_objects_publish_nothing(
         core = client.CoreV1Api(api)
         crd = client.CustomObjectsApi(api)
         scheduling = client.SchedulingV1Api(api)
-        await core.create_namespaced_pod("ns", _pod("p"))
+        await create_pod(core, "ns", _pod("p"))
         connector = KubernetesConnector(api, kafka_settings, topics, tick_interval_s=None)
         async with _running(connector):
             await connector.flush()
@@ -206,7 +207,8 @@ async def test_status_writes_and_relists_of_unchanged_objects_publish_nothing(
                 stamp = f"2026-01-01T00:00:0{beat}Z"
                 ready = {"type": "Ready", "status": "True", "lastHeartbeatTime": stamp}
                 await core.patch_node_status("gpu-2", {"status": {"conditions": [ready]}})
-                await crd.patch_cluster_custom_object_status(
+                await send(
+                    crd.patch_cluster_custom_object_status,
                     "scheduling.run.ai", "v2", "queues", "q", {"status": {"allocated": {"gpu": beat}}},
                     _content_type=merge)
                 await scheduling.patch_priority_class("high", {"metadata": {"annotations": {"beat": str(beat)}}})
@@ -219,11 +221,13 @@ async def test_status_writes_and_relists_of_unchanged_objects_publish_nothing(
             await connector.flush()
             assert connector.published == synced, "unchanged objects were published again"
 
-            await crd.patch_cluster_custom_object(
+            await send(
+                crd.patch_cluster_custom_object,
                 "scheduling.run.ai", "v2", "queues", "q", {"spec": {"priority": 7}}, _content_type=merge)
             await scheduling.delete_priority_class("high")
             await asyncio.sleep(0.5)
-            await scheduling.create_priority_class(
+            await send(
+                scheduling.create_priority_class,
                 {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": "high"},
                  "value": 100})
 

@@ -27,7 +27,6 @@ from kai_stream.core.scheduler.actions._common.solver import (
     awaiting,
     free_gpu,
     search,
-    search_request,
 )
 from kai_stream.core.scheduler.actions._common.victimorder import VictimOrder
 from kai_stream.core.scheduler.actions._common.victims import (
@@ -97,7 +96,7 @@ class _Consolidation:
             return
         if awaiting(ssn, job):
             return
-        request = search_request(ssn, job)
+        request = ssn.job_request(job)
         if ssn.hooks.check_job(job, request) is not None:
             return
         if request[GPU] <= 0:
@@ -138,7 +137,7 @@ def run(session: Session) -> None:
     if not jobs:
         return
     free = free_gpu(session)
-    if not any(0 < search_request(session, j)[GPU] <= free for j in jobs):
+    if not any(0 < session.job_request(j)[GPU] <= free for j in jobs):
         return
     consolidation = _Consolidation(session)
     order = JobsByQueue(session, jobs)

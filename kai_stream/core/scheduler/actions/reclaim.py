@@ -36,7 +36,7 @@ from kai_stream.core.scheduler.actions._common.fairness import (
     within,
 )
 from kai_stream.core.scheduler.actions._common.reasons import protected_reason, share_reason
-from kai_stream.core.scheduler.actions._common.solver import SearchSpec, awaiting, free_gpu, search, search_request
+from kai_stream.core.scheduler.actions._common.solver import SearchSpec, awaiting, free_gpu, search
 from kai_stream.core.scheduler.actions._common.victimorder import VictimOrder, kai_allocatable
 from kai_stream.core.scheduler.actions._common.victims import (
     VictimLists,
@@ -229,7 +229,7 @@ class _Reclaim:
             return None
         if awaiting(ssn, job):
             return None
-        request = search_request(ssn, job)
+        request = ssn.job_request(job)
         verdict = _verdict(job, request, ssn.hooks.check_job)
         if verdict == _REFUSED:
             return None
@@ -320,7 +320,7 @@ def _settle(reclaim: _Reclaim, jobs: list[JobInfo]) -> bool:
         key = (leaf.name, job_class) if job_class is not None else None
         verdict = verdicts.get(key) if key is not None else None
         if verdict is None:
-            verdict = _verdict(job, search_request(ssn, job), check_job)
+            verdict = _verdict(job, ssn.job_request(job), check_job)
             if key is not None:
                 verdicts[key] = verdict
         if verdict == _SEARCHES:

@@ -43,9 +43,7 @@ __all__ = [
     "free_gpu",
     "place_job",
     "search",
-    "search_request",
     "tasks_request",
-    "tasks_to_place",
 ]
 
 
@@ -116,17 +114,6 @@ def place_job(
     if not placed or not session.hooks.ready(job, active + len(placed)):
         return None
     return placed
-
-
-def tasks_to_place(session: Session, job: JobInfo) -> list[TaskInfo]:
-    """The pending tasks a victim search places for ``job``: KAI's tasks to allocate (``Session.to_allocate``)."""
-    return session.to_allocate(job)
-
-
-def search_request(session: Session, job: JobInfo) -> list[int]:
-    """What the tasks a victim search places for ``job`` ask for (``Session.job_request``, the request of
-    ``tasks_to_place``). The caller must not change the list."""
-    return session.job_request(job)
 
 
 def tasks_request(session: Session, tasks: list[TaskInfo]) -> list[int]:
@@ -258,7 +245,7 @@ class _Search:
         self.ssn = session
         self.spec = spec
         self.stmt = session.statement(spec.action)
-        self.tasks = tasks_to_place(session, spec.preemptor)
+        self.tasks = session.to_allocate(spec.preemptor)
         self.placed: list[TaskInfo] = []
         self.moved: list[TaskInfo] = []
         self.near: dict[str, NodeInfo] = {}

@@ -51,7 +51,9 @@ def _root(
 
 def _flags_without_type() -> None:
     """typer prints ``<bool>`` as the type of an on/off flag, which takes no value: show no type for flags."""
-    shown = TyperOption.display_type_rich
+    shown = getattr(TyperOption, "display_type_rich", None)
+    if shown is None:
+        return
 
     def display_type_rich(self: TyperOption, ctx: Any) -> str | None:
         return None if self.is_flag else shown(self, ctx)

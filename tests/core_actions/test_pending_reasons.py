@@ -1,6 +1,11 @@
 """Pending reasons name the constraint that binds, with its numbers: capacity is not reported as fair share.
 
-Each case runs the default actions to a fixed point and reads the last ``PodPending`` of a pod.
+One test (at least) per constraint: capacity (``InsufficientCapacity``: a full pool, a gang larger than the pool,
+a pool with no nodes, capacity held by non-preemptible pods), fair share (``NotEnoughOverQuotaShare``), deserved
+quota (``OverDeservedNonPreemptible``), limit (``QueueOverLimit``), min-runtime protection
+(``MinRuntimeProtected``), gang size (``GangIncomplete``, job and subgroup), topology (``NoNodeFits`` in KAI's
+words) and health (``Unhealthy``). Each case runs the default actions to a fixed point and reads the last
+``PodPending`` of a pod.
 """
 
 from __future__ import annotations
@@ -10,6 +15,8 @@ from typing import cast
 from kai_stream.core.config import SchedulerConfig
 from kai_stream.core.events import (
     AnyEvent,
+    GpuDevice,
+    GpuHealthObserved,
     ObservedEvent,
     PodPending,
     QueueObserved,
@@ -17,9 +24,11 @@ from kai_stream.core.events import (
     QueueResources,
     QueueSpec,
 )
+from kai_stream.core.manifests import load_scenario
 from kai_stream.simulate import simulate
 
 from .builders import gang, node_events, pending, running
+from .harness import SCENARIOS
 
 
 def _queue(name: str, deserved: float = -1, limit: float = -1, parent: str | None = None) -> QueueObserved:
@@ -128,3 +137,59 @@ def test_a_victim_protected_by_min_runtime_says_so() -> None:
         " reclaimMinRuntime 300 s until 2026-01-01T00:15:00Z"
     )
     assert reason.details["victim_job"] == "ml/b1"
+
+
+def test_a_gang_with_fewer_pods_than_its_min_member_says_how_many() -> None:
+    """A gang of minMember 3 of which two pods exist (the third is left out)."""
+    events = [*node_events(1, 4), _queue("qa"), *gang(1, 10, "qa", 3, 1, "train")[:-1]]
+    reason = _last_pending(events, "g1-0")
+    assert reason.code == "GangIncomplete"
+    assert reason.reason == "job t/g1 has 2 pods, needs minMember 3"
+
+
+def test_a_subgroup_with_fewer_pods_than_its_min_member_names_it() -> None:
+    from .test_subgroups import BASE, _pod
+
+    text = BASE.replace("GPUS", "4") + "".join(
+        _pod(n, g, i) for i, (n, g) in enumerate([("w0", "workers"), ("l0", "leader"), ("l1", "leader")], 1)
+    )
+    reason = _last_pending(cast(list[AnyEvent], load_scenario(text)), "w0")
+    assert reason.code == "GangIncomplete"
+    assert reason.reason == "job ml/pg subgroup workers has 1 pods, needs minMember 2"
+    assert reason.details == {"subGroup": "workers", "pods": "1", "minMember": "2"}
+
+
+def test_a_required_topology_level_no_domain_holds_says_what_the_best_domain_can() -> None:
+    """Scenario topology-one-rack (racks r1: n1, n2 with one GPU taken, and r2: n3, n4; 2 GPUs per node), its
+    rack-bound gang grown to 5 pods: no rack holds it, r2 could place 4."""
+    docs = (SCENARIOS / "topology-one-rack.yaml").read_text().split("\n---\n")
+    docs = [d for d in docs if "kind: Expect" not in d]
+    gang_pod = next(d for d in docs if "name: gang-3" in d)
+    docs.append(gang_pod.replace("gang-3", "gang-4").replace("00:00:13Z", "00:00:14Z"))
+    text = "\n---\n".join(docs).replace("minMember: 4", "minMember: 5")
+    reason = _last_pending(cast(list[AnyEvent], load_scenario(text)), "gang-0")
+    assert reason.code == "NoNodeFits"
+    assert reason.reason == (
+        "topology cluster-topology, requirement kai.scheduler/rack couldn't be satisfied for job <ml/gang>: it needs"
+        " 5 pods (5 GPU); of 2 kai.scheduler/rack domains, the best (r2) can allocate only 4 of 5 required pods,"
+        " 4 GPU free"
+    )
+
+
+def test_a_pod_that_only_unhealthy_gpus_could_hold_names_them() -> None:
+    health = GpuHealthObserved(
+        event_id="h0",
+        ts=0.0,
+        node="n00",
+        gpus=(GpuDevice(index=0, uuid="GPU-a"), GpuDevice(index=1, uuid="GPU-b", healthy=False, reason="fatal XID 79")),
+    )
+    events = [
+        *node_events(1, 2),
+        health,
+        _queue("qa"),
+        running(1, "qa", "n00", 0, "train"),
+        pending(1, 10, "qa", 1, "train"),
+    ]
+    reason = _last_pending(events, "pend-1")
+    assert reason.code == "Unhealthy"
+    assert reason.reason == ("no node fits the pod (UnhealthyGPU: 1); unhealthy GPUs: n00 GPU 1 (GPU-b): fatal XID 79")

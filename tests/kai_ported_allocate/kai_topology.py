@@ -215,6 +215,8 @@ def _job_events(job: dict[str, Any], index: int, count: int) -> list[AnyEvent]:
         indices = None
         if node and fraction is not None and task.get("GPUGroups"):
             indices = tuple(int(g) for g in task["GPUGroups"])
+        task_priority = _get(task, "Priority")
+        labels = {} if task_priority is None else {"kai.scheduler/task-priority": str(int(task_priority))}
         if state not in ("Pending", "Running", "Releasing", "Bound", "Allocated"):
             raise ValueError(f"task state {state} is not modelled")
         pod = PodSpec(
@@ -233,6 +235,7 @@ def _job_events(job: dict[str, Any], index: int, count: int) -> list[AnyEvent]:
             terminating=state == "Releasing",
             created=created,
             started=created if node and state != "Pending" else None,
+            labels=labels,
         )
         out.append(PodObserved(event_id=f"pod-{name}-{t}", ts=T0, pod=pod))
     return out

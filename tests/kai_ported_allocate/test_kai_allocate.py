@@ -46,11 +46,7 @@ NOT_PORTED.update(
     }
 )
 
-XFAIL: dict[tuple[str, str], str] = {
-    ("allocate__allocateElastic", "Allocate elastic job - partial allocate - with priority"): (
-        "task order inside a job (KAI's task-order priority label) is not modelled"
-    ),
-}
+XFAIL: dict[tuple[str, str], str] = {}
 
 
 def _cases(sources: list[str]) -> list[Any]:

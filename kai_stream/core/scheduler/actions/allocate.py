@@ -16,7 +16,7 @@ each of them would hit the same verdict. A saturated cycle tries only the first 
 from __future__ import annotations
 
 from kai_stream.core.events import PendingCode
-from kai_stream.core.scheduler.framework.info import ALLOCATED, RUNNING, JobClass, JobInfo, TaskInfo
+from kai_stream.core.scheduler.framework.info import ALLOCATED, RELEASING, RUNNING, JobClass, JobInfo, TaskInfo
 from kai_stream.core.scheduler.framework.ordering import JobsByQueue
 from kai_stream.core.scheduler.framework.session import PendingInfo, Session
 from kai_stream.core.scheduler.framework.statement import Operation
@@ -134,6 +134,10 @@ class _Allocator:
             )
             self.mark(pending, info)
             return None, False
+        short = _short_sub_group(job)
+        if short is not None:
+            self.mark(pending, short)
+            return None, False
         request = ssn.job_request(job)
         refused = ssn.hooks.check_job(job, request)
         if refused is not None:
@@ -156,7 +160,7 @@ class _Allocator:
             stmt.allocate(task, placement)
         if failure is not None or not ssn.hooks.ready(job, active + len(tasks)):
             stmt.discard()
-            info = failure or PendingInfo("GangIncomplete", f"job {job.key} cannot reach minMember", {}, {})
+            info = failure or _unready(job, active, len(tasks))
             self._job_failures[shape] = (start_id, info)
             self.mark(pending, info)
             return (info if ssn.state_id == start_id else None), False
@@ -166,6 +170,32 @@ class _Allocator:
         stmt.commit()
         self.committed(touched)
         return None, len(tasks) < len(pending)
+
+
+def _short_sub_group(job: JobInfo) -> PendingInfo | None:
+    """``GangIncomplete`` for the first subgroup with fewer pods (not releasing) than its minMember: it cannot
+    start, so neither can the job."""
+    for name, need in job.sub_groups:
+        alive = sum(1 for t in job.tasks if t.sub_group == name and t.status != RELEASING)
+        if alive < need:
+            return PendingInfo(
+                "GangIncomplete",
+                f"job {job.key} subgroup {name} has {alive} pods, needs minMember {need}",
+                {},
+                {"subGroup": name, "pods": str(alive), "minMember": str(need)},
+            )
+    return None
+
+
+def _unready(job: JobInfo, active: int, placed: int) -> PendingInfo:
+    """``GangIncomplete`` for a pass that placed its tasks and still left the job below its minimum."""
+    return PendingInfo(
+        "GangIncomplete",
+        f"job {job.key} would have {active + placed} active pods ({placed} placed now), needs minMember"
+        f" {job.min_member} and each subgroup's",
+        {},
+        {"active": str(active + placed), "minMember": str(job.min_member)},
+    )
 
 
 def _bound_or_allocated(job: JobInfo) -> int:

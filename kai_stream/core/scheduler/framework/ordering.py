@@ -1,24 +1,31 @@
-"""Which job goes next: queues ordered through the tree by the queue-order hooks, jobs by the job-order hooks.
+"""Which job goes next: queues ordered level by level through the tree by the queue-order hooks, jobs by the
+job-order hooks (KAI ``JobsOrderByQueues``, ``traverseToLeaf``).
 
-Each leaf queue with pending jobs has one heap entry keyed by the path of queue keys from the root down to
-the leaf (so siblings are compared at every level, parents first), computed with that leaf's head job. A level
-where the queue has no sibling with pending jobs below it (e.g. a single department over every queue) is left
-out of the path: KAI compares a queue only with its siblings, never with itself under another leaf's job.
-Keys only get worse as a cycle allocates (allocation grows), so an entry is checked lazily when it comes
-to the top: if a queue on its path changed since the push (``QueueInfo.version``) and its key went stale,
-it is re-pushed with the fresh key. The session's ``queue_epoch`` says cheaply that no queue changed at all.
+Every queue with pending jobs below it is a node: a leaf holds its jobs in job order, any other queue a heap of
+its children with pending jobs (the roots are the children of one virtual node). A node's key is the queue-order
+key of its queue offered its best job: a leaf's next job, else the best job of the child on top of its heap. So
+siblings are compared with their own keys, each computed with its own best job, and the next job is found by
+walking down from the roots, taking the top child at every level. A heap with a single child compares nothing,
+so that child's key is not computed (KAI compares a queue only with its siblings).
 
-``next_alike`` takes a leaf's following job without the heap when ``pop`` would return it anyway: nothing
-changed since the leaf's last job was popped and the following job reads alike for the queue keys, so the
-leaf's key is the same and it is still the least. ``in_order`` is the loop every action runs: each job after
-the previous one was handled, by ``next_alike`` where it applies, else by ``requeue`` and ``pop``.
+A stored key is checked lazily when its node comes to the top of its parent's heap (KAI's ``needsReorder``,
+``Fix(0)``): it went stale when its queue changed since (``QueueInfo.version``) or when its best job is another
+one that the queue-key plugins do not see alike (``Hooks.queue_key_signature``; without one, another job or a new
+version of it). A stale key is recomputed and the node sifted down. Keys only get worse as a cycle allocates, and
+what a pop changes is on the path it took (all at the tops of their heaps), so this is the order a full re-sort
+would give. A node with nothing left is dropped when it comes to the top.
+
+``next_alike`` takes a leaf's following job without walking the tree when ``pop`` would return it anyway: nothing
+changed since the leaf's last job was popped and the following job reads alike for the queue keys, so every key
+on the path is the same and the path is still the least. ``in_order`` is the loop every action runs: each job
+after the previous one was handled, by ``next_alike`` where it applies, else by ``requeue`` and ``pop``.
 """
 
 from __future__ import annotations
 
 import bisect
 import heapq
-from collections.abc import Iterator
+from collections.abc import Hashable, Iterator
 from typing import TYPE_CHECKING
 
 from kai_stream.core.scheduler.framework.hooks import SortKey
@@ -30,22 +37,65 @@ if TYPE_CHECKING:
 __all__ = ["JobsByQueue"]
 
 
+class _Node:
+    """One queue of the tree: a leaf's jobs (``jobs``, the next at ``next``) or a heap of child nodes, and the key
+    it holds in its parent's heap with what that key was computed from."""
+
+    __slots__ = ("heap", "job", "job_version", "jobs", "key", "name", "next", "queue", "signature", "version")
+
+    def __init__(self, queue: QueueInfo | None, jobs: list[JobInfo] | None) -> None:
+        self.queue = queue
+        self.name = queue.name if queue is not None else ""
+        self.jobs = jobs
+        self.next = 0
+        self.heap: list[tuple[SortKey, str, _Node]] = []
+        self.key: SortKey = ()
+        self.job: JobInfo | None = None
+        """The best job the key was computed with, its version then and its queue-key signature; the queue's
+        version then."""
+        self.job_version = -1
+        self.version = -1
+        self.signature: Hashable = None
+
+
+Entry = tuple[SortKey, str, _Node]
+
+
 class JobsByQueue:
     def __init__(self, session: Session, jobs: list[JobInfo]) -> None:
         self.ssn = session
-        self._jobs: dict[str, list[JobInfo]] = {}
-        self._next: dict[str, int] = {}
-        self._leaves: dict[str, QueueInfo] = {}
+        self._leaves: dict[str, _Node] = {}
+        nodes: dict[str, _Node] = {}
         for job in jobs:
-            if job.queue is None:
+            queue = job.queue
+            if queue is None:
                 continue
-            self._jobs.setdefault(job.queue.name, []).append(job)
-            self._leaves[job.queue.name] = job.queue
-        for name in self._jobs:
-            self._jobs[name].sort(key=session.job_key)
-            self._next[name] = 0
-        self._heap: list[tuple[SortKey, str, tuple[int, ...], int]] = []
-        self._paths: dict[str, list[QueueInfo]] = {}
+            leaf = self._leaves.get(queue.name)
+            if leaf is None:
+                leaf = self._leaves[queue.name] = nodes[queue.name] = _Node(queue, [])
+            assert leaf.jobs is not None
+            leaf.jobs.append(job)
+        self._root = _Node(None, None)
+        children: dict[str, list[_Node]] = {}
+        for name in sorted(self._leaves):
+            leaf = self._leaves[name]
+            assert leaf.jobs is not None
+            leaf.jobs.sort(key=session.job_key)
+            node, queue = leaf, leaf.queue
+            while queue is not None:
+                parent = queue.parent
+                parent_name = parent.name if parent is not None else ""
+                children.setdefault(parent_name, []).append(node)
+                if parent is None or parent.name in nodes:
+                    break
+                node = nodes[parent.name] = _Node(parent, None)
+                queue = parent
+        by_depth = sorted(nodes.values(), key=lambda n: -len(n.queue.ancestry()) if n.queue is not None else 0)
+        for node in [*by_depth, self._root]:
+            below = children.get(node.name)
+            if node.jobs is None and below:
+                node.heap = [self._entry(child) if len(below) > 1 else ((), child.name, child) for child in below]
+                heapq.heapify(node.heap)
         self._popped: tuple[JobInfo, int] | None = None
         """The last job ``pop`` or ``next_alike`` returned and the queue epoch then."""
         self._signature: tuple[JobInfo, object] | None = None
@@ -53,93 +103,72 @@ class JobsByQueue:
         self.followed = False
         """Whether the job ``in_order`` yielded last was taken by ``next_alike`` after the one before it (nothing
         changed any queue in between)."""
-        on_paths = {q.name: q for leaf in self._leaves.values() for q in leaf.ancestry()}
-        siblings: dict[str | None, int] = {}
-        for q in on_paths.values():
-            siblings[q.parent_name] = siblings.get(q.parent_name, 0) + 1
-        for name, leaf in self._leaves.items():
-            path = [q for q in reversed(leaf.ancestry()) if siblings[q.parent_name] > 1]
-            self._paths[name] = path or [leaf]
-        for name in sorted(self._jobs):
-            self._push(name)
 
-    def _key(self, name: str, job: JobInfo) -> tuple[SortKey, tuple[int, ...], int]:
-        """The job's path key with the path versions and the session's queue epoch it holds for (memoised on the
-        session: recomputed only when a queue on the path changed since). A shared key computed at the current
-        epoch holds the current versions, so they are not read again."""
-        ssn = self.ssn
-        epoch = ssn.queue_epoch
-        path = self._paths[name]
-        memo = ssn.order_keys.get(job)
-        versions: tuple[int, ...] | None = None
-        if memo is not None:
-            if memo[0] == epoch:
-                return memo[2], memo[1], epoch
-            versions = tuple([q.version for q in path])
-            if memo[1] == versions:
-                ssn.order_keys[job] = (epoch, versions, memo[2])
-                return memo[2], versions, epoch
-        signature = ssn.hooks.queue_key_signature(job)
+    def _entry(self, node: _Node) -> Entry:
+        """``node``'s heap entry with a fresh key (its best job exists: it was just built or checked)."""
+        job = self._best(node)
+        assert job is not None and node.queue is not None
+        node.key = self.ssn.hooks.queue_key(node.queue, job)
+        node.job, node.job_version, node.version = job, job.version, node.queue.version
+        node.signature = self.ssn.hooks.queue_key_signature(job)
+        return node.key, node.name, node
+
+    def _stale(self, node: _Node, job: JobInfo) -> bool:
+        assert node.queue is not None
+        if node.queue.version != node.version:
+            return True
+        signature = self.ssn.hooks.queue_key_signature(job)
         if signature is not None:
-            shared = ssn.path_keys.get((name, signature))
-            if shared is not None:
-                if shared[0] == epoch:
-                    ssn.order_keys[job] = shared
-                    return shared[2], shared[1], epoch
-                if versions is None:
-                    versions = tuple([q.version for q in path])
-                if shared[1] == versions:
-                    ssn.order_keys[job] = (epoch, versions, shared[2])
-                    return shared[2], versions, epoch
-        if versions is None:
-            versions = tuple([q.version for q in path])
-        queue_key = ssn.hooks.queue_key
-        key = tuple([queue_key(q, job) for q in path])
-        ssn.order_keys[job] = (epoch, versions, key)
-        if signature is not None:
-            ssn.path_keys[(name, signature)] = (epoch, versions, key)
-        return key, versions, epoch
+            return signature != node.signature
+        return node.job is not job or job.version != node.job_version
 
-    def _push(self, name: str) -> None:
-        jobs = self._jobs[name]
-        i = self._next[name]
-        if i < len(jobs):
-            key, versions, epoch = self._key(name, jobs[i])
-            heapq.heappush(self._heap, (key, name, versions, epoch))
-
-    def pop(self) -> JobInfo | None:
-        """The next job to try, or None when every queue is exhausted."""
-        heap = self._heap
+    def _best(self, node: _Node) -> JobInfo | None:
+        """``node``'s best job, with the heaps on the way to it checked (stale tops re-keyed, empty ones
+        dropped); None when nothing is left below it."""
+        jobs = node.jobs
+        if jobs is not None:
+            i = node.next
+            return jobs[i] if i < len(jobs) else None
+        heap = node.heap
         while heap:
-            key, name, versions, epoch = heap[0]
-            jobs = self._jobs[name]
-            i = self._next[name]
-            if i >= len(jobs):
+            child = heap[0][2]
+            job = self._best(child)
+            if job is None:
                 heapq.heappop(heap)
                 continue
-            job = jobs[i]
-            if epoch != self.ssn.queue_epoch:
-                fresh, now, epoch = self._key(name, job)
-                if now != versions and fresh != key:
-                    heapq.heapreplace(heap, (fresh, name, now, epoch))
+            if len(heap) > 1 and self._stale(child, job):
+                old = child.key
+                entry = self._entry(child)
+                if entry[0] != old:
+                    heapq.heapreplace(heap, entry)
                     continue
-            heapq.heappop(heap)
-            self._next[name] += 1
-            self._popped = (job, self.ssn.queue_epoch)
             return job
         return None
 
+    def pop(self) -> JobInfo | None:
+        """The next job to try, or None when every queue is exhausted."""
+        if self._best(self._root) is None:
+            return None
+        node = self._root
+        while node.jobs is None:
+            node = node.heap[0][2]
+        job = node.jobs[node.next]
+        node.next += 1
+        self._popped = (job, self.ssn.queue_epoch)
+        return job
+
     def next_alike(self, job: JobInfo) -> JobInfo | None:
-        """The job ``pop`` would return next, taken without the heap, when that is sure to be the following job of
+        """The job ``pop`` would return next, taken without the tree, when that is sure to be the following job of
         ``job``'s leaf: ``job`` is the last one taken and not requeued, no queue changed since, and the following
-        job has ``job``'s queue-key signature (so the leaf keeps its key, which was the least). None otherwise
-        (then ``requeue`` and ``pop`` as usual)."""
+        job has ``job``'s queue-key signature (so every key on the leaf's path is the same, and the path is still
+        the least). None otherwise (then ``requeue`` and ``pop`` as usual)."""
         popped = self._popped
         if popped is None or popped[0] is not job or popped[1] != self.ssn.queue_epoch or job.queue is None:
             return None
-        name = job.queue.name
-        jobs = self._jobs[name]
-        i = self._next[name]
+        leaf = self._leaves[job.queue.name]
+        jobs = leaf.jobs
+        assert jobs is not None
+        i = leaf.next
         if i >= len(jobs):
             return None
         following = jobs[i]
@@ -149,7 +178,7 @@ class JobsByQueue:
         if mine is None or signature(following) != mine:
             return None
         self._signature = (following, mine)
-        self._next[name] = i + 1
+        leaf.next = i + 1
         self._popped = (following, popped[1])
         return following
 
@@ -167,18 +196,17 @@ class JobsByQueue:
 
     def push_back(self, job: JobInfo) -> None:
         """Put ``job`` back among its leaf's jobs still to come, where its (new) job key places it: a job that got
-        part of its tasks goes in line again (KAI ``PushJob``). Call it before the loop takes the next job."""
+        part of its tasks goes in line again (KAI ``PushJob``). Call it before the loop takes the next job (its
+        leaf is still in the tree then: a node is dropped only when it comes to the top with nothing left)."""
         if job.queue is None:
             return
-        name = job.queue.name
-        jobs = self._jobs[name]
-        i = self._next[name]
-        at = bisect.bisect_right(jobs, self.ssn.job_key(job), lo=i, key=self.ssn.job_key)
+        leaf = self._leaves[job.queue.name]
+        jobs = leaf.jobs
+        assert jobs is not None
+        at = bisect.bisect_right(jobs, self.ssn.job_key(job), lo=leaf.next, key=self.ssn.job_key)
         jobs.insert(at, job)
         self._popped = None
 
     def requeue(self, job: JobInfo) -> None:
-        """Put the job's queue back in line (with its next job) after ``job`` was handled."""
+        """After ``job`` was handled: the next ``pop`` walks the tree again (and re-keys what changed)."""
         self._popped = None
-        if job.queue is not None:
-            self._push(job.queue.name)

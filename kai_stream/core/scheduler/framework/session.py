@@ -9,7 +9,7 @@ reasons are kept per task and emitted by ``close``.
 from __future__ import annotations
 
 from bisect import bisect_left, insort
-from collections.abc import Hashable, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -140,12 +140,6 @@ class Session:
     _stamp: int = 0
     queue_epoch: int = 0
     """Bumped with every change of any ``QueueInfo.version``: while it stands still, no queue changed."""
-    path_keys: dict[tuple[str, Hashable], tuple[int, tuple[int, ...], SortKey]] = field(default_factory=dict)
-    """``JobsByQueue``'s path key per (leaf queue, ``hooks.queue_key_signature``), with the epoch and path versions
-    it was computed at: jobs of a leaf that the queue-key plugins see alike share their path key."""
-    order_keys: dict[JobInfo, tuple[int, tuple[int, ...], SortKey]] = field(default_factory=dict)
-    """``JobsByQueue``'s path key per job, with the epoch and path versions it was computed at, shared by every
-    action of the cycle (a job that no action placed keeps its key from one action to the next)."""
     usage: dict[str, tuple[float, float, float]] = field(default_factory=dict)
     """Per leaf queue: its usage share of the cluster over the configured window (``timeshare.usage_shares``);
     empty unless ``config.usage_params`` is set."""
@@ -401,8 +395,6 @@ class Session:
         self.decisions = []
         self.pending = {}
         self.pending_jobs = []
-        self.path_keys = {}
-        self.order_keys = {}
         self.awaited = {}
         self.nominated = set()
         self.topologies = {}
@@ -658,6 +650,20 @@ def _pod_order(pod: PodSpec) -> tuple[float, str, str, str]:
     return (pod.created, pod.namespace, pod.name, pod.uid)
 
 
+LABEL_TASK_PRIORITY = "kai.scheduler/task-priority"
+_UNRANKED = (2, 0)
+
+
+def _task_rank(labels: Mapping[str, str]) -> tuple[int, int]:
+    """Where a pod's label ``kai.scheduler/task-priority`` puts it among its job's tasks (KAI's taskorder plugin):
+    labelled with an integer first, higher first; then labelled with anything else; then unlabelled."""
+    value = labels.get(LABEL_TASK_PRIORITY)
+    if value is None:
+        return _UNRANKED
+    digits = value[1:] if value[:1] in ("+", "-") else value
+    return (0, -int(value)) if digits.isascii() and digits.isdigit() else (1, 0)
+
+
 def _task_order(task: TaskInfo) -> tuple[float, str, str, str]:
     return (task.created, task.namespace, task.name, task.uid)
 
@@ -828,7 +834,11 @@ class _JobBuilder:
         if job.group_missing:
             job.min_member = len(job_tasks) + 1
         if len(job_tasks) > 1:
-            job_tasks.sort(key=lambda t: (t.created, t.name, t.uid))
+            ranks = {pod.uid: _task_rank(pod.labels) for pod, _, _ in chosen if LABEL_TASK_PRIORITY in pod.labels}
+            if ranks:
+                job_tasks.sort(key=lambda t: (ranks.get(t.uid, _UNRANKED), t.created, t.name, t.uid))
+            else:
+                job_tasks.sort(key=lambda t: (t.created, t.name, t.uid))
         return job, pending
 
 

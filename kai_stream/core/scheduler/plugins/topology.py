@@ -9,7 +9,9 @@ When a constrained job comes up (the job check every action runs before placing 
 domains at the preferred level, then at the required level, each list tightest first (least free GPU, then
 fewest nodes, then label values), and restricts the node index to the first domain where the whole gang can
 be placed (now or on releasing capacity). No domain at the required level fits -> the job is refused with
-``NoNodeFits``; a preferred level alone never refuses. Unconstrained jobs clear the restriction.
+``NoNodeFits`` and KAI's words ("topology T, requirement L couldn't be satisfied for job <ns/name>") with what the
+job needs and the most the best domain could place; a preferred level alone never refuses. Unconstrained jobs
+clear the restriction.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from kai_stream.core.events import PendingCode, TopologyConstraint
-from kai_stream.core.scheduler.framework.info import PENDING, JobInfo, NodeInfo
+from kai_stream.core.scheduler.framework.info import PENDING, UNIT, JobInfo, NodeInfo
 
 if TYPE_CHECKING:
     from kai_stream.core.scheduler.framework.session import Session
@@ -71,8 +73,9 @@ class TopologyPlugin:
             total += sum(node.gpu_free_now(g) for g in range(len(node.healthy)) if node.healthy[g])
         return total
 
-    def _fits(self, job: JobInfo) -> bool:
-        """Whether the job's pending tasks reach its gang inside the current restriction (tried, then undone)."""
+    def _fits(self, job: JobInfo) -> tuple[bool, int]:
+        """Whether the job's pending tasks reach its gang inside the current restriction (tried, then undone), and
+        how many of them were placed."""
         assert self.session is not None
         ssn = self.session
         stmt = ssn.statement("allocate")
@@ -87,7 +90,7 @@ class TopologyPlugin:
                 placed += 1
         ok = placed > 0 and ssn.hooks.ready(job, active + placed)
         stmt.discard()
-        return ok
+        return ok, placed
 
     def check_job(self, job: JobInfo, request: list[int]) -> tuple[PendingCode, str] | None:
         assert self.session is not None
@@ -97,20 +100,46 @@ class TopologyPlugin:
         if constraint is None or not (constraint.required_level or constraint.preferred_level):
             return None
         nodes = self.session.nodes
+        best: tuple[int, int, tuple[str, ...]] | None = None
+        """At the required level: the most pods a domain could place, its free GPU and its label values."""
         for level in (constraint.preferred_level, constraint.required_level):
             if not level:
                 continue
             ranked = sorted(
-                self.domains(constraint, level), key=lambda d: (self._free_gpu(nodes, d[1]), len(d[1]), d[0])
+                (self._free_gpu(nodes, d[1]), len(d[1]), d[0], d[1]) for d in self.domains(constraint, level)
             )
-            for _, members in ranked:
+            for free, _, values, members in ranked:
                 index.allowed = members
-                if self._fits(job):
+                fits, placed = self._fits(job)
+                if fits:
                     return None
+                if level == constraint.required_level and (best is None or placed > best[0]):
+                    best = (placed, free, values)
             index.allowed = None
         if constraint.required_level:
-            return (
-                "NoNodeFits",
-                f"no {constraint.required_level} domain can hold job {job.key} (topology constraint)",
-            )
+            return ("NoNodeFits", self._unsatisfied(job, constraint, constraint.required_level, best))
         return None
+
+    def _unsatisfied(
+        self,
+        job: JobInfo,
+        constraint: TopologyConstraint,
+        level: str,
+        best: tuple[int, int, tuple[str, ...]] | None,
+    ) -> str:
+        """KAI's words (``getNoTopologyMatchError``), with the numbers: what the job needs and what the domain
+        that could place most of it has."""
+        pending = [t for t in job.tasks if t.status == PENDING]
+        gpu = sum(t.gpu_whole * UNIT + t.gpu_frac * t.gpu_devices for t in pending)
+        found = len(self.domains(constraint, level))
+        head = (
+            f"topology {constraint.topology or '(none named)'}, requirement {level} couldn't be satisfied for job"
+            f" <{job.key}>: it needs {len(pending)} pods ({gpu / UNIT:g} GPU)"
+        )
+        if best is None:
+            return f"{head}; no node has the label(s) of level {level}"
+        placed, free, values = best
+        return (
+            f"{head}; of {found} {level} domains, the best ({'/'.join(values)}) can allocate only {placed} of"
+            f" {len(pending)} required pods, {free / UNIT:g} GPU free"
+        )

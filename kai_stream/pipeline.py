@@ -158,7 +158,7 @@ class LogTail:
         self._task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
-        consumer = make_consumer(self.kafka, group_id=None, fetch_max_wait_ms=10)
+        consumer = make_consumer(self.kafka, group_id=None)
         await consumer.start()
         tps = [
             TopicPartition(topic, p)
@@ -482,6 +482,11 @@ class Pipeline:
     @property
     def processor_pid(self) -> int | None:
         return self._processor.pid if self._processor is not None else None
+
+    @property
+    def binder_pid(self) -> int | None:
+        """The binder's process id (``binder_subprocess``); None when it runs on this loop."""
+        return self._binder.pid if self._binder is not None else None
 
     def processor_output(self, chars: int | None = 4000) -> str:
         """The end of what the processors printed (``chars=None``: all of it)."""

@@ -2,7 +2,9 @@
 then a burst backlog of more pods of the same size.
 
 Everything real: embedded broker (TCP; ``--engine tansu|kafka``), simulated Kubernetes API (HTTP), Kubernetes connector,
-faust scheduler processor (subprocess), binder. Two phases on one pipeline:
+scheduler processor (subprocess), binder (subprocess, as deployed: on this process's loop, shared with the simulated API
+and the connector, its group session expired whenever the loaded machine held the loop up for seconds). Three phases
+on one pipeline:
 
 1. **Steady rate (latency)**: ``--pods`` one-GPU pods created at ``--rate`` pods/s. Prints pod-created ->
    binding-POST latency p50 / p99 (server-side clock of the simulated API: when the pod was stored, when its
@@ -33,19 +35,23 @@ faust scheduler processor (subprocess), binder. Two phases on one pipeline:
 
 The burst also prints the pipeline's ratio to the in-process floor of the same run (target >= 0.8 on Apache Kafka).
 
-Both phases also print the CPU seconds per pod of the processor subprocess, of the embedded broker and of this
-process (simulated API, connector, binder, pod creation): on a shared, loaded machine the latencies mostly
-measure how long each process waits for a core, the CPU figures are what changes compare.
+Both phases also print the CPU seconds per pod of the processor and binder subprocesses, of the embedded broker and
+of this process (simulated API, connector, pod creation), and the steady phase how late this process's event loop
+ran a 50 ms timer (p50 / p99 / max): on a shared, loaded machine the latencies mostly measure how long each process
+waits for a core, the CPU figures are what changes compare.
 
 **On a real API server** (``--cluster apiserver``): the same pipeline against etcd + kube-apiserver + KWOK
 (``connectors/apiserver``; connector and binder with the chart's ServiceAccount tokens), and, in the same run and
 measured the same way, against the simulated cluster. For each: ``--pods`` one-GPU pods created at ``--rate`` on
 ``--nodes`` nodes; time from the first creation until a pod watch (this process, raw JSON lines) saw the last one
 bound, pods bound/s, pod-created (its create answered) -> seen bound p50 / p99, and the CPU seconds of every
-process (kube-apiserver, etcd and KWOK too). Then the ratios real / simulated. No burst phase there.
+process (kube-apiserver, etcd and KWOK too). Then the ratios real / simulated. No burst phase there. Before the
+real cluster's run, ``--idle`` seconds of it idle (default 60): the cluster-events records the connector published
+per minute, by kind, and how many re-published an object whose content had not changed. The scenario's objects
+are loaded 16 requests at a time (``ControlPlane.load_objects``).
 
 Usage: ``python benchmarks/bench_pipeline.py [--nodes 1000] [--pods 10000] [--rate 100] [--burst 5000]
-[--cluster sim|apiserver]``.
+[--cluster sim|apiserver] [--idle 60]``.
 """
 
 from __future__ import annotations

@@ -528,7 +528,11 @@ class Pipeline:
         proc, self._binder = self._binder, None
         if proc is not None and proc.poll() is None:
             proc.kill() if kill else proc.terminate()
-            await asyncio.to_thread(proc.wait, 15)
+            try:
+                await asyncio.to_thread(proc.wait, 15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                await asyncio.to_thread(proc.wait)
         if kill:
             await self._cancel("binder")
             return

@@ -2,7 +2,9 @@
 then a burst backlog of more pods of the same size.
 
 Everything real: embedded broker (TCP; ``--engine tansu|kafka``), simulated Kubernetes API (HTTP), Kubernetes connector,
-faust scheduler processor (subprocess), binder. Two phases on one pipeline:
+scheduler processor (subprocess), binder (subprocess, as deployed: on this process's loop, shared with the simulated API
+and the connector, its group session expired whenever the loaded machine held the loop up for seconds). Three phases
+on one pipeline:
 
 1. **Steady rate (latency)**: ``--pods`` one-GPU pods created at ``--rate`` pods/s. Prints pod-created ->
    binding-POST latency p50 / p99 (server-side clock of the simulated API: when the pod was stored, when its
@@ -33,19 +35,23 @@ faust scheduler processor (subprocess), binder. Two phases on one pipeline:
 
 The burst also prints the pipeline's ratio to the in-process floor of the same run (target >= 0.8 on Apache Kafka).
 
-Both phases also print the CPU seconds per pod of the processor subprocess, of the embedded broker and of this
-process (simulated API, connector, binder, pod creation): on a shared, loaded machine the latencies mostly
-measure how long each process waits for a core, the CPU figures are what changes compare.
+Both phases also print the CPU seconds per pod of the processor and binder subprocesses, of the embedded broker and
+of this process (simulated API, connector, pod creation), and the steady phase how late this process's event loop
+ran a 50 ms timer (p50 / p99 / max): on a shared, loaded machine the latencies mostly measure how long each process
+waits for a core, the CPU figures are what changes compare.
 
 **On a real API server** (``--cluster apiserver``): the same pipeline against etcd + kube-apiserver + KWOK
 (``connectors/apiserver``; connector and binder with the chart's ServiceAccount tokens), and, in the same run and
 measured the same way, against the simulated cluster. For each: ``--pods`` one-GPU pods created at ``--rate`` on
 ``--nodes`` nodes; time from the first creation until a pod watch (this process, raw JSON lines) saw the last one
 bound, pods bound/s, pod-created (its create answered) -> seen bound p50 / p99, and the CPU seconds of every
-process (kube-apiserver, etcd and KWOK too). Then the ratios real / simulated. No burst phase there.
+process (kube-apiserver, etcd and KWOK too). Then the ratios real / simulated. No burst phase there. Before the
+real cluster's run, ``--idle`` seconds of it idle (default 60): the cluster-events records the connector published
+per minute, by kind, and how many re-published an object whose content had not changed. The scenario's objects
+are loaded 16 requests at a time (``ControlPlane.load_objects``).
 
 Usage: ``python benchmarks/bench_pipeline.py [--nodes 1000] [--pods 10000] [--rate 100] [--burst 5000]
-[--cluster sim|apiserver]``.
+[--cluster sim|apiserver] [--idle 60]``.
 """
 
 from __future__ import annotations
@@ -77,8 +83,12 @@ from kai_stream.core.events import (
     ClusterEvent,
     DecisionsRecord,
     MalformedEvent,
+    ObjectKey,
+    ObservedBase,
     PodObserved,
+    content_digest,
     dumps,
+    event_key,
     loads_cluster_event,
     loads_decisions_record,
 )
@@ -170,11 +180,12 @@ def process_cpu_s(pid: int | None) -> float:
 
 
 class CpuMeter:
-    """CPU seconds used by this process (simulated API, connector, binder), by the processor subprocess and by
-    the embedded broker since ``start``: unlike wall times, comparable across runs on a loaded machine."""
+    """CPU seconds used by this process (simulated API, connector), by the processor and binder subprocesses and
+    by the embedded broker since ``start``: unlike wall times, comparable across runs on a loaded machine."""
 
     def __init__(self, pipeline: Pipeline) -> None:
-        self.pids = {"processor": pipeline.processor_pid, "broker": pipeline.broker.pid if pipeline.broker else None}
+        self.pids = {"processor": pipeline.processor_pid, "binder": pipeline.binder_pid,
+                     "broker": pipeline.broker.pid if pipeline.broker else None}
         self.start()
 
     def start(self) -> None:
@@ -183,8 +194,30 @@ class CpuMeter:
 
     def report(self, pods: int) -> str:
         used = {name: process_cpu_s(pid) - self.others[name] for name, pid in self.pids.items()}
-        used["API+connector+binder"] = time.process_time() - self.here
+        used["API+connector"] = time.process_time() - self.here
         return "CPU: " + ", ".join(f"{name} {s:.1f}s ({s / pods * 1000:.2f} ms/pod)" for name, s in used.items())
+
+
+class LoopLag:
+    """How late this process's event loop ran a 50 ms timer (the simulated API and the connector share the loop):
+    a late loop delays every API answer and record the connector publishes."""
+
+    def __init__(self) -> None:
+        self.lags: list[float] = []
+        self._task = asyncio.create_task(self._watch())
+
+    async def _watch(self) -> None:
+        while True:
+            due = time.perf_counter() + 0.05
+            await asyncio.sleep(0.05)
+            self.lags.append(max(0.0, time.perf_counter() - due))
+
+    def report(self) -> str:
+        self._task.cancel()
+        if not self.lags:
+            return "event loop lag: no sample"
+        p50, p99 = quantiles([lag * 1000 for lag in self.lags])
+        return f"this process's event loop lag p50 {p50:.0f} ms, p99 {p99:.0f} ms, max {max(self.lags) * 1000:.0f} ms"
 
 
 def quantiles(values: list[float]) -> tuple[float, float]:
@@ -256,10 +289,12 @@ async def steady_phase(pipeline: Pipeline, pods: int, rate: float) -> None:
     print(f"steady: creating {pods} pods at {rate or 'max'} pods/s ...", flush=True)
     before = sum(1 for _ in await read_records(pipeline, pipeline.names.cluster_events))
     cpu = CpuMeter(pipeline)
+    lag = LoopLag()
     started = await create_pods(pipeline.cluster.url, 0, pods, rate)
     created_s = time.perf_counter() - started
     await wait_bound(pipeline, pods)
     cpu_used = cpu.report(pods)
+    lagged = lag.report()
     bindings = [b for b in pipeline.cluster.bindings if b.latency is not None]
     elapsed = max(b.at for b in bindings) - started
     events = await read_records(pipeline, pipeline.names.cluster_events)
@@ -282,6 +317,7 @@ async def steady_phase(pipeline: Pipeline, pods: int, rate: float) -> None:
             s50, s99 = quantiles(values)
             print(f"  stage {name:9s}: p50 {s50:7.1f} ms, p99 {s99:7.1f} ms")
     print(f"  {cpu_used}")
+    print(f"  {lagged}")
     print(f"  (creation-rate bound: {len(events) - before} cluster-events in {elapsed:.1f}s = "
           f"{(len(events) - before) / elapsed:,.0f} events/s, {len(bindings) / elapsed:,.0f} pods bound/s)")
 
@@ -540,8 +576,8 @@ async def bind_all(pipeline: Pipeline, cluster: str, configuration: client.Confi
         watcher = BoundWatch(api)
         watching = asyncio.create_task(watcher.run())
         await asyncio.wait_for(watcher.started.wait(), 60)
-        processes = {"processor": pipeline.processor_pid, "broker": pipeline.broker.pid if pipeline.broker else None,
-                     **pids}
+        processes = {"processor": pipeline.processor_pid, "binder": pipeline.binder_pid,
+                     "broker": pipeline.broker.pid if pipeline.broker else None, **pids}
         before = {name: process_cpu_s(pid) for name, pid in processes.items()}
         here = time.process_time()
         created: dict[str, float] = {}
@@ -561,21 +597,61 @@ async def bind_all(pipeline: Pipeline, cluster: str, configuration: client.Confi
             watching.cancel()
             await asyncio.gather(watching, return_exceptions=True)
         cpu = {name: process_cpu_s(pid) - before[name] for name, pid in processes.items()}
-        cpu["this process (connector, binder" + (", simulated API)" if cluster == "sim" else ")")] = (
+        cpu["this process (connector" + (", simulated API)" if cluster == "sim" else ")")] = (
             time.process_time() - here)
     p50, p99 = quantiles([(watcher.bound_at[n] - at) * 1000 for n, at in created.items()])
     return BindFigures(cluster, pods, max(watcher.bound_at.values()) - started, p50, p99, cpu)
+
+
+async def idle_records(pipeline: Pipeline, seconds: float) -> str:
+    """What the connector publishes while nothing happens: the cluster-events records appended in ``seconds``, by
+    kind, and how many of the observed ones repeat the content (``content_digest``) of the object's previous
+    record on that partition, i.e. re-publish an unchanged object."""
+    before = await read_records(pipeline, pipeline.names.cluster_events)
+    await asyncio.sleep(seconds)
+    after = await read_records(pipeline, pipeline.names.cluster_events)
+    known: dict[tuple[int, ObjectKey], str] = {}
+    ends: dict[int, int] = {}
+    for record in before:
+        ends[record.partition] = record.offset
+        event = _decoded(record)
+        if isinstance(event, ObservedBase) and (key := event_key(event)) is not None:
+            known[(record.partition, key)] = content_digest(event)
+    kinds: dict[str, int] = {}
+    new = repeated = 0
+    for record in after:
+        if record.offset <= ends.get(record.partition, -1):
+            continue
+        new += 1
+        event = _decoded(record)
+        kinds[type(event).__name__] = kinds.get(type(event).__name__, 0) + 1
+        if isinstance(event, ObservedBase) and (key := event_key(event)) is not None:
+            digest = content_digest(event)
+            repeated += known.get((record.partition, key)) == digest
+            known[(record.partition, key)] = digest
+    by_kind = ", ".join(f"{kind} {count}" for kind, count in sorted(kinds.items()))
+    return (f"idle {seconds:.0f}s: {new} cluster-events records = {new / seconds * 60:,.0f}/min ({by_kind}); "
+            f"{repeated} re-published an object with unchanged content")
+
+
+def _decoded(record: Record) -> ClusterEvent | None:
+    try:
+        return loads_cluster_event(record.value or b"")
+    except MalformedEvent:
+        return None
 
 
 def _pipeline_options(engine: Engine, **kwargs: Any) -> PipelineOptions:
     """Options of every run: no tail; a group session long enough for the burst phase's pause (Tansu holds the
     first join for half of it)."""
     session = {"KAI_STREAM_KAFKA_SESSION_TIMEOUT_MS": "30000", "KAI_STREAM_KAFKA_HEARTBEAT_INTERVAL_MS": "1000"}
-    return PipelineOptions(engine=engine, tick_interval_s=1.0, tail=False, processor_env=session, **kwargs)
+    return PipelineOptions(engine=engine, tick_interval_s=1.0, tail=False, processor_env=session,
+                           binder_subprocess=True, **kwargs)
 
 
-async def compare_apiserver(nodes: int, pods: int, rate: float, gpus: int, engine: Engine) -> None:
-    """The same bind-all run on the simulated cluster, then on etcd + kube-apiserver + KWOK; their ratios."""
+async def compare_apiserver(nodes: int, pods: int, rate: float, gpus: int, engine: Engine, idle_s: float = 0) -> None:
+    """The same bind-all run on the simulated cluster, then on etcd + kube-apiserver + KWOK; their ratios. With
+    ``idle_s``, first what the connector publishes from the idle real cluster (``idle_records``)."""
     from connectors.apiserver import ControlPlane
 
     print(f"engine {engine}; {nodes} nodes x {gpus} GPUs; load average {os.getloadavg()[0]:.1f}; scheduler core "
@@ -598,6 +674,9 @@ async def compare_apiserver(nodes: int, pods: int, rate: float, gpus: int, engin
         admin = client.Configuration()
         await kube_config.load_kube_config(config_file=str(plane.kubeconfig), client_configuration=admin)
         async with Pipeline(options) as pipeline:
+            if idle_s > 0:
+                await pipeline.wait_processor_caught_up(timeout_s=600)
+                print(f"apiserver: {await idle_records(pipeline, idle_s)}", flush=True)
             real = await bind_all(pipeline, "apiserver", admin, plane.pids(), pods, rate)
         print(real.report(), flush=True)
     print(f"ratio apiserver / sim: pods/s {real.pods_per_s / sim.pods_per_s:.2f}, p50 latency "
@@ -617,9 +696,11 @@ if __name__ == "__main__":
     parser.add_argument("--bootstrap-servers", help="a running broker of --engine (topics under a fresh prefix)")
     parser.add_argument("--cluster", choices=("sim", "apiserver"), default="sim",
                         help="apiserver: bind-all on etcd + kube-apiserver + KWOK beside the simulated cluster")
+    parser.add_argument("--idle", type=float, default=60.0,
+                        help="--cluster apiserver: seconds of the idle real cluster to count the records of (0: skip)")
     args = parser.parse_args()
     if args.cluster == "apiserver":
-        asyncio.run(compare_apiserver(args.nodes, args.pods, args.rate, args.gpus, args.engine))
+        asyncio.run(compare_apiserver(args.nodes, args.pods, args.rate, args.gpus, args.engine, args.idle))
     else:
         asyncio.run(main(
             args.nodes, args.pods, args.rate, args.gpus, args.burst, args.engine, not args.no_restarts,

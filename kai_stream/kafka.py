@@ -36,6 +36,11 @@ from kai_stream.settings import KafkaSettings
 Record: TypeAlias = ConsumerRecord[bytes, bytes]
 
 
+READ_TO_END_WAIT_MS = 20
+"""Fetch wait of a consumer that reads partitions to their end and stops: on Apache Kafka the first fetch of a
+partition with nothing past the position is answered only when the wait runs out."""
+
+
 def partition_for(pool: str, num_partitions: int) -> int:
     """The partition of ``pool`` among ``num_partitions`` (Kafka's default murmur2 key hash, stable)."""
     if num_partitions <= 0:
@@ -85,7 +90,9 @@ def make_consumer(
     On Tansu (``quirks.py``) its fetch wait starts at ``settings.fetch_max_wait_ms`` (short by default: Tansu never
     answers a fetch early) and grows while Tansu answers it empty behind the log end (``fetchwait.py``); its fetch
     answers are cut at the first offset Tansu has not stored yet, so it never moves past a record it was not given
-    (``fetchgaps.py``). On Apache Kafka it is a plain aiokafka consumer reading committed records only.
+    (``fetchgaps.py``). On Apache Kafka it is a plain aiokafka consumer reading committed records only, whose fetch
+    waits ``settings.fetch_max_wait_kafka_ms`` (Kafka answers early); reads to the end pass a short
+    ``fetch_max_wait_ms``.
 
     With ``topics`` it subscribes (optionally with a rebalance ``listener``); without, assign partitions.
     """
@@ -96,9 +103,9 @@ def make_consumer(
         "auto_offset_reset": "earliest",
         "session_timeout_ms": settings.session_timeout_ms,
         "heartbeat_interval_ms": settings.heartbeat_interval_ms,
-        "fetch_max_wait_ms": settings.fetch_max_wait_ms,
     }
     tansu = tansu_workarounds(settings)
+    kwargs["fetch_max_wait_ms"] = settings.fetch_max_wait_ms if tansu else settings.fetch_max_wait_kafka_ms
     if not tansu:
         kwargs["isolation_level"] = "read_committed"
     kwargs.update(overrides)
@@ -235,7 +242,7 @@ async def start_consumer(consumer: AIOKafkaConsumer) -> None:
 
 async def read_topic(settings: KafkaSettings, topic: str, *, timeout_s: float = 30.0) -> list[Record]:
     """Every record currently in ``topic``, read without a consumer group (all partitions, from the start)."""
-    consumer = make_consumer(settings, group_id=None)
+    consumer = make_consumer(settings, group_id=None, fetch_max_wait_ms=READ_TO_END_WAIT_MS)
     await start_consumer(consumer)
     try:
         await assign_from_start(consumer, topic)

@@ -158,7 +158,7 @@ class LogTail:
         self._task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
-        consumer = make_consumer(self.kafka, group_id=None, fetch_max_wait_ms=10)
+        consumer = make_consumer(self.kafka, group_id=None)
         await consumer.start()
         tps = [
             TopicPartition(topic, p)
@@ -483,6 +483,11 @@ class Pipeline:
     def processor_pid(self) -> int | None:
         return self._processor.pid if self._processor is not None else None
 
+    @property
+    def binder_pid(self) -> int | None:
+        """The binder's process id (``binder_subprocess``); None when it runs on this loop."""
+        return self._binder.pid if self._binder is not None else None
+
     def processor_output(self, chars: int | None = 4000) -> str:
         """The end of what the processors printed (``chars=None``: all of it)."""
         path = Path(self._workdir.name) / "processor.log"
@@ -523,7 +528,11 @@ class Pipeline:
         proc, self._binder = self._binder, None
         if proc is not None and proc.poll() is None:
             proc.kill() if kill else proc.terminate()
-            await asyncio.to_thread(proc.wait, 15)
+            try:
+                await asyncio.to_thread(proc.wait, 15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                await asyncio.to_thread(proc.wait)
         if kill:
             await self._cancel("binder")
             return

@@ -39,6 +39,11 @@ class KafkaSettings(BaseSettings):
     """How long a consumer's fetch may wait for data. Tansu answers a waiting fetch only when this wait
     expires (never early when records arrive), so it bounds each consumer hop's latency; aiokafka's 500 ms
     default cost the binder 0.3-1 s per decision. On real Kafka a larger value (e.g. 100) saves requests."""
+    fetch_max_wait_kafka_ms: int = Field(default=500, ge=0)
+    """A long-lived consumer's fetch wait on Apache Kafka, which answers a fetch as soon as records arrive: the
+    wait costs no latency there, it only sets how often an idle consumer asks (at 10 ms an idle pipeline kept
+    the broker JVM busy: README, Benchmarks). Short reads to a partition's end keep a short wait: their
+    first fetch of a partition with nothing new is answered only when the wait runs out."""
     fetch_max_wait_limit_ms: int = Field(default=2000, ge=0)
     """The most a consumer's fetch wait may grow to while Tansu answers its fetches empty behind the log end
     (``kai_stream/fetchwait.py``); it falls back to ``fetch_max_wait_ms`` once the consumer has caught up."""

@@ -24,7 +24,7 @@ from kai_stream.core.events import (
     PodPending,
     PodPipelined,
 )
-from kai_stream.kafka import assign_from_start, make_consumer, start_consumer
+from kai_stream.kafka import READ_TO_END_WAIT_MS, assign_from_start, make_consumer, start_consumer
 from kai_stream.settings import KafkaSettings
 from kai_stream.topics import TopicNames
 
@@ -65,7 +65,9 @@ class DecisionFilter:
 
 async def high_watermarks(settings: KafkaSettings, topic: str, *, timeout_s: float = 10.0) -> dict[int, int]:
     """The current end offset of every partition of ``topic``, learned from one fetch per partition."""
-    consumer = make_consumer(settings, group_id=None, max_partition_fetch_bytes=1024)
+    consumer = make_consumer(
+        settings, group_id=None, max_partition_fetch_bytes=1024, fetch_max_wait_ms=READ_TO_END_WAIT_MS
+    )
     await start_consumer(consumer)
     try:
         tps = await assign_from_start(consumer, topic)

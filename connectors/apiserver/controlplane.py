@@ -17,6 +17,7 @@ of that component and writes a kubeconfig holding it: a client using it has exac
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import logging
 import os
@@ -29,6 +30,7 @@ import time
 import urllib.error
 import urllib.request
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -43,6 +45,8 @@ STAGES = Path(__file__).resolve().parent / "kwok-stages.yaml"
 ADMIN_USER = "kai-stream-admin"
 SA_ISSUER = "https://kubernetes.default.svc.cluster.local"
 START_TIMEOUT_S = 120.0
+LOAD_CONCURRENCY = 16
+"""Requests ``load_objects`` keeps in flight (each object's create and patches stay in order)."""
 NAMESPACED = frozenset({"Pod", "PodGroup", "ServiceAccount", "Role", "RoleBinding"})
 
 
@@ -101,6 +105,7 @@ class ControlPlane:
     token: str = ""
     _processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     _tmp: tempfile.TemporaryDirectory[str] | None = None
+    _ssl_context: ssl.SSLContext | None = None
 
     @property
     def ca_file(self) -> Path:
@@ -261,7 +266,9 @@ class ControlPlane:
     # ------------------------------------------------------------------ plain requests as admin
 
     def _ssl(self) -> ssl.SSLContext:
-        return ssl.create_default_context(cafile=str(self.ca_file))
+        if self._ssl_context is None:
+            self._ssl_context = ssl.create_default_context(cafile=str(self.ca_file))
+        return self._ssl_context
 
     def request(self, method: str, path: str, body: Any = None,
                 content_type: str = "application/json") -> tuple[int, dict[str, Any]]:
@@ -311,27 +318,32 @@ class ControlPlane:
                 obj["metadata"]["namespace"] = chart.NAMESPACE
             self.apply(obj)
 
-    def load_objects(self, objs: list[dict[str, Any]]) -> None:
+    def load_objects(self, objs: list[dict[str, Any]], concurrency: int = LOAD_CONCURRENCY) -> None:
         """Create scenario objects as the simulated cluster's ``load_objects`` would: their namespaces first, and
-        a given ``status`` written through ``/status`` afterwards (create ignores it)."""
+        a given ``status`` written through ``/status`` afterwards (create ignores it). Consecutive objects of one
+        kind (a scenario's nodes) are loaded ``concurrency`` at a time, kinds in their order."""
         objs = [{**o, "metadata": {"namespace": "default", **o["metadata"]}} if o["kind"] in NAMESPACED else o
                 for o in objs]
         namespaces = sorted({str(o["metadata"]["namespace"]) for o in objs if o["kind"] in NAMESPACED})
         for namespace in namespaces:
             self.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
-        for obj in objs:
-            self.apply(obj)
-            if obj["kind"] == "Node" and not obj.get("spec", {}).get("taints"):
-                # TaintNodesByCondition gave it node.kubernetes.io/not-ready; no node lifecycle controller runs
-                # to lift it once KWOK reports the node Ready.
-                self.request("PATCH", f"/api/v1/nodes/{obj['metadata']['name']}", {"spec": {"taints": None}},
-                             content_type="application/merge-patch+json")
-            if obj.get("status"):
-                path = f"{collection_path(obj)}/{obj['metadata']['name']}/status"
-                code, answer = self.request("PATCH", path, {"status": obj["status"]},
-                                            content_type="application/merge-patch+json")
-                if code >= 300:
-                    raise ControlPlaneError(f"status of {obj['kind']} {obj['metadata']['name']}: {code} {answer}")
+        with ThreadPoolExecutor(max_workers=max(1, concurrency), thread_name_prefix="load") as pool:
+            for _, run in itertools.groupby(objs, key=lambda o: o["kind"]):
+                list(pool.map(self._load_object, run))
+
+    def _load_object(self, obj: dict[str, Any]) -> None:
+        self.apply(obj)
+        if obj["kind"] == "Node" and not obj.get("spec", {}).get("taints"):
+            # TaintNodesByCondition gave it node.kubernetes.io/not-ready; no node lifecycle controller runs
+            # to lift it once KWOK reports the node Ready.
+            self.request("PATCH", f"/api/v1/nodes/{obj['metadata']['name']}", {"spec": {"taints": None}},
+                         content_type="application/merge-patch+json")
+        if obj.get("status"):
+            path = f"{collection_path(obj)}/{obj['metadata']['name']}/status"
+            code, answer = self.request("PATCH", path, {"status": obj["status"]},
+                                        content_type="application/merge-patch+json")
+            if code >= 300:
+                raise ControlPlaneError(f"status of {obj['kind']} {obj['metadata']['name']}: {code} {answer}")
 
     def service_account_token(self, component: str, expiration_s: int = 3600) -> str:
         name = chart.component_account(component)

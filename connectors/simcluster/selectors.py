@@ -121,10 +121,16 @@ class Selector:
     """All terms of a label selector and a field selector; `matches` is true when every term holds."""
 
     terms: tuple[Predicate, ...] = ()
+    equals: tuple[tuple[str, str], ...] = ()
+    """The field terms ``path=value`` as (view key, value): what an indexed list narrows its candidates by."""
 
     @property
     def empty(self) -> bool:
         return not self.terms
+
+    def required(self, key: str) -> str | None:
+        """The value a field equality term requires of view key ``key``, if the selector has one."""
+        return next((value for k, value in self.equals if k == key), None)
 
     def matches(self, flat: View) -> bool:
         return all(t(flat) for t in self.terms)
@@ -132,8 +138,13 @@ class Selector:
 
 def parse(label_selector: str | None, field_selector: str | None, field_labels: tuple[str, ...]) -> Selector:
     terms: list[Predicate] = []
+    equals: list[tuple[str, str]] = []
     if label_selector:
         terms.extend(_label_term(t, label_selector) for t in _split_top_level(label_selector))
     if field_selector:
-        terms.extend(_field_term(t, field_labels, field_selector) for t in _split_top_level(field_selector))
-    return Selector(tuple(terms))
+        for term in _split_top_level(field_selector):
+            terms.append(_field_term(term, field_labels, field_selector))
+            if "!=" not in term:
+                path, _, value = term.replace("==", "=", 1).partition("=")
+                equals.append((FIELD + path.strip(), value.strip()))
+    return Selector(tuple(terms), tuple(equals))

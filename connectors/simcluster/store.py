@@ -26,6 +26,10 @@ from connectors.simcluster.names import validate_name
 from connectors.simcluster.resources import ResourceType, by_key
 from connectors.simcluster.selectors import Selector
 
+INDEXED = {"pods": selectors.FIELD + "spec.nodeName"}
+"""Field indexes by store key, as kube-apiserver's watch cache keeps for pods by node: a list or watch that selects
+``spec.nodeName=<node>`` looks at that node's pods, not at every pod (the binder lists a node's pods per bind)."""
+
 Obj = dict[str, Any]
 Listener = Callable[["Change", Obj, "Obj | None"], None]
 """Called synchronously on every commit with the change, the stored object and the version it replaced."""
@@ -147,6 +151,7 @@ class Store:
     def __init__(self, *, history_limit: int = 100_000, clock: Callable[[], datetime] | None = None) -> None:
         self._rv = 0
         self._objects: dict[str, dict[tuple[str, str], Change]] = {}
+        self._index: dict[str, dict[str, set[tuple[str, str]]]] = {key: {} for key in INDEXED}
         self._history: deque[Change] = deque()
         self._history_limit = history_limit
         self._compacted_rv = 0
@@ -185,10 +190,12 @@ class Store:
         previous = bucket.get(_ns_name(obj)) if old is not None else None
         change = Change(self._rv, type_, rt, obj, old, keep_old=keep_old,
                         old_view=None if previous is None else previous.view)
+        stored = bucket.get(_ns_name(obj))
         if type_ == DELETED:
             bucket.pop(_ns_name(obj), None)
         else:
             bucket[_ns_name(obj)] = change
+        self._reindex(rt, _ns_name(obj), stored, None if type_ == DELETED else change)
         if self._history_limit > 0:
             self._history.append(change)
             while len(self._history) > self._history_limit:
@@ -216,11 +223,28 @@ class Store:
     def exists(self, rt: ResourceType, namespace: str, name: str) -> bool:
         return (namespace if rt.namespaced else "", name) in self._objects.get(rt.key, {})
 
+    def _reindex(self, rt: ResourceType, key: tuple[str, str], old: Change | None, new: Change | None) -> None:
+        field = INDEXED.get(rt.key)
+        if field is None:
+            return
+        index = self._index[rt.key]
+        if old is not None:
+            members = index.get(old.view.get(field, ""))
+            if members is not None:
+                members.discard(key)
+                if not members:
+                    del index[old.view.get(field, "")]
+        if new is not None:
+            index.setdefault(new.view.get(field, ""), set()).add(key)
+
     def _select(self, rt: ResourceType, namespace: str | None, selector: Selector) -> list[Change]:
         bucket = self._objects.get(rt.key, {})
+        field = INDEXED.get(rt.key)
+        wanted = selector.required(field) if field is not None else None
+        keys = bucket if wanted is None else self._index[rt.key].get(wanted, ())
         return [
             bucket[k]
-            for k in sorted(bucket)
+            for k in sorted(keys)
             if (namespace is None or k[0] == namespace) and (selector.empty or selector.matches(bucket[k].view))
         ]
 

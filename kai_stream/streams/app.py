@@ -35,7 +35,7 @@ from faust.types import TP
 
 from kai_stream.fetchgaps import gap_guarded
 from kai_stream.fetchwait import governed
-from kai_stream.kafka import UNIT_MAX_BYTES, make_consumer
+from kai_stream.kafka import READ_TO_END_WAIT_MS, UNIT_MAX_BYTES, make_consumer
 from kai_stream.quirks import tansu_workarounds
 from kai_stream.settings import KafkaSettings
 from kai_stream.streams.settings import ProcessorSettings
@@ -61,7 +61,7 @@ class _ConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
         if not tansu_workarounds(kafka):
             ends: Mapping[TP, int] = await super()._highwaters(partitions)
             return ends
-        probe = make_consumer(kafka, group_id=None, fetch_max_wait_ms=20)
+        probe = make_consumer(kafka, group_id=None, fetch_max_wait_ms=READ_TO_END_WAIT_MS)
         await probe.start()
         try:
             tps = [TopicPartition(tp.topic, tp.partition) for tp in partitions]

@@ -44,6 +44,11 @@ from kai_stream.topics import TopicNames
 
 log = logging.getLogger(__name__)
 
+FETCH_BYTES_PER_PARTITION = 16 * 2**20
+"""How much of a partition one fetch may bring: a backlog of up to ``batch_max`` records (a pending pod's record is
+~700 bytes) arrives as one batch and is decided in one cycle over the cluster; aiokafka's 1 MiB holds ~1,400 such
+records, so a larger backlog came in several batches, each with its own cycle."""
+
 _current: contextvars.ContextVar[AIOKafkaProducer | None] = contextvars.ContextVar("transaction", default=None)
 """The producer whose transaction the running partition batch publishes in (batches of partitions run at once)."""
 
@@ -111,6 +116,7 @@ class TransactionalLoop(ConsumerRebalanceListener):  # type: ignore[misc]
             group_id=self.group_id,
             listener=self,
             group_instance_id=self.instance_id,
+            max_partition_fetch_bytes=FETCH_BYTES_PER_PARTITION,
         )
         await start_consumer(consumer)
         self.consumer = consumer

@@ -52,7 +52,7 @@ from kai_stream.core.events import (
     loads_decisions_record,
 )
 from kai_stream.core.scheduler.framework.session import Session
-from kai_stream.kafka import UnitTooLarge, make_consumer, partition_for, read_to_end, read_topic
+from kai_stream.kafka import READ_TO_END_WAIT_MS, UnitTooLarge, make_consumer, partition_for, read_to_end, read_topic
 from kai_stream.observability import CYCLE_DURATION, DEAD_LETTERS, DECISIONS, EVENTS_CONSUMED, EVENTS_PUBLISHED
 from kai_stream.settings import KafkaSettings
 from kai_stream.streams import snapshots
@@ -162,7 +162,7 @@ class SchedulerRuntime:
         return PartitionEngine.for_config(partition, self.config, self.code_version)
 
     async def _read_partition(self, topic: str, partition: int, start: int = 0) -> list[Any]:
-        consumer = make_consumer(self.kafka, group_id=None, fetch_max_wait_ms=20)
+        consumer = make_consumer(self.kafka, group_id=None, fetch_max_wait_ms=READ_TO_END_WAIT_MS)
         await consumer.start()
         try:
             tp = TopicPartition(topic, partition)

@@ -25,7 +25,7 @@ from aiokafka import TopicPartition
 from aiokafka.admin import NewTopic
 from aiokafka.errors import TopicAlreadyExistsError
 
-from kai_stream.kafka import make_admin, make_consumer, read_to_end, topic_partitions
+from kai_stream.kafka import READ_TO_END_WAIT_MS, make_admin, make_consumer, read_to_end, topic_partitions
 from kai_stream.settings import KafkaSettings
 from kai_stream.streams.engine import PartitionEngine
 
@@ -102,7 +102,7 @@ async def latest(settings: KafkaSettings, topic: str, partition: int, *, usable_
     """The last committed snapshot of ``partition``, if there is one that ``usable_by`` (a fresh engine of this
     processor) may continue from: same partition, code version and config hash."""
     consumer = make_consumer(
-        settings, group_id=None, fetch_max_wait_ms=20, max_partition_fetch_bytes=MAX_SNAPSHOT_BYTES
+        settings, group_id=None, fetch_max_wait_ms=READ_TO_END_WAIT_MS, max_partition_fetch_bytes=MAX_SNAPSHOT_BYTES
     )
     await consumer.start()
     try:

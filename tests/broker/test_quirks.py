@@ -94,3 +94,40 @@ async def _compacted(settings: KafkaSettings, topic: str) -> bool:
         return False
     finally:
         await consumer.stop()
+
+
+async def test_a_consumer_at_the_log_end_waits_long_on_kafka_yet_gets_a_record_at_once(engine: EngineUnderTest) -> None:
+    """On Kafka a long-lived consumer's fetch waits ``fetch_max_wait_kafka_ms`` (few requests while idle), which
+    costs no latency because Kafka answers a waiting fetch as soon as a record arrives; a read to the end of an
+    empty topic keeps a short wait, or it would last the whole wait. On Tansu the short wait stays."""
+    settings = engine.settings.model_copy(update={"fetch_max_wait_kafka_ms": 10_000})
+    topic = f"wait-{uuid.uuid4().hex[:8]}"
+    admin = make_admin(settings)
+    await admin.start()
+    try:
+        await admin.create_topics([NewTopic(topic, 1, 1)])
+    finally:
+        await admin.close()
+    started = time.monotonic()
+    assert await read_topic(settings, topic, timeout_s=30) == []
+    assert time.monotonic() - started < 5
+    consumer = make_consumer(settings, group_id=None)
+    assert consumer._fetch_max_wait_ms == (10_000 if engine.is_kafka else settings.fetch_max_wait_ms)
+    producer = make_producer(settings)
+    await consumer.start()
+    await producer.start()
+    try:
+        tp = TopicPartition(topic, 0)
+        consumer.assign([tp])
+        await consumer.seek_to_beginning(tp)
+        assert await consumer.getmany(timeout_ms=1000) == {}  # a fetch is now waiting at the end
+        sent = time.monotonic()
+        await producer.send_and_wait(topic, b"x", partition=0)
+        got: list[object] = []
+        while not got and time.monotonic() - sent < 10:
+            got = [r for records in (await consumer.getmany(timeout_ms=100)).values() for r in records]
+        assert len(got) == 1
+        assert time.monotonic() - sent < 5
+    finally:
+        await producer.stop()
+        await consumer.stop()

@@ -9,7 +9,10 @@ import pytest
 
 from connectors.simcluster.errors import ApiError
 from connectors.simcluster.patch import apply, json_patch, merge_patch, strategic_merge_patch
+from connectors.simcluster.resources import by_key
+from connectors.simcluster.rules import INTERNAL
 from connectors.simcluster.selectors import parse, view
+from connectors.simcluster.store import Store
 
 POD_FIELDS = ("metadata.name", "metadata.namespace", "spec.nodeName", "status.phase")
 
@@ -93,3 +96,42 @@ def test_views_are_invisible_to_the_garbage_collector() -> None:
     flat = view({"metadata": {"name": "p", "labels": {"a": "1"}}, "spec": {"nodeName": "n"}}, POD_FIELDS)
     assert flat["label:a"] == "1" and flat["field:spec.nodeName"] == "n"
     assert not gc.is_tracked(flat)
+
+
+def test_a_node_selector_lists_from_the_pods_by_node_index_what_a_full_scan_finds() -> None:
+    """Pods listed by ``spec.nodeName=<node>`` come from the store's index by node (as kube-apiserver's watch cache
+    keeps one), which follows binds, deletions and re-creations; the answer equals a scan of every pod."""
+    pods = by_key("pods")
+    store = Store()
+    for i in range(12):
+        store.create(pods, {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"p{i}", "namespace": "ns"},
+                            "spec": {"containers": [{"name": "c", "image": "x"}]}})
+
+    def bind(name: str, node: str) -> None:
+        def change(pod: dict[str, Any]) -> dict[str, Any]:
+            pod["spec"]["nodeName"] = node
+            return pod
+        store.mutate(pods, "ns", name, change, subresource=INTERNAL)
+
+    for i in range(9):
+        bind(f"p{i}", f"n{i % 3}")
+    store.delete(pods, "ns", "p0")
+    store.delete(pods, "ns", "p4")
+    store.create(pods, {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p0", "namespace": "ns"},
+                        "spec": {"containers": [{"name": "c", "image": "x"}]}})
+    bind("p0", "n2")
+
+    def listed(selector: str, namespace: str | None = None) -> list[str]:
+        return [p["metadata"]["name"] for p in store.list_objects(pods, namespace, parse(None, selector,
+                                                                                         pods.field_labels))[0]]
+
+    every = store.objects(pods)
+    for node in ("n0", "n1", "n2", "n3", ""):
+        scanned = [p["metadata"]["name"] for p in every if (p["spec"].get("nodeName") or "") == node]
+        assert listed(f"spec.nodeName={node}") == scanned
+        assert listed(f"spec.nodeName=={node},metadata.namespace=ns", "ns") == scanned
+    assert listed("spec.nodeName=n0") == ["p3", "p6"]
+    assert listed("spec.nodeName=n2") == ["p0", "p2", "p5", "p8"]
+    assert listed("spec.nodeName=") == ["p10", "p11", "p9"]
+    assert listed("spec.nodeName=n1,status.phase=Running") == []
+    assert listed("spec.nodeName!=n2") == sorted(["p1", "p3", "p6", "p7", "p9", "p10", "p11"])

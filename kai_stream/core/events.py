@@ -449,6 +449,7 @@ PendingCode = Literal[
     "UnknownQueue",
     "Unhealthy",
     "BindBackoff",
+    "HeldForStarvingJob",
 ]
 
 

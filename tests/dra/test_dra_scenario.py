@@ -91,3 +91,15 @@ def test_each_unsupported_feature_and_missing_object_is_named() -> None:
         assert words in (_refused(index, pod) or ""), request
     template = _pod({"resourceClaimTemplateName": "t"})
     assert "ResourceClaimTemplate ns/t not observed" in (_refused(index, template) or "")
+
+
+def test_the_binders_view_counts_the_nodes_resource_slices() -> None:
+    from kai_stream.binder.room import lacks_room
+    from tests.binder.builders import bind
+
+    node = {"metadata": {"name": "n"}, "status": {"allocatable": {"cpu": "4", "memory": "8Gi"}}}
+    slices = [{"kind": "ResourceSlice", "apiVersion": "resource.k8s.io/v1", "metadata": {"name": "s"},
+               "spec": {"nodeName": "n", "driver": "gpu.nvidia.com", "devices": [{"name": "g0"}, {"name": "g1"}]}}]
+    decision = bind({"metadata": {"namespace": "ns", "name": "p", "uid": "u"}}, "n", gpus=(0, 1))
+    assert "lacks free GPUs" in (lacks_room(decision, node, []) or "")
+    assert lacks_room(decision, node, [], None, slices) is None

@@ -295,8 +295,9 @@ class KubernetesConnector:
                 log.info("connector: %s; re-listing", exc)
                 version = None
             except ApiException as exc:
-                if exc.status == 404:
-                    log.warning("connector: %s not served by this cluster; not watched", kind.kind)
+                if exc.status == 404 or (exc.status == 403 and kind.kind in DRA_KINDS):
+                    why = "not served by this cluster" if exc.status == 404 else "forbidden to this account"
+                    log.warning("connector: %s %s; not watched", kind.kind, why)
                     self._mark_listed(kind.kind)
                     return
                 log.warning("connector: %s watch failed (%s); retrying", kind.kind, exc.status)

@@ -288,7 +288,7 @@ class KubeApplier:
 
     async def _slices(self, node: str) -> list[dict[str, Any]]:
         """The node's DRA ResourceSlices (count-only DRA: their GPU devices count as the node's GPUs); none where
-        the API does not serve ``resource.k8s.io/v1``."""
+        the API does not serve ``resource.k8s.io/v1`` or this account may not list them."""
         try:
             listed = orjson.loads(
                 await self._raw(
@@ -300,7 +300,7 @@ class KubeApplier:
                 )
             )
         except HttpStatusError as exc:
-            if exc.status == 404:
+            if exc.status in (403, 404):
                 return []
             raise
         items = listed.get("items") or []

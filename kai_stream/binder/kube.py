@@ -284,11 +284,17 @@ class KubeApplier:
                 ),
             )
         )
-        return lacks_room(decision, node, listed.get("items") or [], own, await self._slices(decision.node))
+        on_node = listed.get("items") or []
+        refused = lacks_room(decision, node, on_node, own)
+        if refused is None:
+            return None
+        slices = await self._slices(decision.node)
+        return lacks_room(decision, node, on_node, own, slices) if slices else refused
 
     async def _slices(self, node: str) -> list[dict[str, Any]]:
-        """The node's DRA ResourceSlices (count-only DRA: their GPU devices count as the node's GPUs); none where
-        the API does not serve ``resource.k8s.io/v1`` or this account may not list them."""
+        """The node's DRA ResourceSlices (count-only DRA: their GPU devices count as the node's GPUs), read only when
+        the node lacks room without them; none where the API does not serve ``resource.k8s.io/v1`` or this account
+        may not list them."""
         try:
             listed = orjson.loads(
                 await self._raw(

@@ -198,13 +198,15 @@ class KubernetesConnector:
         return translated
 
     async def _translate_dependents(self, kind: str) -> None:
-        """Translate again what depends on a DRA object of ``kind``: the nodes for a ResourceSlice, else the pods
-        that name claims."""
+        """Translate again what depends on a DRA object of ``kind``: for a ResourceSlice the nodes and every pod
+        (whether any node publishes GPU devices decides the device-plugin pods' affinity), else the pods that name
+        claims."""
         if not self._dra_ready.is_set():
             return
-        wanted = "Node" if kind == "ResourceSlice" else "Pod"
+        slices = kind == "ResourceSlice"
         for key, obj in list(self._raw.items()):
-            if key[0] == wanted and (wanted == "Node" or (obj.get("spec") or {}).get("resourceClaims")):
+            claims = (obj.get("spec") or {}).get("resourceClaims")
+            if (key[0] == "Node" and slices) or (key[0] == "Pod" and (slices or claims)):
                 await self._translate(obj)
 
     async def _translate(self, obj: Obj) -> ObjectKey | None:

@@ -6,8 +6,9 @@ pods reference each ResourceClaim by name. From it, ``pod_gpus`` answers a pod's
 scheduled here, and ``node_gpus`` a node's published GPU devices. The manifests layer folds these into the events
 (``manifests.object_to_events(dra=…)``): a node's DRA GPUs are added to its GPU count and labelled
 ``LABEL_DRA_GPUS``; a pod's claimed GPUs are added to its request, with a required node affinity on that label, so
-it is never placed on a node without published devices; a pod that cannot be served carries ``PodSpec.refused``
-and stays pending with code ``ResourceClaimUnusable``.
+it is never placed on a node without published devices; a pod of device-plugin GPUs gets the opposite affinity once
+any node publishes GPU devices (a DRA node's GPUs are not the device plugin's); a pod that cannot be served carries
+``PodSpec.refused`` and stays pending with code ``ResourceClaimUnusable``.
 
 A device class is a GPU class when its CEL selectors name the GPU driver (``device.driver == "gpu.nvidia.com"``) or
 when it is named after it. Supported: claims by name (one pod per claim) or from a template, requests for
@@ -99,6 +100,13 @@ class DraIndex:
             if GPU_DRIVER in expression and "driver" in expression:
                 return True
         return False
+
+    def has_gpu_slices(self) -> bool:
+        """Whether some node publishes GPU devices (then device-plugin GPU pods keep off such nodes)."""
+        return any(
+            kind == "ResourceSlice" and (obj.get("spec") or {}).get("driver") == GPU_DRIVER
+            for (kind, _, _), obj in self.objects.items()
+        )
 
     def node_gpus(self, node: str) -> int:
         """GPU devices the ResourceSlices of ``node`` publish for the GPU driver."""

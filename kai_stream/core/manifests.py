@@ -501,23 +501,31 @@ def _start_time(o: _Obj) -> float | None:
         raise o.error("status.startTime", f"not an RFC 3339 time: {stamp!r}") from None
 
 
+def _requiring(affinity: tuple[NodeAffinityTerm, ...], operator: str) -> tuple[NodeAffinityTerm, ...]:
+    """``affinity`` with ``LABEL_DRA_GPUS`` ``operator`` (Exists / DoesNotExist) added to every term."""
+    needs = NodeSelectorRequirement.model_validate({"key": LABEL_DRA_GPUS, "operator": operator})
+    terms = tuple(t.model_copy(update={"match_expressions": (*t.match_expressions, needs)}) for t in affinity)
+    return terms or (NodeAffinityTerm(match_expressions=(needs,)),)
+
+
 def _dra_claims(
-    o: _Obj, dra: DraIndex | None, requests: Resources, affinity: tuple[NodeAffinityTerm, ...]
+    o: _Obj, dra: DraIndex | None, requests: Resources, affinity: tuple[NodeAffinityTerm, ...], plugin_gpu: bool
 ) -> tuple[Resources, tuple[NodeAffinityTerm, ...], str | None]:
     """The pod's DRA GPUs added to its request, with a required affinity on nodes that publish GPU devices; or
-    why its claims cannot be served."""
+    why its claims cannot be served. A pod of device-plugin GPUs (``plugin_gpu``) keeps off those nodes once any
+    node publishes GPU devices: the devices of a DRA node are not the device plugin's."""
     if not o.items("spec.resourceClaims"):
+        if plugin_gpu and dra is not None and dra.has_gpu_slices():
+            return requests, _requiring(affinity, "DoesNotExist"), None
         return requests, affinity, None
+    if plugin_gpu:
+        return requests, affinity, "DRA claims and device-plugin GPUs (nvidia.com/gpu, gpu-fraction, gpu-memory) " \
+            "in one pod are not supported"
     gpus, refused = (dra or DraIndex()).pod_gpus(o.obj)
     if refused is not None or not gpus:
         return requests, affinity, refused
-    needs = NodeSelectorRequirement(key=LABEL_DRA_GPUS, operator="Exists")
-    terms = tuple(t.model_copy(update={"match_expressions": (*t.match_expressions, needs)}) for t in affinity)
-    return (
-        requests.model_copy(update={"gpu_milli": requests.gpu_milli + gpus * 1000}),
-        terms or (NodeAffinityTerm(match_expressions=(needs,)),),
-        None,
-    )
+    return requests.model_copy(update={"gpu_milli": requests.gpu_milli + gpus * 1000}), _requiring(
+        affinity, "Exists"), None
 
 
 def _pod(o: _Obj, ts: float, scheduler_name: str, dra: DraIndex | None = None) -> list[ObservedEvent]:
@@ -576,7 +584,8 @@ def _pod(o: _Obj, ts: float, scheduler_name: str, dra: DraIndex | None = None) -
         raise o.error("spec.priority", f"expected an integer, got {priority!r}")
     node_selector = o.str_map("spec.nodeSelector")
     pool = labels.get(LABEL_NODE_POOL) or node_selector.get(LABEL_NODE_POOL) or DEFAULT_POOL
-    requests, affinity, refused = _dra_claims(o, dra, requests, _affinity(o))
+    plugin_gpu = requests.gpu_milli > 0 or gpu_memory is not None
+    requests, affinity, refused = _dra_claims(o, dra, requests, _affinity(o), plugin_gpu)
     spec = PodSpec(
         namespace=o.namespace,
         name=o.name,

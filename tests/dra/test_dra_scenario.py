@@ -24,6 +24,8 @@ def _run() -> tuple[dict[str, dict[str, Any]], dict[str, PodPending]]:
 
 def test_claimed_gpus_are_counted_against_resource_slices() -> None:
     pods, pending = _run()
+    result = simulate(load_scenario(SCENARIO.read_text()), SchedulerConfig())
+    assert not [d for d in result.decisions if d.type == "EvictionRequested"], "device-plugin pod put on DRA GPUs"
     assert pods["demo/a-two"]["node"] == "node-dra" and pods["demo/a-two"]["status"] == "Running"
     assert pods["demo/f-plugin"]["node"] == "node-plugin"
     assert pods["demo/b-one"]["status"] == "Pending"
@@ -48,7 +50,8 @@ def test_events_carry_the_counts() -> None:
     pods = {e.pod.name: e.pod for e in events if isinstance(e, PodObserved)}
     assert pods["a-two"].requests.gpu_milli == 2000 and pods["a-two"].refused is None
     assert pods["a-two"].affinity[0].match_expressions[-1].key == LABEL_DRA_GPUS
-    assert pods["f-plugin"].affinity == ()
+    [plugin_term] = pods["f-plugin"].affinity
+    assert [(r.key, r.operator) for r in plugin_term.match_expressions] == [(LABEL_DRA_GPUS, "DoesNotExist")]
 
 
 def _pod(claim: dict[str, str]) -> dict[str, Any]:
@@ -89,6 +92,9 @@ def test_each_unsupported_feature_and_missing_object_is_named() -> None:
     ):
         index.upsert(_claim(request))
         assert words in (_refused(index, pod) or ""), request
+    mixed = _pod({"resourceClaimName": "c"})
+    mixed["spec"]["containers"][0]["resources"] = {"limits": {"nvidia.com/gpu": "1"}}
+    assert "device-plugin GPUs" in (_refused(index, mixed) or "")
     template = _pod({"resourceClaimTemplateName": "t"})
     assert "ResourceClaimTemplate ns/t not observed" in (_refused(index, template) or "")
 

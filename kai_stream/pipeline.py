@@ -708,6 +708,7 @@ class Pipeline:
                         {**obj, "kind": kind.kind, "apiVersion": kind.api_version},
                         ts=0.0,
                         scheduler_name=self.options.scheduler_name,
+                        dra=self.connector.dra,
                     )
                 except (ManifestError, KeyError):
                     continue

@@ -8,6 +8,9 @@
   Queue, PriorityClass, Topology) go to every partition, so each pool's partition is a complete log.
 * Resume: on start the catalog is rebuilt from the log, so a re-list after a restart publishes only what
   changed in content (see ``catalog``) and the removals of what vanished meanwhile.
+* DRA (``resource.k8s.io``, count-only, ``kai_stream.core.dra``): DeviceClasses, ResourceClaims,
+  ResourceClaimTemplates and ResourceSlices are kept in a ``DraIndex``, listed before any other kind is; a change
+  to one translates again the pods that name claims (or, for a slice, the nodes), and only what changed is sent.
 * A Tick per known pool every ``tick_interval_s`` advances event time and triggers scheduling cycles.
 
 Producer sends are pipelined (order per partition is the producer's); a delivery failure stops the
@@ -32,6 +35,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from connectors.kubernetes.catalog import Catalog, removal_event
 from connectors.kubernetes.kinds import KINDS, WatchedKind
 from connectors.kubernetes.watcher import Expired, Obj, list_objects, resource_version, watch_objects
+from kai_stream.core.dra import DRA_KINDS, NAMESPACED, DraIndex
 from kai_stream.core.events import (
     ALL_POOLS,
     DeadLetter,
@@ -55,7 +59,7 @@ log = logging.getLogger(__name__)
 
 def _object_key(obj: Obj) -> ObjectKey:
     meta = obj.get("metadata") or {}
-    namespaced = obj.get("kind") in ("Pod", "PodGroup")
+    namespaced = obj.get("kind") in ("Pod", "PodGroup", *NAMESPACED)
     return (str(obj.get("kind", "")), str(meta.get("namespace") or "default") if namespaced else "", str(meta["name"]))
 
 
@@ -89,6 +93,12 @@ class KubernetesConnector:
         self._partitions = 0
         self._deliveries: asyncio.Queue[asyncio.Future[Any] | None] = asyncio.Queue()
         self._listed: set[str] = set()
+        self.dra = DraIndex()
+        self._raw: dict[ObjectKey, Obj] = {}
+        """The last Pod and Node objects seen, to translate again when a DRA object they depend on changes."""
+        self._dra_ready = asyncio.Event()
+        if not any(k.kind in DRA_KINDS for k in kinds):
+            self._dra_ready.set()
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -176,13 +186,39 @@ class KubernetesConnector:
     # ------------------------------------------------------------------ per object
 
     async def _upsert(self, obj: Obj) -> ObjectKey | None:
+        kind = obj.get("kind")
+        if kind in DRA_KINDS:
+            self.dra.upsert(obj)
+            await self._translate_dependents(str(kind))
+            return _object_key(obj)
+        claims_changed = kind == "Pod" and self.dra.pod_seen(obj)
+        translated = await self._translate(obj)
+        if claims_changed:
+            await self._translate_dependents("ResourceClaim")
+        return translated
+
+    async def _translate_dependents(self, kind: str) -> None:
+        """Translate again what depends on a DRA object of ``kind``: for a ResourceSlice the nodes and every pod
+        (whether any node publishes GPU devices decides the device-plugin pods' affinity), else the pods that name
+        claims."""
+        if not self._dra_ready.is_set():
+            return
+        slices = kind == "ResourceSlice"
+        for key, obj in list(self._raw.items()):
+            claims = (obj.get("spec") or {}).get("resourceClaims")
+            if (key[0] == "Node" and slices) or (key[0] == "Pod" and (slices or claims)):
+                await self._translate(obj)
+
+    async def _translate(self, obj: Obj) -> ObjectKey | None:
         try:
             key = _object_key(obj)
-            events = object_to_events(obj, ts=self.clock(), scheduler_name=self.scheduler_name)
+            events = object_to_events(obj, ts=self.clock(), scheduler_name=self.scheduler_name, dra=self.dra)
         except (ManifestError, KeyError) as exc:
             log.warning("connector: rejected object: %s", exc)
             await self._dead_letter(obj, str(exc))
             return None
+        if key[0] in ("Pod", "Node"):
+            self._raw[key] = obj
         if not events:
             await self._remove(key, resource_version(obj))
             return key
@@ -196,6 +232,13 @@ class KubernetesConnector:
         return key
 
     async def _remove(self, key: ObjectKey, version: str) -> None:
+        if key[0] in DRA_KINDS:
+            self.dra.remove(*key)
+            await self._translate_dependents(key[0])
+            return
+        raw = self._raw.pop(key, None)
+        if raw is not None and key[0] == "Pod" and self.dra.pod_seen(raw, present=False):
+            await self._translate_dependents("ResourceClaim")
         known = self.catalog.objects.get(key)
         if known is None:
             return
@@ -209,21 +252,32 @@ class KubernetesConnector:
 
     async def _relist(self, kind: WatchedKind) -> str:
         items, version = await list_objects(kind, kind.list_call(self.api))
+        if kind.kind == "Pod":
+            for obj in items:
+                self.dra.pod_seen(obj)
         seen: set[ObjectKey] = set()
         for obj in items:
             key = await self._upsert(obj)
             if key is not None:
                 seen.add(key)
-        for key in self.catalog.keys_of(kind.kind):
+        gone = [k for k in self.dra.objects if k[0] == kind.kind] if kind.kind in DRA_KINDS else []
+        for key in [*self.catalog.keys_of(kind.kind), *gone]:
             if key not in seen:
                 await self._remove(key, version)
-        self._listed.add(kind.kind)
+        self._mark_listed(kind.kind)
+        return version
+
+    def _mark_listed(self, kind: str) -> None:
+        self._listed.add(kind)
+        if all(k.kind in self._listed for k in self.kinds if k.kind in DRA_KINDS):
+            self._dra_ready.set()
         if len(self._listed) == len(self.kinds):
             self.synced.set()
-        return version
 
     async def _run_kind(self, kind: WatchedKind) -> None:
         call = kind.list_call(self.api)
+        if kind.kind not in DRA_KINDS:
+            await self._dra_ready.wait()
         version: str | None = None
         backoff = 0.1
         while True:
@@ -243,11 +297,10 @@ class KubernetesConnector:
                 log.info("connector: %s; re-listing", exc)
                 version = None
             except ApiException as exc:
-                if exc.status == 404:
-                    log.warning("connector: %s not served by this cluster; not watched", kind.kind)
-                    self._listed.add(kind.kind)
-                    if len(self._listed) == len(self.kinds):
-                        self.synced.set()
+                if exc.status == 404 or (exc.status == 403 and kind.kind in DRA_KINDS):
+                    why = "not served by this cluster" if exc.status == 404 else "forbidden to this account"
+                    log.warning("connector: %s %s; not watched", kind.kind, why)
+                    self._mark_listed(kind.kind)
                     return
                 log.warning("connector: %s watch failed (%s); retrying", kind.kind, exc.status)
                 await asyncio.sleep(backoff)

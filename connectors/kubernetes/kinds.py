@@ -42,6 +42,12 @@ class WatchedKind:
 
 
 KINDS: tuple[WatchedKind, ...] = (
+    WatchedKind("DeviceClass", "resource.k8s.io/v1", "resource.k8s.io", "v1", "deviceclasses", True),
+    WatchedKind("ResourceSlice", "resource.k8s.io/v1", "resource.k8s.io", "v1", "resourceslices", True),
+    WatchedKind("ResourceClaim", "resource.k8s.io/v1", "resource.k8s.io", "v1", "resourceclaims", False),
+    WatchedKind(
+        "ResourceClaimTemplate", "resource.k8s.io/v1", "resource.k8s.io", "v1", "resourceclaimtemplates", False
+    ),
     WatchedKind("PriorityClass", "scheduling.k8s.io/v1", "scheduling.k8s.io", "v1", "priorityclasses", True),
     WatchedKind("Topology", "kai.scheduler/v1alpha1", "kai.scheduler", "v1alpha1", "topologies", True),
     WatchedKind("Queue", "scheduling.run.ai/v2", "scheduling.run.ai", "v2", "queues", True),
@@ -50,3 +56,5 @@ KINDS: tuple[WatchedKind, ...] = (
     WatchedKind("Pod", "v1", "", "v1", "pods", False),
 )
 KIND_BY_NAME: dict[str, WatchedKind] = {k.kind: k for k in KINDS}
+"""The DRA kinds (``resource.k8s.io``) come first: they give no events of their own but are counted into the pods and
+nodes (``kai_stream.core.dra``), which the connector translates only once they have been listed."""

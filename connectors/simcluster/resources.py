@@ -85,6 +85,13 @@ RESOURCES: tuple[ResourceType, ...] = (
         ("ev",),
     ),
     ResourceType("scheduling.k8s.io", "v1", "priorityclasses", "PriorityClass", False, (), _META_FIELDS, ("pc",)),
+    ResourceType("resource.k8s.io", "v1", "deviceclasses", "DeviceClass", False),
+    ResourceType("resource.k8s.io", "v1", "resourceclaims", "ResourceClaim", True, ("status",)),
+    ResourceType("resource.k8s.io", "v1", "resourceclaimtemplates", "ResourceClaimTemplate", True),
+    ResourceType(
+        "resource.k8s.io", "v1", "resourceslices", "ResourceSlice", False, (),
+        (*_META_FIELDS, "spec.nodeName", "spec.driver"),
+    ),
     ResourceType("scheduling.run.ai", "v2", "queues", "Queue", False, ("status",), _META_FIELDS, (), False),
     ResourceType(
         "scheduling.run.ai", "v2alpha2", "podgroups", "PodGroup", True, ("status",), _META_FIELDS, ("pg",), False

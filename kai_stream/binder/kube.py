@@ -284,7 +284,33 @@ class KubeApplier:
                 ),
             )
         )
-        return lacks_room(decision, node, listed.get("items") or [], own)
+        on_node = listed.get("items") or []
+        refused = lacks_room(decision, node, on_node, own)
+        if refused is None:
+            return None
+        slices = await self._slices(decision.node)
+        return lacks_room(decision, node, on_node, own, slices) if slices else refused
+
+    async def _slices(self, node: str) -> list[dict[str, Any]]:
+        """The node's DRA ResourceSlices (count-only DRA: their GPU devices count as the node's GPUs), read only when
+        the node lacks room without them; none where the API does not serve ``resource.k8s.io/v1`` or this account
+        may not list them."""
+        try:
+            listed = orjson.loads(
+                await self._raw(
+                    "list",
+                    lambda: self.custom.list_cluster_custom_object(
+                        "resource.k8s.io", "v1", "resourceslices", field_selector=f"spec.nodeName={node}",
+                        _preload_content=False,
+                    ),
+                )
+            )
+        except HttpStatusError as exc:
+            if exc.status in (403, 404):
+                return []
+            raise
+        items = listed.get("items") or []
+        return [{**item, "kind": "ResourceSlice", "apiVersion": "resource.k8s.io/v1"} for item in items]
 
     async def _bind_directly(
         self, decision: BindRequested, group: str | None = None, own: dict[str, Any] | None = None

@@ -4,7 +4,8 @@ The view is what the API says right before the binding POST: the node's allocata
 that is not Succeeded or Failed, terminating ones included (a pod with ``deletionTimestamp`` still holds its
 devices until it is gone). A bind is refused when, with the pod added,
 
-* the node's GPUs (whole and fractional, in milli-devices) would be over its allocatable count;
+* the node's GPUs (whole and fractional, in milli-devices) would be over its allocatable count (device-plugin GPUs
+  plus the GPU devices of its DRA ResourceSlices);
 * one of the decided GPU indices would hold more than one device (pods placed there by their
   ``kai.scheduler/gpu-indices`` annotation);
 * CPU or memory would be over allocatable (checked when the pod itself is known).
@@ -17,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from kai_stream.core.dra import DraIndex
 from kai_stream.core.events import BindRequested, NodeObserved, PodObserved, PodSpec, Resources
 from kai_stream.core.manifests import ManifestError, object_to_events
 
@@ -31,9 +33,9 @@ def _pod_spec(obj: Mapping[str, Any]) -> PodSpec | None:
     return next((e.pod for e in events if isinstance(e, PodObserved)), None)
 
 
-def _node_allocatable(obj: Mapping[str, Any]) -> tuple[Resources, int] | None:
+def _node_allocatable(obj: Mapping[str, Any], dra: DraIndex | None = None) -> tuple[Resources, int] | None:
     try:
-        events = object_to_events({**obj, "kind": "Node", "apiVersion": "v1"}, ts=0.0)
+        events = object_to_events({**obj, "kind": "Node", "apiVersion": "v1"}, ts=0.0, dra=dra)
     except (ManifestError, KeyError, ValueError):
         return None
     node = next((e.node for e in events if isinstance(e, NodeObserved)), None)
@@ -51,9 +53,14 @@ def lacks_room(
     node: Mapping[str, Any],
     on_node: Iterable[Mapping[str, Any]],
     own: Mapping[str, Any] | None = None,
+    slices: Iterable[Mapping[str, Any]] = (),
 ) -> str | None:
-    """Why ``decision`` must not be bound onto ``node`` given the pods ``on_node`` (raw objects), or None."""
-    parsed = _node_allocatable(node)
+    """Why ``decision`` must not be bound onto ``node`` given the pods ``on_node`` (raw objects), or None. The node's
+    DRA ``slices`` add their GPU devices to its allocatable count (``core.dra``, count-only)."""
+    dra = DraIndex()
+    for item in slices:
+        dra.upsert(item)
+    parsed = _node_allocatable(node, dra)
     if parsed is None:
         return None
     allocatable, gpu_memory_mib = parsed

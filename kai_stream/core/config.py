@@ -23,6 +23,8 @@ from kai_stream.core.usage import RETAIN_S
 __all__ = [
     "DEFAULT_ACTIONS",
     "DEFAULT_PLUGINS",
+    "OPTIONAL_PLUGINS",
+    "JobAging",
     "PlacementConfig",
     "SchedulerConfig",
     "UsageParams",
@@ -32,8 +34,11 @@ __all__ = [
 
 DEFAULT_ACTIONS: tuple[ActionName, ...] = get_args(ActionName)
 """Every action (``scheduler.actions.ACTIONS``), in the order KAI runs them."""
-DEFAULT_PLUGINS: tuple[str, ...] = tuple(PLUGINS)
-"""Every plugin (``scheduler.plugins.PLUGINS``), in its registry order (plugin order is hook order)."""
+OPTIONAL_PLUGINS: tuple[str, ...] = ("aging",)
+"""Plugins KAI does not have: off unless configured (``jobAging`` or named in ``plugins``)."""
+DEFAULT_PLUGINS: tuple[str, ...] = tuple(name for name in PLUGINS if name not in OPTIONAL_PLUGINS)
+"""Every plugin of KAI (``scheduler.plugins.PLUGINS`` less ``OPTIONAL_PLUGINS``), in registry order (plugin order is
+hook order)."""
 
 Strategy = Literal["binpack", "spread"]
 
@@ -106,6 +111,35 @@ class UsageParams(BaseModel):
         return self
 
 
+class JobAging(BaseModel):
+    """Job aging against starvation (the ``aging`` plugin; KAI has none): a pending job's priority in its queue's
+    job order rises by one per ``interval`` it has waited (event time, from its creation), by at most
+    ``maxBoost``; a job that has waited ``holdAfter`` and finds no room holds back the jobs behind it in its queue
+    that want the same kind of resource (GPU or not) until it fits."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
+
+    interval_s: float = Field(default=600.0, gt=0, alias="interval", description="waiting time per priority step")
+    max_boost: int = Field(default=50, ge=0, alias="maxBoost", description="the most a job's priority rises")
+    hold_after_s: float | None = Field(
+        default=1800.0,
+        alias="holdAfter",
+        description="waiting time after which a job that finds no room holds back the jobs behind it; unset or 0: "
+        "never",
+    )
+
+    @field_validator("interval_s", "hold_after_s", mode="before")
+    @classmethod
+    def _duration(cls, value: object) -> object:
+        return parse_duration(value)
+
+    @model_validator(mode="after")
+    def _no_hold(self) -> JobAging:
+        if self.hold_after_s is not None and self.hold_after_s <= 0:
+            return self.model_copy(update={"hold_after_s": None})
+        return self
+
+
 class SchedulerConfig(BaseModel):
     """Everything that changes decisions besides the events. Hashed into every decision."""
 
@@ -127,6 +161,11 @@ class SchedulerConfig(BaseModel):
         default=None,
         alias="usageParams",
         description="time-based fair share: the usage window (KAI's usageDBConfig.usageParams); unset: off",
+    )
+    job_aging: JobAging | None = Field(
+        default=None,
+        alias="jobAging",
+        description="job aging (the aging plugin, added to the default plugins when set); unset: off, as KAI",
     )
     max_consolidation_preemptees: int = Field(default=16, ge=0)
     default_queue: str = "default-queue"
@@ -157,6 +196,26 @@ class SchedulerConfig(BaseModel):
         if enabled and "usage_decay_k" not in data and "kValue" not in data:
             return {**data, "usage_decay_k": 1.0}
         return data
+
+    @model_validator(mode="before")
+    @classmethod
+    def _aging_plugin(cls, data: Any) -> Any:
+        """A ``jobAging`` block turns the aging plugin on when ``plugins`` is left at its default; naming the plugin
+        without the block takes the block's defaults."""
+        if not isinstance(data, dict):
+            return data
+        block = data.get("job_aging", data.get("jobAging"))
+        if block is not None and "plugins" not in data:
+            return {**data, "plugins": (*DEFAULT_PLUGINS, "aging")}
+        if block is None and "aging" in (data.get("plugins") or ()):
+            return {**data, "job_aging": JobAging()}
+        return data
+
+    @model_validator(mode="after")
+    def _aging_named(self) -> SchedulerConfig:
+        if self.job_aging is not None and "aging" not in self.plugins:
+            raise ValueError("jobAging is set but plugins does not name 'aging'")
+        return self
 
     @field_validator("actions")
     @classmethod
@@ -220,9 +279,10 @@ def load_config(path: str | Path) -> SchedulerConfig:
 
 
 def config_hash(config: SchedulerConfig) -> str:
-    """SHA-256 of the canonical JSON of ``config`` (sorted keys). An unset ``usage_params`` is left out, so configs
-    without time-based fair share keep the hashes they had before it existed."""
+    """SHA-256 of the canonical JSON of ``config`` (sorted keys). An unset ``usage_params`` or ``job_aging`` is left
+    out, so configs without them keep the hashes they had before they existed."""
     data = config.model_dump(mode="json")
-    if data.get("usage_params") is None:
-        data.pop("usage_params", None)
+    for optional in ("usage_params", "job_aging"):
+        if data.get(optional) is None:
+            data.pop(optional, None)
     return hashlib.sha256(orjson.dumps(data, option=orjson.OPT_SORT_KEYS)).hexdigest()

@@ -251,6 +251,9 @@ class PodSpec(Model):
       ``requests.gpu_milli`` 0: its fraction depends on the node (memory per GPU).
     * ``duration_s`` (annotation ``kai.scheduler/duration-seconds``): how long it runs once bound (simulated
       kubelet and trace simulation only).
+    * GPUs from DRA ResourceClaims (``kai_stream.core.dra``, count-only) are in ``requests.gpu_milli`` with a
+      required node affinity on nodes that publish GPU devices; ``refused`` says why its claims cannot be served
+      (the pod then stays pending with code ``ResourceClaimUnusable``).
     """
 
     namespace: Name
@@ -279,6 +282,7 @@ class PodSpec(Model):
     created: Ts = 0.0
     started: Ts | None = None
     managed: bool = True
+    refused: Text | None = None
 
     @property
     def key(self) -> str:
@@ -449,6 +453,8 @@ PendingCode = Literal[
     "UnknownQueue",
     "Unhealthy",
     "BindBackoff",
+    "HeldForStarvingJob",
+    "ResourceClaimUnusable",
 ]
 
 

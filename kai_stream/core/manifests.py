@@ -2,7 +2,9 @@
 
 Accepts the manifests KAI users write, unchanged: v1 Node and Pod, ``scheduling.run.ai/v2`` Queue,
 ``scheduling.run.ai/v2alpha2`` PodGroup, ``scheduling.k8s.io/v1`` PriorityClass and
-``kai.scheduler/v1alpha1`` Topology. Units are converted to the event schema's (GPU milli-devices, CPU
+``kai.scheduler/v1alpha1`` Topology, and the ``resource.k8s.io`` DRA objects (DeviceClass, ResourceClaim,
+ResourceClaimTemplate, ResourceSlice), which give no events of their own: they are counted into pods and nodes
+(``core.dra``). Units are converted to the event schema's (GPU milli-devices, CPU
 millicores, memory bytes; a Queue's memory is in MB = 10^6 bytes). Every error is a ``ManifestError``
 naming the object (kind, namespace/name) and the field.
 
@@ -32,6 +34,7 @@ from typing import Any
 import orjson
 import yaml
 
+from kai_stream.core.dra import API_VERSIONS, DRA_KINDS, LABEL_DRA_GPUS, NAMESPACED, DraIndex
 from kai_stream.core.events import (
     ALL_POOLS,
     DEFAULT_POOL,
@@ -98,6 +101,7 @@ _API_VERSIONS: dict[str, tuple[str, ...]] = {
     "PodGroup": ("scheduling.run.ai/v2alpha2",),
     "PriorityClass": ("scheduling.k8s.io/v1",),
     "Topology": ("kai.scheduler/v1alpha1",),
+    **{kind: API_VERSIONS for kind in DRA_KINDS},
 }
 
 
@@ -226,13 +230,17 @@ def _resources(o: _Obj, path: str, source: Mapping[str, Any]) -> Resources:
     )
 
 
-def _node(o: _Obj, ts: float) -> list[ObservedEvent]:
+def _node(o: _Obj, ts: float, dra: DraIndex | None) -> list[ObservedEvent]:
     labels = o.str_map("metadata.labels")
     allocatable = o.mapping("status.allocatable") or o.mapping("status.capacity")
     path = "status.allocatable" if o.mapping("status.allocatable") else "status.capacity"
     resources = _resources(o, path, allocatable)
     if resources.gpu_milli % 1000:
         raise o.error(f"{path}.{GPU_RESOURCE}", "must be a whole number of devices")
+    dra_gpus = dra.node_gpus(o.name) if dra is not None else 0
+    if dra_gpus:
+        resources = resources.model_copy(update={"gpu_milli": resources.gpu_milli + dra_gpus * 1000})
+        labels = {**labels, LABEL_DRA_GPUS: str(dra_gpus)}
     gpu_memory = 0
     if LABEL_GPU_MEMORY in labels:
         gpu_memory = int(o.number(f"metadata.labels.{LABEL_GPU_MEMORY}", labels[LABEL_GPU_MEMORY]))
@@ -493,7 +501,34 @@ def _start_time(o: _Obj) -> float | None:
         raise o.error("status.startTime", f"not an RFC 3339 time: {stamp!r}") from None
 
 
-def _pod(o: _Obj, ts: float, scheduler_name: str) -> list[ObservedEvent]:
+def _requiring(affinity: tuple[NodeAffinityTerm, ...], operator: str) -> tuple[NodeAffinityTerm, ...]:
+    """``affinity`` with ``LABEL_DRA_GPUS`` ``operator`` (Exists / DoesNotExist) added to every term."""
+    needs = NodeSelectorRequirement.model_validate({"key": LABEL_DRA_GPUS, "operator": operator})
+    terms = tuple(t.model_copy(update={"match_expressions": (*t.match_expressions, needs)}) for t in affinity)
+    return terms or (NodeAffinityTerm(match_expressions=(needs,)),)
+
+
+def _dra_claims(
+    o: _Obj, dra: DraIndex | None, requests: Resources, affinity: tuple[NodeAffinityTerm, ...], plugin_gpu: bool
+) -> tuple[Resources, tuple[NodeAffinityTerm, ...], str | None]:
+    """The pod's DRA GPUs added to its request, with a required affinity on nodes that publish GPU devices; or
+    why its claims cannot be served. A pod of device-plugin GPUs (``plugin_gpu``) keeps off those nodes once any
+    node publishes GPU devices: the devices of a DRA node are not the device plugin's."""
+    if not o.items("spec.resourceClaims"):
+        if plugin_gpu and dra is not None and dra.has_gpu_slices():
+            return requests, _requiring(affinity, "DoesNotExist"), None
+        return requests, affinity, None
+    if plugin_gpu:
+        return requests, affinity, "DRA claims and device-plugin GPUs (nvidia.com/gpu, gpu-fraction, gpu-memory) " \
+            "in one pod are not supported"
+    gpus, refused = (dra or DraIndex()).pod_gpus(o.obj)
+    if refused is not None or not gpus:
+        return requests, affinity, refused
+    return requests.model_copy(update={"gpu_milli": requests.gpu_milli + gpus * 1000}), _requiring(
+        affinity, "Exists"), None
+
+
+def _pod(o: _Obj, ts: float, scheduler_name: str, dra: DraIndex | None = None) -> list[ObservedEvent]:
     labels = o.str_map("metadata.labels")
     annotations = o.str_map("metadata.annotations")
     node_name = o.get("spec.nodeName")
@@ -549,6 +584,8 @@ def _pod(o: _Obj, ts: float, scheduler_name: str) -> list[ObservedEvent]:
         raise o.error("spec.priority", f"expected an integer, got {priority!r}")
     node_selector = o.str_map("spec.nodeSelector")
     pool = labels.get(LABEL_NODE_POOL) or node_selector.get(LABEL_NODE_POOL) or DEFAULT_POOL
+    plugin_gpu = requests.gpu_milli > 0 or gpu_memory is not None
+    requests, affinity, refused = _dra_claims(o, dra, requests, _affinity(o), plugin_gpu)
     spec = PodSpec(
         namespace=o.namespace,
         name=o.name,
@@ -568,21 +605,23 @@ def _pod(o: _Obj, ts: float, scheduler_name: str) -> list[ObservedEvent]:
         phase=phase,
         terminating=o.meta.get("deletionTimestamp") is not None,
         node_selector=node_selector,
-        affinity=_affinity(o),
+        affinity=affinity,
         tolerations=_tolerations(o),
         labels=labels,
         duration_s=duration,
         created=o.created(ts),
         started=_start_time(o) if node_name else None,
         managed=managed,
+        refused=refused if managed else None,
     )
     return [PodObserved(event_id=o.event_id(), ts=ts, pool=pool, pod=spec, resource_version=o.resource_version())]
 
 
 def object_to_events(
-    obj: Mapping[str, Any], *, ts: float, scheduler_name: str = "kai-scheduler"
+    obj: Mapping[str, Any], *, ts: float, scheduler_name: str = "kai-scheduler", dra: DraIndex | None = None
 ) -> list[ObservedEvent]:
-    """Convert one Kubernetes object to observed events ([] for a pod another scheduler has not bound)."""
+    """Convert one Kubernetes object to observed events ([] for a pod another scheduler has not bound, and for the
+    DRA objects, which ``dra`` holds: a pod's claims and a node's ResourceSlices are read from it)."""
     if not isinstance(obj, Mapping):
         raise ManifestError("<object>", "", "<root>", f"expected a mapping, got {type(obj).__name__}")
     o = _Obj(obj)
@@ -595,8 +634,10 @@ def object_to_events(
     if not o.name:
         raise o.error("metadata.name", "missing")
     try:
+        if o.kind in DRA_KINDS:
+            return []
         if o.kind == "Node":
-            return _node(o, ts)
+            return _node(o, ts, dra)
         if o.kind == "Queue":
             return _queue(o, ts)
         if o.kind == "PodGroup":
@@ -605,7 +646,7 @@ def object_to_events(
             return _priority_class(o, ts)
         if o.kind == "Topology":
             return _topology(o, ts)
-        return _pod(o, ts, scheduler_name)
+        return _pod(o, ts, scheduler_name, dra)
     except ManifestError:
         raise
     except (ValueError, TypeError) as exc:
@@ -745,11 +786,17 @@ def load_scenario(
     docs = _documents(text)
     if not docs:
         raise ManifestError("Scenario", "(empty)", "documents", "no Kubernetes objects in the file")
+    dra = DraIndex()
+    for doc in docs:
+        if doc.get("kind") in DRA_KINDS:
+            dra.upsert(doc)
+        elif doc.get("kind") == "Pod":
+            dra.pod_seen(doc)
     for i, doc in enumerate(docs):
         o = _Obj(doc)
         _check_schema(o, lenient)
-        produced = object_to_events(doc, ts=ts, scheduler_name=scheduler_name)
-        ident = (o.kind, o.namespace if o.kind in ("Pod", "PodGroup") else "", o.name)
+        produced = object_to_events(doc, ts=ts, scheduler_name=scheduler_name, dra=dra)
+        ident = (o.kind, o.namespace if o.kind in ("Pod", "PodGroup", *NAMESPACED) else "", o.name)
         if ident in seen:
             raise o.error("metadata.name", f"duplicate {o.kind} (documents #{seen[ident]} and #{i})")
         seen[ident] = i

@@ -26,7 +26,8 @@ Rules of the simulated world (the same reactions as ``kai_stream.simulate``'s em
      (allocate, consolidation, reclaim, preempt) or a partial gang (stale-gang eviction), and a pending reason
      needs a pending pod. The fair shares are then the allocations (``shares_when_idle``).
    * *quiet*: the last cycle returned no decision, nothing but ``Tick``s was folded since, and no time
-     threshold the core reads was crossed since that cycle: a partial gang's stale-gang deadline
+     threshold the core reads was crossed since that cycle: a waiting job's aging step or hold, a partial gang's
+     stale-gang deadline
      (last change + grace) or a running pod's min-runtime expiry (start + any preempt/reclaim min-runtime a
      queue or the pool default sets). The cycle
      is a function of the state, and the state then differs only in ``now`` and the offset, which only
@@ -79,6 +80,7 @@ from kai_stream.core.gcpause import paused_gc
 from kai_stream.core.scheduler.cycle import plugins_of, run_actions
 from kai_stream.core.scheduler.framework.info import CPU, GPU, MEM
 from kai_stream.core.scheduler.framework.session import open_tracked_session, park_session
+from kai_stream.core.scheduler.plugins.aging import steps_crossed
 from kai_stream.core.state import ClusterState, apply
 from kai_stream.history.schema import event_values, write_segment
 from kai_stream.simulate import pod_bound, pod_evicted, pod_removed
@@ -332,8 +334,9 @@ class _Simulation:
         return self.waiting == 0 and not self.partial
 
     def crossed(self, since: float, now: float) -> bool:
-        """Whether a time threshold the core reads lies in (since, now]: a partial gang's stale-gang deadline or
-        a running pod's min-runtime expiry (for every preempt/reclaim min-runtime a queue or the pool default sets;
+        """Whether a time threshold the core reads lies in (since, now]: a partial gang's stale-gang deadline, a
+        waiting job's next aging step or hold (``plugins.aging``), or a running pod's min-runtime expiry (for every
+        preempt/reclaim min-runtime a queue or the pool default sets;
         inheritance and reclaim's resolution below the common ancestor only pick among them)."""
         grace = self.config.stale_gang_grace_s
         for job in sorted(self.partial):
@@ -341,6 +344,10 @@ class _Simulation:
             changed = self.state.group_changed.get(f"{group.namespace}/{group.name}", 0.0)
             if since < changed + grace <= now:
                 return True
+        aging = self.config.job_aging
+        waiting = (self.groups[pod.job].created for pod in self.pods.values() if not pod.running)
+        if aging is not None and any(steps_crossed(aging, created, since, now) for created in waiting):
+            return True
         found = {self.config.preempt_min_runtime_s, self.config.reclaim_min_runtime_s}
         for q in self.state.queues.values():
             found.update((q.min_runtime_s or 0, q.preempt_min_runtime_s or 0, q.reclaim_min_runtime_s or 0))

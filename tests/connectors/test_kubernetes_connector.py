@@ -184,7 +184,10 @@ async def test_watch_from_an_expired_version_raises_expired() -> None:
                     pass
     finally:
         await sim.stop()
-    assert {k.kind for k in KINDS} == {"Node", "Pod", "Queue", "PodGroup", "PriorityClass", "Topology"}
+    assert {k.kind for k in KINDS} == {
+        "Node", "Pod", "Queue", "PodGroup", "PriorityClass", "Topology",
+        "DeviceClass", "ResourceClaim", "ResourceClaimTemplate", "ResourceSlice",
+    }
 
 
 async def test_status_writes_and_relists_of_unchanged_objects_publish_nothing(

@@ -7,7 +7,7 @@ from typing import get_args
 
 import pytest
 
-from kai_stream.core.config import SchedulerConfig, config_hash, load_config
+from kai_stream.core.config import OPTIONAL_PLUGINS, SchedulerConfig, config_hash, load_config
 from kai_stream.core.events import ActionName
 from kai_stream.core.scheduler.actions import ACTIONS
 from kai_stream.core.scheduler.plugins import PLUGINS
@@ -59,9 +59,11 @@ def test_config_is_frozen() -> None:
 
 
 def test_config_admits_exactly_the_registered_names() -> None:
-    """The event schema's action names are the registry's; the defaults are every action and every plugin."""
+    """The event schema's action names are the registry's; the defaults are every action and every plugin of KAI's
+    (job aging is not one)."""
     assert tuple(ACTIONS) == get_args(ActionName) == SchedulerConfig().actions
-    assert SchedulerConfig().plugins == tuple(PLUGINS)
+    assert SchedulerConfig().plugins == tuple(name for name in PLUGINS if name not in OPTIONAL_PLUGINS)
+    assert OPTIONAL_PLUGINS == ("aging",)
     for name in PLUGINS:
         assert SchedulerConfig(plugins=(name,)).plugins == (name,)
         assert PLUGINS[name]().name == name

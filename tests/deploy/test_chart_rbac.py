@@ -19,6 +19,10 @@ CONNECTOR: set[Grant] = {
         ("scheduling.run.ai", "podgroups"),
         ("kai.scheduler", "topologies"),
         ("scheduling.k8s.io", "priorityclasses"),
+        ("resource.k8s.io", "deviceclasses"),
+        ("resource.k8s.io", "resourceclaims"),
+        ("resource.k8s.io", "resourceclaimtemplates"),
+        ("resource.k8s.io", "resourceslices"),
     ]
     for verb in ("get", "list", "watch")
 }
@@ -29,6 +33,7 @@ BINDER: set[Grant] = {
     ("", "pods", "get"),
     ("", "pods", "list"),  # the pods on a node, before a bind (room check)
     ("", "nodes", "get"),  # the node's allocatable, before a bind (room check)
+    ("resource.k8s.io", "resourceslices", "list"),  # the node's DRA GPU devices (room check)
     ("", "pods/status", "patch"),  # PodScheduled=False, DisruptionTarget
     ("", "events", "create"),  # an Event on each evicted pod and its PodGroup
     ("scheduling.run.ai", "podgroups", "get"),  # read-modify-write of status.schedulingConditions

@@ -189,6 +189,8 @@ class JobInfo:
     request_at: int = -1
     signature_memo: tuple[Hashable, ...] = ()
     signature_at: int = -1
+    refused: str | None = None
+    """Why a pod of the job cannot be served (``PodSpec.refused``: its DRA claims), as "pod: reason"; None: none."""
     sub_groups: tuple[tuple[str, int], ...] = ()
     """(name, minMember) of each subgroup that holds pods (``spec.subGroups`` without children): each one runs
     at least its minMember pods, or the job does not start."""
@@ -222,7 +224,7 @@ class JobInfo:
         self.created, self.tasks = created, [] if tasks is None else tasks
         self.request_cache, self.topology, self.changed = request_cache, topology, changed
         self.succeeded, self.group_missing, self.version = succeeded, group_missing, version
-        self.sub_groups = sub_groups
+        self.sub_groups, self.refused = sub_groups, None
         self.key_memo, self.key_at, self.pending_memo, self.pending_at = (), -1, [], -1
         self.to_allocate_memo, self.to_allocate_at = [], -1
         self.class_memo, self.class_at, self.request_memo, self.request_at = None, -1, [], -1

@@ -821,6 +821,8 @@ class _JobBuilder:
             )
             if pod.sub_group is not None:
                 task.sub_group = pod.sub_group
+            if pod.refused is not None and node_name is None:
+                job.refused = f"pod {pod.namespace}/{pod.name}: {pod.refused}"
             job_tasks.append(task)
             tasks[uid] = task
             if node_name is not None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from kai_stream.core.scheduler.framework.plugins import Plugin, PluginBuilder
 from kai_stream.core.scheduler.plugins import (
+    aging,
     gang,
     gpusharing,
     minruntime,
@@ -28,9 +29,11 @@ PLUGINS: dict[str, PluginBuilder] = {
     "priority": priority.PriorityPlugin,
     "gang": gang.GangPlugin,
     "minruntime": minruntime.MinRuntimePlugin,
+    "aging": aging.AgingPlugin,
 }
 """By default jobs already nominated (pipelined) by an earlier cycle go first (queues too), then job order is
-priority, then gang (below minMember first), then age, then uid."""
+priority, then gang (below minMember first), then age, then uid. ``aging`` (not KAI's) is off by default
+(``config.OPTIONAL_PLUGINS``)."""
 
 
 def build_plugins(names: tuple[str, ...]) -> list[Plugin]:

@@ -1,4 +1,5 @@
-"""Static predicates: nodeSelector, required node affinity, taints/tolerations.
+"""Static predicates: nodeSelector, required node affinity, taints/tolerations; and the refusal of a job with a pod
+whose DRA claims cannot be served (``JobInfo.refused``).
 
 Results are cached per (pod signature, node class) by the node index, so these read only the pod's
 selector/affinity/tolerations and the node's labels/taints.
@@ -8,8 +9,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from kai_stream.core.events import NodeSelectorRequirement, Taint, Toleration
-from kai_stream.core.scheduler.framework.info import NodeInfo, TaskInfo
+from kai_stream.core.events import NodeSelectorRequirement, PendingCode, Taint, Toleration
+from kai_stream.core.scheduler.framework.info import JobInfo, NodeInfo, TaskInfo
 
 if TYPE_CHECKING:
     from kai_stream.core.scheduler.framework.session import Session
@@ -75,6 +76,11 @@ def taints(task: TaskInfo, node: NodeInfo) -> str | None:
     return None
 
 
+def refused(job: JobInfo, request: list[int]) -> tuple[PendingCode, str] | None:
+    """A job with a pod whose DRA claims cannot be served (``JobInfo.refused``) is not placed."""
+    return None if job.refused is None else ("ResourceClaimUnusable", job.refused)
+
+
 class PredicatesPlugin:
     name = "predicates"
 
@@ -82,3 +88,5 @@ class PredicatesPlugin:
         session.hooks.predicates.extend(
             [("NodeSelector", node_selector), ("NodeAffinity", node_affinity), ("Taints", taints)]
         )
+        if any(job.refused is not None for job in session.pending_jobs):
+            session.hooks.job_checks.append(refused)

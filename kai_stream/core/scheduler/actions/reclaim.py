@@ -6,10 +6,14 @@ job's leaf queue (min-runtime, resolved per reclaimer and victim leaf; a protect
 surplus pods). Victim queues come in KAI's victim order: the queue that would be scheduled last gives first,
 re-ranked after every victim unit with what it gave taken off its dominant share (``VictimOrder``); each queue's
 jobs in reverse job order, elastic jobs' surplus pods before the gang cores of their priority
-(``units_in_victim_order``). A queue gives only while, at the level below the common ancestor of the two leaves, its
+(``units_in_victim_order``). A queue gives while, at the level below the common ancestor of the two leaves, its
 side is over its allocatable share on some resource, or over its deserved quota on some resource while the
-reclaimer's side stays within its own on all (KAI's reclaim strategies). A victim set is accepted when the job's
-gang is placed and, at every level of the reclaimer's ancestry, against every sibling that lost victims, on every
+reclaimer's side stays within its own on all (KAI's reclaim strategies); a queue that does not give still offers the
+units the pool's free capacity could hold, since a victim the simulation moves (consolidating reclaim) or puts back
+gives nothing. A victim set is accepted when the job's gang is placed (the job checks, queue limits among them, read
+after the victims' release: a job refused up front only by a limit that those releases could lift searches) and, on
+the victims the simulation leaves evicted: each victim side still gives before its last victim is taken off it, and
+at every level of the reclaimer's ancestry, against every sibling that lost victims, on every
 resource involved (the job's and the sibling's victims'), the reclaimer side does not end above its fair share
 (allocated / fair share > 1) at or above the sibling's saturation (KAI's reclaimable.go
 ``isFairShareSaturationLowerPerResource``, multiplier 1), and a non-preemptible job's side keeps its non-preemptible
@@ -45,7 +49,7 @@ from kai_stream.core.scheduler.actions._common.victims import (
     units_in_victim_order,
     victim_judges,
 )
-from kai_stream.core.scheduler.framework.info import JobClass, JobInfo, QueueInfo, TaskInfo
+from kai_stream.core.scheduler.framework.info import RUNNING, JobClass, JobInfo, QueueInfo, TaskInfo
 from kai_stream.core.scheduler.framework.ordering import JobsByQueue
 from kai_stream.core.scheduler.framework.session import Session
 
@@ -57,6 +61,8 @@ class _Reclaim:
         self.ssn = session
         self._pool_free: int | None = None
         self._pool_free_cpu: int | None = None
+        self._smallest: dict[str, tuple[int, int] | None] = {}
+        """Per leaf: the GPU and CPU of its smallest running preemptible pods, read when first asked (None: none)."""
         self.victims = VictimLists(session.hooks.job_key, victim_judges(session, NAME))
         self._gave_up: set[tuple[object, ...]] = set()
         self._leaves = [q for q in session.queues.values() if not q.children and q.jobs]
@@ -112,9 +118,26 @@ class _Reclaim:
         return self._pool_free_cpu
 
     def may_move(self, unit: VictimUnit) -> bool:
-        """Whether the pool's free capacity as the action began could hold the unit elsewhere (a bound): a unit of
-        a queue that does not give is a victim only if the simulation moves it."""
+        """Whether the pool's free capacity as the action began could hold the unit (GPU and CPU in total): a unit
+        of a queue that does not give is a victim only if the simulation moves it. Capacity that other victims of the
+        same search release is not counted, so a move onto it is not searched for (a limit of the project's search,
+        not of KAI's)."""
         return unit.gpu <= self.pool_free and sum(t.cpu for t in unit.tasks) <= self.pool_free_cpu
+
+    def may_move_some(self, q: QueueInfo) -> bool:
+        """Whether some unit of the leaf ``q`` may pass ``may_move``: its smallest running preemptible pod (GPU, then
+        CPU, read when first asked) fits the pool's free capacity."""
+        smallest = self._smallest.get(q.name)
+        if smallest is None:
+            sizes = [
+                (len(t.gpus) * t.gpu_portion, t.cpu)
+                for j in q.jobs
+                if j.preemptible
+                for t in j.tasks
+                if t.status == RUNNING
+            ]
+            smallest = self._smallest[q.name] = (min(g for g, _ in sizes), min(c for _, c in sizes)) if sizes else None
+        return smallest is not None and smallest[0] <= self.pool_free and smallest[1] <= self.pool_free_cpu
 
     def candidates(self, reclaimer: JobInfo, request: list[int]) -> Iterator[VictimUnit]:
         """Victim units for ``reclaimer`` in KAI's victim order (``VictimOrder``), each queue's jobs in reverse job
@@ -149,6 +172,8 @@ class _Reclaim:
             giving = memo not in self._refused and gives(v, side)
             if not giving:
                 self._refused.add(memo)
+                if not self.may_move_some(q):
+                    continue
             jobs, start, surplus = victims.live(q, key)
             if start < len(jobs):
                 units = units_in_victim_order(jobs, surplus, start, victims.runs(key, jobs))

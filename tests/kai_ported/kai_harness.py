@@ -20,7 +20,8 @@ evictions and pipelines than ``Mocks.CacheRequirements`` allows. An *integration
 integration harness: rounds of all actions on a session rebuilt from the test's objects, where after each round
 releasing pods come back pending (or stay releasing for ``DeleteJobInTest``), pipelined pods go back to pending
 and bound pods run; after ``RoundsUntilMatch`` (2) rounds the objects must match, and after each of
-``RoundsAfterMatch`` (5) more rounds the session must still match.
+``RoundsAfterMatch`` (5) more rounds the session must still match. KAI's test sessions leave the staleness grace
+period at its zero value, so a gang below its minimum is evicted at once (``stale_gang_grace_s`` 0).
 """
 
 from __future__ import annotations
@@ -351,9 +352,12 @@ def initial_outcome(topology: dict[str, Any]) -> Outcome:
 def one_session(topology: dict[str, Any], actions: tuple[str, ...]) -> tuple[Outcome, list[Decision]]:
     """Build the session from the test's objects, run ``actions`` once, and read the pods' statuses after it."""
     state = fold(topology)
-    config = parse_config({"actions": list(actions)})
+    config = parse_config({"actions": list(actions), "stale_gang_grace_s": 0.0})
     decisions = run_cycle(state, config, pool="default", input_offset=state.offset, reuse=False)
     out = initial_outcome(topology)
+    for pod in state.pods.values():
+        if pod.node_name is not None and pod.gpu_indices:
+            out.gpus[pod.name] = pod.gpu_indices
     for d in decisions:
         if isinstance(d, BindRequested):
             out.status[d.name], out.node[d.name], out.gpus[d.name] = "Binding", d.node, d.gpu_indices
@@ -368,7 +372,8 @@ def one_session(topology: dict[str, Any], actions: tuple[str, ...]) -> tuple[Out
 
 
 def advance(topology: dict[str, Any], out: Outcome) -> None:
-    """KAI's integration harness after a round: what the test objects become."""
+    """KAI's integration harness after a round: what the test objects become (a pod still on its node keeps its
+    devices)."""
     for job in topology.get("Jobs") or []:
         for i, task in enumerate(job.get("Tasks") or []):
             key = f"{job['Name']}-{i}"
@@ -381,6 +386,8 @@ def advance(topology: dict[str, Any], out: Outcome) -> None:
                 task["GPUGroups"] = [f"#{g}" for g in out.gpus.get(key, ())]
             else:
                 task["State"] = status
+                if key in out.gpus:
+                    task["GPUGroups"] = [f"#{g}" for g in out.gpus[key]]
 
 
 def mismatches(topology: dict[str, Any], out: Outcome, *, binding_is_running: bool) -> list[str]:

@@ -21,7 +21,7 @@ from tests.kai_ported.goliteral import Parser, Unsupported, tokenize
 OUT = Path(__file__).parent / "cases"
 FILES = re.compile(
     r"pkg/scheduler/actions/(reclaim|preempt|consolidation)/[^/]+_test\.go"
-    r"|pkg/scheduler/actions/integration_tests/(reclaim|preempt|consolidation|consolidation_and_reclaim)/[^/]+_test\.go"
+    r"|pkg/scheduler/actions/integration_tests/(reclaim|preempt|consolidation|consolidation_and_reclaim|deletion_tests|stalegangeviction)/[^/]+_test\.go"
 )
 EXTRA_KEYS = ("RoundsUntilMatch", "RoundsAfterMatch", "SchedulingDuration")
 

@@ -101,7 +101,6 @@ class _Preempt:
             reason=f"preempted by higher-priority {job.key} (priority {job.priority}) in queue {queue.name}",
             pool_free_gpu=self.pool_free,
             preemptor_first=True,
-            moves=False,
             fixed_candidates=True,
         )
         if not search(ssn, spec):

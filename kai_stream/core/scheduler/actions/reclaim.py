@@ -6,10 +6,14 @@ job's leaf queue (min-runtime, resolved per reclaimer and victim leaf; a protect
 surplus pods). Victim queues come in KAI's victim order: the queue that would be scheduled last gives first,
 re-ranked after every victim unit with what it gave taken off its dominant share (``VictimOrder``); each queue's
 jobs in reverse job order, elastic jobs' surplus pods before the gang cores of their priority
-(``units_in_victim_order``). A queue gives only while, at the level below the common ancestor of the two leaves, its
+(``units_in_victim_order``). A queue gives while, at the level below the common ancestor of the two leaves, its
 side is over its allocatable share on some resource, or over its deserved quota on some resource while the
-reclaimer's side stays within its own on all (KAI's reclaim strategies). A victim set is accepted when the job's
-gang is placed and, at every level of the reclaimer's ancestry, against every sibling that lost victims, on every
+reclaimer's side stays within its own on all (KAI's reclaim strategies); a queue that does not give still offers the
+units the pool's free capacity could hold, since a victim the simulation moves (consolidating reclaim) or puts back
+gives nothing. A victim set is accepted when the job's gang is placed (the job checks, queue limits among them, read
+after the victims' release: a job refused up front only by a limit that those releases could lift searches) and, on
+the victims the simulation leaves evicted: each victim side still gives before its last victim is taken off it, and
+at every level of the reclaimer's ancestry, against every sibling that lost victims, on every
 resource involved (the job's and the sibling's victims'), the reclaimer side does not end above its fair share
 (allocated / fair share > 1) at or above the sibling's saturation (KAI's reclaimable.go
 ``isFairShareSaturationLowerPerResource``, multiplier 1), and a non-preemptible job's side keeps its non-preemptible
@@ -29,6 +33,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Iterator
 
+from kai_stream.core.events import PendingCode
 from kai_stream.core.scheduler.actions._common.fairness import (
     UNLIMITED,
     queue_details,
@@ -44,7 +49,7 @@ from kai_stream.core.scheduler.actions._common.victims import (
     units_in_victim_order,
     victim_judges,
 )
-from kai_stream.core.scheduler.framework.info import JobClass, JobInfo, QueueInfo, TaskInfo
+from kai_stream.core.scheduler.framework.info import RUNNING, JobClass, JobInfo, QueueInfo, TaskInfo
 from kai_stream.core.scheduler.framework.ordering import JobsByQueue
 from kai_stream.core.scheduler.framework.session import Session
 
@@ -55,6 +60,9 @@ class _Reclaim:
     def __init__(self, session: Session) -> None:
         self.ssn = session
         self._pool_free: int | None = None
+        self._pool_free_cpu: int | None = None
+        self._smallest: dict[str, tuple[int, int] | None] = {}
+        """Per leaf: the GPU and CPU of its smallest running preemptible pods, read when first asked (None: none)."""
         self.victims = VictimLists(session.hooks.job_key, victim_judges(session, NAME))
         self._gave_up: set[tuple[object, ...]] = set()
         self._leaves = [q for q in session.queues.values() if not q.children and q.jobs]
@@ -81,67 +89,95 @@ class _Reclaim:
             self._pool_free = free_gpu(self.ssn)
         return self._pool_free
 
+    def caps(self, v: QueueInfo) -> tuple[int, int, int]:
+        """KAI's allocatable share of ``v`` per resource (fixed for the session)."""
+        caps = self._allocatable.get(v.name)
+        if caps is None:
+            caps = self._allocatable[v.name] = (kai_allocatable(v, 0), kai_allocatable(v, 1), kai_allocatable(v, 2))
+        return caps
+
+    def leveled(self, leaf: QueueInfo, q: QueueInfo) -> tuple[QueueInfo, QueueInfo]:
+        """For the reclaimer leaf ``leaf`` and the victim leaf ``q``: the victim's side and the reclaimer's side
+        below their common ancestor."""
+        pair = self._leveled.get((leaf.name, q.name))
+        if pair is None:
+            mine = leaf.ancestry()
+            on_mine = {a.name for a in mine}
+            v = q
+            while v.parent is not None and v.parent.name not in on_mine:
+                v = v.parent
+            side = mine[-1] if v.parent is None else next(p for p in mine if p.parent is v.parent)
+            pair = self._leveled[(leaf.name, q.name)] = (v, side)
+        return pair
+
+    @property
+    def pool_free_cpu(self) -> int:
+        """The pool's free CPU when the action began (read at the first search, like ``pool_free``)."""
+        if self._pool_free_cpu is None:
+            self._pool_free_cpu = sum(n.cpu_free_now() for n in self.ssn.nodes if n.ready and not n.unschedulable)
+        return self._pool_free_cpu
+
+    def may_move(self, unit: VictimUnit) -> bool:
+        """Whether the pool's free capacity as the action began could hold the unit (GPU and CPU in total): a unit
+        of a queue that does not give is a victim only if the simulation moves it. Capacity that other victims of the
+        same search release is not counted, so a move onto it is not searched for (a limit of the project's search,
+        not of KAI's)."""
+        return unit.gpu <= self.pool_free and sum(t.cpu for t in unit.tasks) <= self.pool_free_cpu
+
+    def may_move_some(self, q: QueueInfo) -> bool:
+        """Whether some unit of the leaf ``q`` may pass ``may_move``: its smallest running preemptible pod (GPU, then
+        CPU, read when first asked) fits the pool's free capacity."""
+        smallest = self._smallest.get(q.name)
+        if smallest is None:
+            sizes = [
+                (len(t.gpus) * t.gpu_portion, t.cpu)
+                for j in q.jobs
+                if j.preemptible
+                for t in j.tasks
+                if t.status == RUNNING
+            ]
+            smallest = self._smallest[q.name] = (min(g for g, _ in sizes), min(c for _, c in sizes)) if sizes else None
+        return smallest is not None and smallest[0] <= self.pool_free and smallest[1] <= self.pool_free_cpu
+
     def candidates(self, reclaimer: JobInfo, request: list[int]) -> Iterator[VictimUnit]:
-        """Victim units for ``reclaimer`` in KAI's victim queue order (``VictimOrder``), each queue's jobs in
-        reverse job order, from queues that may give (``gives``, read at the level below the common ancestor of the
-        reclaimer's and the victim's leaves, with what the queue gave to this search taken off)."""
+        """Victim units for ``reclaimer`` in KAI's victim order (``VictimOrder``), each queue's jobs in reverse job
+        order. A queue that gives (``_gives``, read at the level below the common ancestor of the reclaimer's and
+        the victim's leaves, with what the queue gave to this search taken off) offers every unit; one that does
+        not offers only units the pool could hold elsewhere (``may_move``): KAI takes victims from every queue and
+        its validator counts only those its simulation leaves evicted (a moved victim gives nothing)."""
         leaf = reclaimer.queue
         assert leaf is not None
         queues = self.ssn.queues
-        mine = leaf.ancestry()
-        on_mine = {q.name for q in mine}
         order = VictimOrder(self._victim_keys)
         guaranteed: dict[str, bool] = {}
-        allocatable = self._allocatable
 
         def gives(v: QueueInfo, side: QueueInfo) -> bool:
-            """KAI's reclaim strategies for the victim side ``v`` against the reclaimer side ``side``: over its
-            allocatable share on some resource (MaintainFairShare), or over its deserved quota on some resource while
-            ``side`` stays within its own on all (GuaranteeDeservedQuota)."""
-            a = order.left(v)
-            caps = allocatable.get(v.name)
-            if caps is None:
-                caps = allocatable[v.name] = (kai_allocatable(v, 0), kai_allocatable(v, 1), kai_allocatable(v, 2))
-            if (
-                (caps[0] != UNLIMITED and a[0] > caps[0])
-                or (caps[1] != UNLIMITED and a[1] > caps[1])
-                or (caps[2] != UNLIMITED and a[2] > caps[2])
-            ):
-                return True
             ok = guaranteed.get(side.name)
             if ok is None:
-                s = order.held_by(side)
-                ok = guaranteed[side.name] = all(
-                    side.quota[r] == UNLIMITED or s[r] + request[r] <= side.quota[r] for r in range(3)
-                )
-            return ok and any(v.quota[r] != UNLIMITED and a[r] > v.quota[r] for r in range(3))
+                ok = guaranteed[side.name] = _within_quota(order.held_by(side), request, side)
+            return _gives(v, self.caps(v), order.left(v), ok)
 
         spent = self._spent
         victims = self.victims
         judged = victims.judges is not None
-        pools: dict[str, tuple[Iterator[VictimUnit], QueueInfo, QueueInfo]] = {}
+        pools: dict[str, tuple[Iterator[VictimUnit], QueueInfo, QueueInfo, bool]] = {}
         for q in self._leaves:
             if q is leaf:
                 continue
             key = victims.key(reclaimer, q) if judged else q.name
             if key in spent:
                 continue
-            pair = self._leveled.get((leaf.name, q.name))
-            if pair is None:
-                v = q
-                while v.parent is not None and v.parent.name not in on_mine:
-                    v = v.parent
-                side = mine[-1] if v.parent is None else next(p for p in mine if p.parent is v.parent)
-                pair = self._leveled[(leaf.name, q.name)] = (v, side)
-            v, side = pair
+            v, side = self.leveled(leaf, q)
             memo = (v.name, v.version, side.name, side.version, *request)
-            if memo in self._refused or not gives(v, side):
+            giving = memo not in self._refused and gives(v, side)
+            if not giving:
                 self._refused.add(memo)
-                continue
+                if not self.may_move_some(q):
+                    continue
             jobs, start, surplus = victims.live(q, key)
             if start < len(jobs):
                 units = units_in_victim_order(jobs, surplus, start, victims.runs(key, jobs))
-                pools[q.name] = (units, v, side)
+                pools[q.name] = (units, v, side, giving)
             else:
                 spent.add(key)
         order.rank_all(queues[n] for n in pools)
@@ -149,23 +185,26 @@ class _Reclaim:
             best = order.best(pools)
             assert best is not None
             name = best.name
-            units, v, side = pools[name]
+            units, v, side, giving = pools[name]
             unit = next(units, None)
             if unit is None:
                 del pools[name]
                 continue
+            if not giving and not self.may_move(unit):
+                continue
             yield unit
             order.give(queues[name], unit.tasks)
-            if not gives(v, side):
-                del pools[name]
+            if giving and not gives(v, side):
+                pools[name] = (units, v, side, False)
 
     def validator(self, reclaimer: JobInfo, request: list[int]) -> SearchSpec:
         leaf = reclaimer.queue
         assert leaf is not None
 
         involved_request = [r for r in range(3) if request[r] > 0]
+        guaranteed = {side.name: _within_quota(side.allocated, request, side) for side in leaf.ancestry()}
 
-        def validate(taken: list[VictimUnit]) -> bool:
+        def saturation(taken: list[VictimUnit]) -> bool:
             involved: dict[str, set[int]] = {}
             for unit in taken:
                 q = unit.job.queue
@@ -187,6 +226,25 @@ class _Reclaim:
                     if not saturation_lower(side, sibling, lost.union(involved_request)):
                         return False
             return True
+
+        def validate(victims: list[VictimUnit]) -> bool:
+            """KAI's reclaim validator on the victims a simulation leaves evicted: each victim side still gives
+            (``_gives``) before its last victim is taken off it, and the saturation check holds."""
+            last: dict[str, tuple[QueueInfo, QueueInfo, VictimUnit]] = {}
+            for unit in victims:
+                q = unit.job.queue
+                if q is not None:
+                    v, side = self.leveled(leaf, q)
+                    last[v.name] = (v, side, unit)
+            for v, side, unit in last.values():
+                remaining = list(v.allocated)
+                for t in unit.tasks:
+                    remaining[0] += len(t.gpus) * t.gpu_portion
+                    remaining[1] += t.cpu
+                    remaining[2] += t.mem
+                if not _gives(v, self.caps(v), remaining, guaranteed[side.name]):
+                    return False
+            return saturation(victims)
 
         memo: dict[str, dict[str, str]] = {}
         reclaimer_details: dict[str, str] | None = None
@@ -212,7 +270,7 @@ class _Reclaim:
             preemptor=reclaimer,
             candidates=lambda: self.candidates(reclaimer, request),
             validate=validate,
-            doomed=lambda taken: not validate(taken),
+            doomed=lambda taken: self.ssn.hooks.check_job(reclaimer, request) is not None or not saturation(taken),
             details=details,
             reason=f"reclaimed for {reclaimer.key} (queue {leaf.name} within fair share)",
             pool_free_gpu=self.pool_free,
@@ -276,17 +334,56 @@ _SEARCHES = "searches"
 _REFUSED = "refused"
 
 
-def _verdict(job: JobInfo, request: list[int], check_job: Callable[[JobInfo, list[int]], object]) -> str:
+def _verdict(
+    job: JobInfo, request: list[int], check_job: Callable[[JobInfo, list[int]], tuple[PendingCode, str] | None]
+) -> str:
     """What ``try_job`` does with a job that is not awaiting evictions, at the opening state: ``_REFUSED`` by a job
     check, ``_SEARCHES`` (its queue stays within its bound with it), else the bound its queue would exceed. The
     same for every job of one leaf and one ``Session.job_class``."""
     leaf = job.queue
     assert leaf is not None
-    if check_job(job, request) is not None:
+    refused = check_job(job, request)
+    if refused is not None and not (refused[0] == "QueueOverLimit" and _limits_may_lift(leaf, request)):
         return _REFUSED
     if job.preemptible:
         return _SEARCHES if within(leaf, request, leaf.fair_share) else "fair share"
     return _SEARCHES if within(leaf, request, leaf.quota) else "deserved quota"
+
+
+def _within_quota(held: list[int], request: list[int], side: QueueInfo) -> bool:
+    """Whether ``side`` holding ``held`` stays within its deserved quota on every resource with ``request``."""
+    return all(side.quota[r] == UNLIMITED or held[r] + request[r] <= side.quota[r] for r in range(3))
+
+
+def _gives(v: QueueInfo, caps: tuple[int, int, int], left: list[int], guaranteed: bool) -> bool:
+    """KAI's reclaim strategies for the victim side ``v`` holding ``left``: over its allocatable share ``caps`` on
+    some resource (MaintainFairShare), or over its deserved quota on some resource while the reclaimer's side stays
+    within its own on all (``guaranteed``; GuaranteeDeservedQuota)."""
+    if (
+        (caps[0] != UNLIMITED and left[0] > caps[0])
+        or (caps[1] != UNLIMITED and left[1] > caps[1])
+        or (caps[2] != UNLIMITED and left[2] > caps[2])
+    ):
+        return True
+    return guaranteed and any(v.quota[r] != UNLIMITED and left[r] > v.quota[r] for r in range(3))
+
+
+def _limits_may_lift(leaf: QueueInfo, request: list[int]) -> bool:
+    """Whether evicting every preemptible pod of the other leaves below each ancestor whose limit ``request`` passes
+    would bring it within that limit (KAI checks a reclaimer's queue limits inside the simulation, after its
+    victims' release; a limit of the leaf itself, or one no such eviction can lift, refuses it up front)."""
+    mine = [leaf.allocated[r] - leaf.allocated_np[r] for r in range(3)]
+    for q in leaf.ancestry():
+        for r in range(3):
+            limit = q.limit[r]
+            if limit == UNLIMITED or request[r] <= 0 or q.allocated[r] + request[r] <= limit:
+                continue
+            if q is leaf:
+                return False
+            others = q.allocated[r] - q.allocated_np[r] - mine[r]
+            if q.allocated[r] - others + request[r] > limit:
+                return False
+    return True
 
 
 def _settle(reclaim: _Reclaim, jobs: list[JobInfo]) -> bool:

@@ -53,6 +53,7 @@ class SearchSpec:
     preemptor: JobInfo
     candidates: Callable[[], Iterator[VictimUnit]]
     validate: Callable[[list[VictimUnit]], bool]
+    """Accepts a simulated scenario, given its victims: the units taken, cut to the tasks that stay evicted."""
     details: Callable[[TaskInfo], dict[str, str]]
     reason: str
     move_victims: bool = False
@@ -156,10 +157,18 @@ class _AllBut(AbstractSet[int]):
         return self.count - sum(1 for i in self.excluded if 0 <= i < self.count)
 
 
-def _left_evicted(taken: list[VictimUnit], moved: list[TaskInfo]) -> bool:
-    """Whether a task of ``taken`` is still evicted: neither running again nor moved."""
+def _still_evicted(taken: list[VictimUnit], moved: list[TaskInfo]) -> list[VictimUnit]:
+    """The units of ``taken`` cut to their tasks that stay evicted after a simulation (neither running again on
+    their node nor moved): KAI's victims of a scenario, whose resources its validators count."""
     copies = {t.uid for t in moved}
-    return any(t.status == RELEASING and t.uid not in copies for unit in taken for t in unit.tasks)
+    out: list[VictimUnit] = []
+    for unit in taken:
+        tasks = [t for t in unit.tasks if t.status == RELEASING and t.uid not in copies]
+        if len(tasks) == len(unit.tasks):
+            out.append(unit)
+        elif tasks:
+            out.append(VictimUnit(unit.job, tasks))
+    return out
 
 
 def _first_in_leaf(session: Session, preemptor: JobInfo, taken: list[VictimUnit]) -> bool:
@@ -311,7 +320,8 @@ class _Search:
                 if tasks is None:
                     tasks = _to_put_back(job, victims[id(job)][1])
                 moved.extend(self._put_back(tasks, near))
-        if placed is not None and not (spec.move_victims and _left_evicted(taken, moved)) and spec.validate(taken):
+        left = _still_evicted(taken, moved) if placed is not None else []
+        if placed is not None and not (spec.move_victims and left) and spec.validate(left):
             self.placed, self.moved = placed, moved
             return True
         self.stmt.rollback(checkpoint)
@@ -470,7 +480,7 @@ class _Search:
                     f"{self.spec.action}: placed on capacity of {len(evicted)} evicted pod(s) of {victims} job(s)"
                 )
         to_pipeline = list(self.moved)
-        if self.moved or self.spec.move_victims or any(op.kind == "pipeline" for op in self.stmt.ops):
+        if evicted or self.spec.move_victims or any(op.kind == "pipeline" for op in self.stmt.ops):
             to_pipeline.extend(self.placed)
         self.stmt.convert_to_pipeline(to_pipeline)
         self.stmt.commit()

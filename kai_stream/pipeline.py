@@ -534,6 +534,44 @@ class Pipeline:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
 
+    async def restart_broker(self, *, kill: bool = True) -> None:
+        """Stop the embedded broker (SIGKILL with ``kill``: a crash, nothing flushed) and start it again on its
+        port and data directory, as a supervisor would; the components reconnect to it by themselves."""
+        broker = self.broker
+        if broker is None or self.kafka is None:
+            raise RuntimeError("no embedded broker to restart (an external one was given)")
+        if kill and broker.pid is not None:
+            os.kill(broker.pid, signal.SIGKILL)
+        await asyncio.to_thread(broker.stop)
+        port = int(self.kafka.bootstrap_servers.rsplit(":", 1)[1])
+        self.broker = embedded_broker(
+            self.options.engine, memory=not self.options.durable, port=port, data_dir=self.options.data_dir
+        )
+        await asyncio.to_thread(_without_sigint, self.broker.start)
+
+    def component_pids(self) -> dict[str, int]:
+        """The process ids of the components that run as processes now (broker, processor, binder, connector)."""
+        procs = {"processor": self._processor, "binder": self._binder, "connector": self._connector_process}
+        pids = {name: proc.pid for name, proc in procs.items() if proc is not None and proc.poll() is None}
+        if self.broker is not None and self.broker.pid is not None:
+            pids["broker"] = self.broker.pid
+        return pids
+
+    def restart_exited(self) -> list[str]:
+        """Start again every component process (processor, binder, connector) that exited on its own, as a
+        supervisor would; the names of those restarted."""
+        restarted = []
+        if self._processor is not None and self._processor.poll() is not None:
+            self.start_processor()
+            restarted.append("processor")
+        if self._binder is not None and self._binder.poll() is not None:
+            self._binder = self._spawn_binder()
+            restarted.append("binder")
+        if self._connector_process is not None and self._connector_process.poll() is not None:
+            self.start_connector()
+            restarted.append("connector")
+        return restarted
+
     # ------------------------------------------------------------------ waiting
 
     async def committed(self, group: str, topic: str) -> int:

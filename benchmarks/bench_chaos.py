@@ -25,7 +25,10 @@ rebuilt byte for byte), and the hostile records: each one either dead-lettered w
 offset) or harmless (the duplicates; no letter needed, their harmlessness is what the invariants and the replay
 prove). Exit status 1 when any promise is broken.
 
-Usage: ``python benchmarks/bench_chaos.py [--pods 10000] [--nodes 800] [--rate 40] [--engine kafka]``.
+``--supervise``: the components run their workers under ``kai_stream/prefork.py`` and the kills hit the workers,
+which their supervisors fork again at once (the broker is still restarted cold).
+
+Usage: ``python benchmarks/bench_chaos.py [--pods 10000] [--nodes 800] [--rate 40] [--engine kafka] [--supervise]``.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ import asyncio
 import itertools
 import json
 import os
+import signal
 import statistics
 import sys
 import tempfile
@@ -287,7 +291,9 @@ async def hostile(pipeline: Pipeline, run: Run, total: int, duration_s: float, b
 
 
 async def kill(pipeline: Pipeline, component: str) -> None:
-    if component == "connector":
+    if component != "broker" and pipeline.options.supervise:
+        pipeline.kill_worker(component)
+    elif component == "connector":
         await pipeline.stop_connector(kill=True)
         pipeline.start_connector()
     elif component == "processor":
@@ -340,6 +346,7 @@ async def main(args: argparse.Namespace) -> int:
         options = PipelineOptions(
             scenario=scenario, engine=args.engine, durable=args.engine == "kafka", data_dir=Path(tmp) / "data",
             tick_interval_s=1.0, binder_subprocess=True, connector_subprocess=True, tail=False,
+            supervise=args.supervise,
         )
         async with Pipeline(options) as pipeline, api_client(pipeline.cluster.url or "") as api:
             assert pipeline.kafka is not None
@@ -414,9 +421,19 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--broker-kills", type=int, default=1, help="broker kills (Apache Kafka engine only)")
     parser.add_argument("--hostile", type=int, default=10_000, help="hostile records sent to cluster-events")
     parser.add_argument("--sample-every", type=float, default=2.0, help="seconds between over-commit samples")
+    parser.add_argument("--supervise", action="store_true",
+                        help="components run under kai_stream/prefork.py; kill -9 hits the worker, forked again")
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds to wait for every pod at the end")
     return parser.parse_args(argv)
 
 
+async def _main(args: argparse.Namespace) -> int:
+    """``main``, cancelled (so every process it started is stopped) on SIGTERM."""
+    task = asyncio.current_task()
+    assert task is not None
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, task.cancel)
+    return await main(args)
+
+
 if __name__ == "__main__":
-    sys.exit(asyncio.run(main(parse())))
+    sys.exit(asyncio.run(_main(parse())))

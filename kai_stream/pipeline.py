@@ -37,6 +37,7 @@ from connectors.simcluster import scenario as sim_scenario
 from connectors.simcluster.client import kube_client_config
 from connectors.simcluster.controller import recreated_uid
 from connectors.simcluster.server import SimCluster
+from kai_stream import prefork
 from kai_stream.binder.kube import api_client
 from kai_stream.binder.runner import run_binder
 from kai_stream.core.config import SchedulerConfig
@@ -83,6 +84,8 @@ class PipelineOptions:
     loaded; ``cluster`` stays unstarted), the binder with ``binder_kubeconfig`` when given.
     ``binder_subprocess`` / ``connector_subprocess``: run that component as a ``kai-stream`` process (which a test
     can SIGKILL) instead of a task on this loop.
+    ``supervise``: the processor and those component processes run their worker under ``kai_stream/prefork.py``
+    (forked again at once when it dies; ``Pipeline.kill_worker`` kills it).
     """
 
     scenario: Path | None = None
@@ -103,6 +106,7 @@ class PipelineOptions:
     processor_env: dict[str, str] = field(default_factory=dict)
     binder_subprocess: bool = False
     connector_subprocess: bool = False
+    supervise: bool = False
     tail: bool = True
     kubeconfig: Path | None = None
     binder_kubeconfig: Path | None = None
@@ -385,7 +389,8 @@ class Pipeline:
         api = ["--kubeconfig", str(kubeconfig)] if kubeconfig is not None else ["--api-url", str(self.cluster.url)]
         argv = [sys.executable, "-c", "from kai_stream.cli import main; main()", command,
                 "--bootstrap-servers", self.kafka.bootstrap_servers, *api,
-                "--topic-prefix", self.options.topic_prefix, *args]
+                "--topic-prefix", self.options.topic_prefix, *args,
+                *(["--supervise"] if self.options.supervise else [])]
         return subprocess.Popen(argv, env=self.processor_env(), stdin=subprocess.DEVNULL,
                                 stdout=self._log_file(), stderr=subprocess.STDOUT, start_new_session=True)
 
@@ -427,6 +432,7 @@ class Pipeline:
             "KAI_STREAM_HEALTH_ENABLED": "false",
             "KAI_STREAM_PROCESSOR_PARENT_PID": str(os.getpid()),
             "KAI_STREAM_PROCESSOR_INSTANCE_ID": f"{self.processor_app_id}-0",
+            "KAI_STREAM_PROCESSOR_SUPERVISE": str(self.options.supervise).lower(),
             **self.options.processor_env,
         }
         if self.options.config_path is not None:
@@ -556,6 +562,16 @@ class Pipeline:
         if self.broker is not None and self.broker.pid is not None:
             pids["broker"] = self.broker.pid
         return pids
+
+    def kill_worker(self, component: str) -> int:
+        """SIGKILL the worker of a supervised component (``processor``, ``binder``, ``connector``); its supervisor
+        forks another at once. Returns the killed worker's pid."""
+        supervisor = self.component_pids().get(component)
+        worker = prefork.worker_pid(supervisor) if supervisor is not None else None
+        if worker is None:
+            raise RuntimeError(f"{component} has no supervised worker running")
+        os.kill(worker, signal.SIGKILL)
+        return worker
 
     def restart_exited(self) -> list[str]:
         """Start again every component process (processor, binder, connector) that exited on its own, as a

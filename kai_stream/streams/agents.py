@@ -22,6 +22,7 @@ from faust.transport.drivers import aiokafka as faust_aiokafka
 from faust.types import TP, EventT
 from mode.types.signals import BaseSignalT
 
+from kai_stream import prefork
 from kai_stream.core.events import Model, dumps
 from kai_stream.kafka import send_unit
 from kai_stream.observability import Health, HealthSettings, serve_health
@@ -194,7 +195,7 @@ _orphaned = False
 @app.timer(1.0)  # type: ignore[untyped-decorator]
 async def _parent_alive() -> None:
     global _orphaned
-    if settings.parent_pid is None or _orphaned or os.getppid() == settings.parent_pid:
+    if settings.parent_pid is None or prefork.supervised or _orphaned or os.getppid() == settings.parent_pid:
         return
     _orphaned = True
     log.warning("processor: parent process %d is gone; stopping", settings.parent_pid)

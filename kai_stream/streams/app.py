@@ -29,6 +29,7 @@ from typing import Any
 
 import faust
 from aiokafka import TopicPartition
+from faust import tables as faust_tables
 from faust.auth import SASLCredentials, SSLCredentials
 from faust.transport.drivers import aiokafka as faust_aiokafka
 from faust.types import TP
@@ -80,6 +81,20 @@ class _Consumer(faust_aiokafka.Consumer):
         return _ConsumerThread(self, loop=self.loop, beacon=self.beacon)
 
 
+class TableManager(faust_tables.TableManager):
+    """faust's table manager without its unconditional 1 s sleep before starting recovery, when the app has no
+    table (the default, ``fair_share_table`` off): nothing is recovered, and the sleep delayed every start and
+    restart of the processor by a second before it asked to join its group."""
+
+    async def on_start(self) -> None:
+        if len(self):
+            await super().on_start()
+            return
+        await self._update_channels()
+        await self.app.topics.wait_for_subscriptions()  # one join, with the final subscription
+        await self.recovery.start()
+
+
 class Transport(faust_aiokafka.Transport):
     """faust's aiokafka transport with a short fetch wait."""
 
@@ -108,6 +123,7 @@ app = faust.App(
     broker=f"kafka://{kafka.bootstrap_servers.split(',')[0]}",
     broker_credentials=_credentials(),
     store="memory://",
+    TableManager=TableManager,
     autodiscover=False,
     origin="kai_stream.streams",
     web_enabled=False,

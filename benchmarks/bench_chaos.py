@@ -292,7 +292,7 @@ async def hostile(pipeline: Pipeline, run: Run, total: int, duration_s: float, b
 
 async def kill(pipeline: Pipeline, component: str) -> None:
     if component != "broker" and pipeline.options.supervise:
-        pipeline.kill_worker(component)
+        await pipeline.kill_worker(component)
     elif component == "connector":
         await pipeline.stop_connector(kill=True)
         pipeline.start_connector()
@@ -307,15 +307,17 @@ async def kill(pipeline: Pipeline, component: str) -> None:
 
 
 async def chaos(pipeline: Pipeline, api: client.ApiClient, run: Run, bindings: Bindings, every_s: float,
-                broker_kills: int, expected_kills: int) -> None:
-    """Kill one component in turn every ``every_s`` while pods are created (after the last kill's recovery)."""
-    order = ["connector", "processor", "binder"]
-    broker_at = {expected_kills * (k + 1) // (broker_kills + 1) for k in range(broker_kills)}
-    for n in itertools.count():
+                broker_kills: int, pods: int) -> None:
+    """Kill one component in turn every ``every_s`` while pods are created (after the last kill's recovery); the
+    broker's kills are spread evenly over the pods' creation."""
+    order = itertools.cycle(["connector", "processor", "binder"])
+    while True:
         await asyncio.sleep(every_s)
         if not run.creating:
             return
-        component = "broker" if n in broker_at else order[n % len(order)]
+        due = run.kills["broker"] < broker_kills and len(run.created) >= pods * (run.kills["broker"] + 1) / (
+            broker_kills + 1)
+        component = "broker" if due else next(order)
         started = time.monotonic()
         await kill(pipeline, component)
         run.kills[component] += 1
@@ -353,16 +355,19 @@ async def main(args: argparse.Namespace) -> int:
             bindings = Bindings(pipeline)
             stop = asyncio.Event()
             duration = args.pods / args.rate
-            expected_kills = max(1, int(duration // args.kill_every))
             background = [
                 asyncio.create_task(sampler(pipeline, run, args.gpus, args.sample_every, stop)),
                 asyncio.create_task(supervise(pipeline, run, stop)),
             ]
+            await create(api, pod_body("warm-up", "team-0"))
+            run.created.append("warm-up")
+            while "warm-up" not in bindings.update():
+                await asyncio.sleep(0.1)
             started = time.monotonic()
             await asyncio.gather(
                 creator(api, run, args.pods, args.rate),
                 hostile(pipeline, run, args.hostile, duration * 0.8, bindings),
-                chaos(pipeline, api, run, bindings, args.kill_every, broker_kills, expected_kills),
+                chaos(pipeline, api, run, bindings, args.kill_every, broker_kills, args.pods),
             )
             deadline = time.monotonic() + args.timeout
             while len(bindings.update()) < len(run.created) and time.monotonic() < deadline:
@@ -372,6 +377,11 @@ async def main(args: argparse.Namespace) -> int:
             stop.set()
             await asyncio.gather(*background)
             elapsed = time.monotonic() - started
+            output = pipeline.processor_output(None)
+            for component in ("processor", "binder", "connector"):
+                forked = output.count(f"{component}: worker exited with")
+                if forked > run.kills[component]:  # a supervisor forked a worker that died on its own
+                    run.unplanned[component] += forked - run.kills[component]
             accepted = bindings.update()
             run.overcommitted += [f"at the end: {found}" for found in overcommitted(pipeline, args.gpus)]
 

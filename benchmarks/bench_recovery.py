@@ -137,7 +137,7 @@ async def run(
                 for component in ("processor", "binder"):
                     started = time.monotonic()
                     if supervise:
-                        pipeline.kill_worker(component)
+                        await pipeline.kill_worker(component)
                     elif component == "processor":
                         pipeline.stop_processor(kill=True)
                         pipeline.start_processor()

@@ -563,15 +563,19 @@ class Pipeline:
             pids["broker"] = self.broker.pid
         return pids
 
-    def kill_worker(self, component: str) -> int:
-        """SIGKILL the worker of a supervised component (``processor``, ``binder``, ``connector``); its supervisor
-        forks another at once. Returns the killed worker's pid."""
-        supervisor = self.component_pids().get(component)
-        worker = prefork.worker_pid(supervisor) if supervisor is not None else None
-        if worker is None:
-            raise RuntimeError(f"{component} has no supervised worker running")
-        os.kill(worker, signal.SIGKILL)
-        return worker
+    async def kill_worker(self, component: str, *, timeout_s: float = 60.0) -> int:
+        """SIGKILL the worker of a supervised component (``processor``, ``binder``, ``connector``) once it runs (a
+        supervisor forks it after its imports); the supervisor forks another at once. The killed worker's pid."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            supervisor = self.component_pids().get(component)
+            worker = prefork.worker_pid(supervisor) if supervisor is not None else None
+            if worker is not None:
+                os.kill(worker, signal.SIGKILL)
+                return worker
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{component} has no supervised worker running after {timeout_s} s")
+            await asyncio.sleep(0.05)
 
     def restart_exited(self) -> list[str]:
         """Start again every component process (processor, binder, connector) that exited on its own, as a

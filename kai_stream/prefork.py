@@ -13,20 +13,21 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import logging
 import os
+import shutil
 import signal
 import sys
+import tempfile
 import time
 import traceback
 from collections.abc import Callable
 from types import FrameType
 
-log = logging.getLogger(__name__)
-
-
 supervised = False
 """True in a worker forked by ``supervise`` (its parent is the supervisor, which watches its own parent)."""
+state_dir: str | None = None
+"""Under ``supervise``: a directory the supervisor keeps for its workers, where a worker leaves what its successor
+needs (``succession.py``: the consumer-group members to remove); removed when the supervisor ends."""
 
 
 def _worker(run: Callable[[], object]) -> int:
@@ -79,37 +80,41 @@ def supervise(
     signal.signal(signal.SIGTERM, forward)
     signal.signal(signal.SIGINT, forward)
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGCHLD})
+    global state_dir
+    state_dir = tempfile.mkdtemp(prefix=f"kai-stream-{component}-")
     gc.collect()
     gc.freeze()  # the imported modules' objects stay shared with the workers (copy-on-write pages untouched)
     backoff = 0.0
-    while True:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        started = time.monotonic()
-        child = os.fork()
-        if child == 0:
-            os._exit(_worker(run))
+    try:
         while True:
-            pid, status = os.waitpid(child, os.WNOHANG)
-            if pid:
-                break
-            if stop_with_parent and os.getppid() != parent and not stopping:
-                forward(signal.SIGTERM, None)
-            signal.sigtimedwait({signal.SIGCHLD}, 1.0)
-        code = exit_code(status)
-        child = 0
-        if stopping or code == 0:
-            return code
-        lived = time.monotonic() - started
-        backoff = 0.0 if lived >= stable_s else min(max(backoff * 2, initial_backoff_s), max_backoff_s)
-        log.warning("%s: worker exited with %d after %.1fs; forked again in %.1fs", component, code, lived, backoff)
-        print(f"{component}: worker exited with {code} after {lived:.1f}s; forked again in {backoff:.1f}s",
-              file=sys.stderr, flush=True)
-        deadline = time.monotonic() + backoff
-        while not stopping and time.monotonic() < deadline:
-            time.sleep(min(0.1, deadline - time.monotonic()))
-        if stopping:
-            return code
+            sys.stdout.flush()
+            sys.stderr.flush()
+            started = time.monotonic()
+            child = os.fork()
+            if child == 0:
+                os._exit(_worker(run))
+            while True:
+                pid, status = os.waitpid(child, os.WNOHANG)
+                if pid:
+                    break
+                if stop_with_parent and os.getppid() != parent and not stopping:
+                    forward(signal.SIGTERM, None)
+                signal.sigtimedwait({signal.SIGCHLD}, 1.0)
+            code = exit_code(status)
+            child = 0
+            if stopping or code == 0:
+                return code
+            lived = time.monotonic() - started
+            backoff = 0.0 if lived >= stable_s else min(max(backoff * 2, initial_backoff_s), max_backoff_s)
+            print(f"{component}: worker exited with {code} after {lived:.1f}s; forked again in {backoff:.1f}s",
+                  file=sys.stderr, flush=True)
+            deadline = time.monotonic() + backoff
+            while not stopping and time.monotonic() < deadline:
+                time.sleep(min(0.1, deadline - time.monotonic()))
+            if stopping:
+                return code
+    finally:
+        shutil.rmtree(state_dir, ignore_errors=True)
 
 
 def worker_pid(supervisor_pid: int) -> int | None:

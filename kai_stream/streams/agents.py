@@ -22,7 +22,7 @@ from faust.transport.drivers import aiokafka as faust_aiokafka
 from faust.types import TP, EventT
 from mode.types.signals import BaseSignalT
 
-from kai_stream import prefork
+from kai_stream import prefork, succession
 from kai_stream.core.events import Model, dumps
 from kai_stream.kafka import send_unit
 from kai_stream.observability import Health, HealthSettings, serve_health
@@ -205,6 +205,9 @@ async def _parent_alive() -> None:
 @app.on_partitions_assigned.connect
 async def _assigned(sender: Any, /, *args: Any, signal: BaseSignalT[Any], **kwargs: Any) -> None:
     assigned: set[TP] = args[0] if args else kwargs.get("assigned", set())
+    if not BULK:
+        member = getattr(getattr(getattr(app.consumer, "_thread", None), "_consumer", None), "_coordinator", None)
+        succession.record(settings.app_id, str(getattr(member, "member_id", "")))
     runtime.assigned([tp.partition for tp in assigned if tp.topic == names.cluster_events], app.consumer_generation_id)
     health.set_condition("assigned", True)
 

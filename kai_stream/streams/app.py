@@ -34,6 +34,7 @@ from faust.auth import SASLCredentials, SSLCredentials
 from faust.transport.drivers import aiokafka as faust_aiokafka
 from faust.types import TP
 
+from kai_stream import succession
 from kai_stream.fetchgaps import gap_guarded
 from kai_stream.fetchwait import governed
 from kai_stream.kafka import UNIT_MAX_BYTES, make_consumer
@@ -53,6 +54,7 @@ class _ConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
         consumer = super()._create_worker_consumer(transport)
         if not tansu_workarounds(kafka):
             return consumer
+        succession.fence_now(kafka, settings.app_id)  # a dynamic member: a dead predecessor leaves the group first
         consumer._fetch_max_wait_ms = settings.fetch_max_wait_ms
         governed(consumer, settings.fetch_max_wait_ms, kafka.fetch_max_wait_limit_ms)
         return gap_guarded(consumer, kafka.fetch_hole_patience_s)

@@ -66,6 +66,9 @@ async def fence(settings: KafkaSettings, group: str, timeout_s: float = 5.0) -> 
 
 def fence_now(settings: KafkaSettings, group: str) -> str | None:
     """``fence`` from synchronous code, on a thread of its own (no event loop of the caller's is touched)."""
+    path = _path(group)
+    if path is None or not path.exists():
+        return None
     found: list[str | None] = [None]
 
     def run() -> None:

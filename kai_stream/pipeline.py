@@ -40,6 +40,7 @@ from connectors.simcluster.server import SimCluster
 from kai_stream import prefork
 from kai_stream.binder.kube import api_client
 from kai_stream.binder.runner import run_binder
+from kai_stream.broker import BrokerProcess
 from kai_stream.core.config import SchedulerConfig
 from kai_stream.core.events import (
     BindRequested,
@@ -142,6 +143,15 @@ def _without_sigint(start: Callable[[], object]) -> None:
         start()
     finally:
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
+def _wait_or_kill(proc: subprocess.Popen[bytes], grace_s: float = 15.0) -> None:
+    """Wait for a stopping process, SIGKILL it after ``grace_s`` (a supervisor whose worker is slow to stop)."""
+    try:
+        proc.wait(grace_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 
 class LogTail:
@@ -416,7 +426,7 @@ class Pipeline:
         proc, self._connector_process = self._connector_process, None
         if proc is not None and proc.poll() is None:
             proc.kill() if kill else proc.terminate()
-            await asyncio.to_thread(proc.wait, 15)
+            await asyncio.to_thread(_wait_or_kill, proc)
         await self._cancel("connector")
 
     def processor_env(self) -> dict[str, str]:
@@ -529,7 +539,7 @@ class Pipeline:
         proc, self._binder = self._binder, None
         if proc is not None and proc.poll() is None:
             proc.kill() if kill else proc.terminate()
-            await asyncio.to_thread(proc.wait, 15)
+            await asyncio.to_thread(_wait_or_kill, proc)
         if kill:
             await self._cancel("binder")
             return
@@ -553,6 +563,8 @@ class Pipeline:
         self.broker = embedded_broker(
             self.options.engine, memory=not self.options.durable, port=port, data_dir=self.options.data_dir
         )
+        if isinstance(self.broker, BrokerProcess):
+            self.broker.startup_timeout_s = max(self.broker.startup_timeout_s, 300.0)  # a JVM on a loaded host
         await asyncio.to_thread(_without_sigint, self.broker.start)
 
     def component_pids(self) -> dict[str, int]:

@@ -25,6 +25,8 @@ from types import FrameType
 
 supervised = False
 """True in a worker forked by ``supervise`` (its parent is the supervisor, which watches its own parent)."""
+supervisor_pid: int | None = None
+"""In a worker forked by ``supervise``: its supervisor's pid (the worker's parent while the supervisor lives)."""
 state_dir: str | None = None
 """Under ``supervise``: a directory the supervisor keeps for its workers, where a worker leaves what its successor
 needs (``succession.py``: the consumer-group members to remove); removed when the supervisor ends."""
@@ -32,8 +34,9 @@ needs (``succession.py``: the consumer-group members to remove); removed when th
 
 def _worker(run: Callable[[], object]) -> int:
     """Run ``run`` in the forked child; the exit code it ends with."""
-    global supervised
+    global supervised, supervisor_pid
     supervised = True
+    supervisor_pid = os.getppid()
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGCHLD):
         signal.signal(sig, signal.SIG_DFL)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGCHLD})

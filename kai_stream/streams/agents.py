@@ -195,10 +195,11 @@ _orphaned = False
 @app.timer(1.0)  # type: ignore[untyped-decorator]
 async def _parent_alive() -> None:
     global _orphaned
-    if settings.parent_pid is None or prefork.supervised or _orphaned or os.getppid() == settings.parent_pid:
+    parent = prefork.supervisor_pid if prefork.supervised else settings.parent_pid
+    if parent is None or _orphaned or os.getppid() == parent:
         return
     _orphaned = True
-    log.warning("processor: parent process %d is gone; stopping", settings.parent_pid)
+    log.warning("processor: parent process %d is gone; stopping", parent)
     os.kill(os.getpid(), signals.SIGTERM)
 
 

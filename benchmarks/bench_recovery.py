@@ -14,10 +14,14 @@ partitions over once the dead member's session times out (``session_timeout_ms``
 recovery does not wait for the restarted process to start (seconds of imports on a loaded machine). After each
 round the bench waits ``--settle`` seconds for the restarted process to join the group again.
 
+``--supervise``: each component runs its worker under ``kai_stream/prefork.py``; the kill is of the worker and its
+supervisor forks another at once from a process that has imported everything, so the restart skips the
+interpreter's start and the imports (a supervisor itself killed is a cold restart, as without the option).
+
 Also printed: the machine's load average at the start and end, and the CPU seconds the interpreter takes to
 import each component (what a cold restart costs before its first record).
 
-Usage: ``python benchmarks/bench_recovery.py [--rounds 3] [--standby] [--engine tansu]``.
+Usage: ``python benchmarks/bench_recovery.py [--rounds 3] [--standby] [--supervise] [--engine tansu]``.
 """
 
 from __future__ import annotations
@@ -110,12 +114,16 @@ def import_cpu_s(module: str) -> float:
     return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
-async def run(rounds: int, engine: Engine, standby: bool, settle_s: float) -> dict[str, list[float]]:
+async def run(
+    rounds: int, engine: Engine, standby: bool, settle_s: float, supervise: bool = False
+) -> dict[str, list[float]]:
     times: dict[str, list[float]] = {"processor": [], "binder": []}
     with tempfile.TemporaryDirectory() as tmp:
         scenario = Path(tmp) / "cluster.yaml"
         scenario.write_text(cluster_yaml())
-        options = PipelineOptions(scenario=scenario, engine=engine, tick_interval_s=0.5, binder_subprocess=True)
+        options = PipelineOptions(
+            scenario=scenario, engine=engine, tick_interval_s=0.5, binder_subprocess=True, supervise=supervise
+        )
         async with Pipeline(options) as pipeline, api_client(pipeline.cluster.url or "") as api:
             core = client.CoreV1Api(api)
             if standby:
@@ -128,7 +136,9 @@ async def run(rounds: int, engine: Engine, standby: bool, settle_s: float) -> di
             for i in range(rounds):
                 for component in ("processor", "binder"):
                     started = time.monotonic()
-                    if component == "processor":
+                    if supervise:
+                        await pipeline.kill_worker(component)
+                    elif component == "processor":
                         pipeline.stop_processor(kill=True)
                         pipeline.start_processor()
                     else:
@@ -148,12 +158,14 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--engine", choices=ENGINES, default="tansu")
     parser.add_argument("--standby", action="store_true", help="a second processor and binder in the groups")
+    parser.add_argument("--supervise", action="store_true", help="kill the components' workers; supervisors fork")
     parser.add_argument("--settle", type=float, default=20.0, help="seconds for a restarted standby to rejoin")
     args = parser.parse_args()
     load_before = os.getloadavg()[0]
-    times = asyncio.run(run(args.rounds, args.engine, args.standby, args.settle))
+    times = asyncio.run(run(args.rounds, args.engine, args.standby, args.settle, args.supervise))
     load_after = os.getloadavg()[0]
     mode = "with a standby" if args.standby else "single instances, restarted"
+    mode += ", supervised (worker killed, forked again)" if args.supervise else ""
     for component, values in times.items():
         print(
             f"{component} ({mode}, {args.engine}): recovery p50 {statistics.median(values):.2f} s, "

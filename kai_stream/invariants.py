@@ -61,6 +61,7 @@ from kai_stream.core.events import (
     PodRemoved,
     PodSpec,
 )
+from kai_stream.core.state import SeenIds
 from kai_stream.history.reader import History, PoolLog
 
 __all__ = [
@@ -249,6 +250,8 @@ class _Checker:
         self.cycle_nodes: dict[str, Position] = {}
         self.last_cycle_input = -1
         self.violation: Violation | None = None
+        self.seen = SeenIds()
+        self.versions: dict[str, int] = {}
 
     # ------------------------------------------------------------------ folding
 
@@ -267,8 +270,36 @@ class _Checker:
             return found
         return self.event(position, record)
 
+    def folded(self, event: AnyEvent) -> bool:
+        """Whether the fold takes ``event`` in (``core/state.py`` rule 2): not a duplicate event id, not an
+        observation of a pod or node at a resource version not above the one held (a replayed or stale copy)."""
+        event_id: str | None = getattr(event, "event_id", None)
+        if event_id is not None and not self.seen.add(event_id):
+            return False
+        match event:
+            case PodObserved(pod=pod, resource_version=version) if version is not None:
+                key = f"pod/{pod.uid}"
+            case NodeObserved(node=node, resource_version=version) if version is not None:
+                key = f"node/{node.name}/{node.uid}"
+            case PodRemoved(uid=uid):
+                self.versions.pop(f"pod/{uid}", None)
+                return True
+            case NodeRemoved(name=name):
+                for held_key in [k for k in self.versions if k.startswith(f"node/{name}/")]:
+                    del self.versions[held_key]
+                return True
+            case _:
+                return True
+        held = self.versions.get(key)
+        if held is not None and version <= held:
+            return False
+        self.versions[key] = version
+        return True
+
     def event(self, position: Position, event: AnyEvent) -> Violation | None:
         touched: set[str] = set()
+        if not self.folded(event):
+            return None
         match event:
             case NodeObserved(node=node):
                 self.nodes[node.name] = node

@@ -37,8 +37,10 @@ from connectors.simcluster import scenario as sim_scenario
 from connectors.simcluster.client import kube_client_config
 from connectors.simcluster.controller import recreated_uid
 from connectors.simcluster.server import SimCluster
+from kai_stream import prefork
 from kai_stream.binder.kube import api_client
 from kai_stream.binder.runner import run_binder
+from kai_stream.broker import BrokerProcess
 from kai_stream.core.config import SchedulerConfig
 from kai_stream.core.events import (
     BindRequested,
@@ -83,6 +85,8 @@ class PipelineOptions:
     loaded; ``cluster`` stays unstarted), the binder with ``binder_kubeconfig`` when given.
     ``binder_subprocess`` / ``connector_subprocess``: run that component as a ``kai-stream`` process (which a test
     can SIGKILL) instead of a task on this loop.
+    ``supervise``: the processor and those component processes run their worker under ``kai_stream/prefork.py``
+    (forked again at once when it dies; ``Pipeline.kill_worker`` kills it).
     """
 
     scenario: Path | None = None
@@ -103,6 +107,7 @@ class PipelineOptions:
     processor_env: dict[str, str] = field(default_factory=dict)
     binder_subprocess: bool = False
     connector_subprocess: bool = False
+    supervise: bool = False
     tail: bool = True
     kubeconfig: Path | None = None
     binder_kubeconfig: Path | None = None
@@ -138,6 +143,15 @@ def _without_sigint(start: Callable[[], object]) -> None:
         start()
     finally:
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
+def _wait_or_kill(proc: subprocess.Popen[bytes], grace_s: float = 15.0) -> None:
+    """Wait for a stopping process, SIGKILL it after ``grace_s`` (a supervisor whose worker is slow to stop)."""
+    try:
+        proc.wait(grace_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 
 class LogTail:
@@ -385,7 +399,8 @@ class Pipeline:
         api = ["--kubeconfig", str(kubeconfig)] if kubeconfig is not None else ["--api-url", str(self.cluster.url)]
         argv = [sys.executable, "-c", "from kai_stream.cli import main; main()", command,
                 "--bootstrap-servers", self.kafka.bootstrap_servers, *api,
-                "--topic-prefix", self.options.topic_prefix, *args]
+                "--topic-prefix", self.options.topic_prefix, *args,
+                *(["--supervise"] if self.options.supervise else [])]
         return subprocess.Popen(argv, env=self.processor_env(), stdin=subprocess.DEVNULL,
                                 stdout=self._log_file(), stderr=subprocess.STDOUT, start_new_session=True)
 
@@ -411,7 +426,7 @@ class Pipeline:
         proc, self._connector_process = self._connector_process, None
         if proc is not None and proc.poll() is None:
             proc.kill() if kill else proc.terminate()
-            await asyncio.to_thread(proc.wait, 15)
+            await asyncio.to_thread(_wait_or_kill, proc)
         await self._cancel("connector")
 
     def processor_env(self) -> dict[str, str]:
@@ -427,6 +442,7 @@ class Pipeline:
             "KAI_STREAM_HEALTH_ENABLED": "false",
             "KAI_STREAM_PROCESSOR_PARENT_PID": str(os.getpid()),
             "KAI_STREAM_PROCESSOR_INSTANCE_ID": f"{self.processor_app_id}-0",
+            "KAI_STREAM_PROCESSOR_SUPERVISE": str(self.options.supervise).lower(),
             **self.options.processor_env,
         }
         if self.options.config_path is not None:
@@ -528,11 +544,7 @@ class Pipeline:
         proc, self._binder = self._binder, None
         if proc is not None and proc.poll() is None:
             proc.kill() if kill else proc.terminate()
-            try:
-                await asyncio.to_thread(proc.wait, 15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                await asyncio.to_thread(proc.wait)
+            await asyncio.to_thread(_wait_or_kill, proc)
         if kill:
             await self._cancel("binder")
             return
@@ -542,6 +554,60 @@ class Pipeline:
         if task is not None:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+
+    async def restart_broker(self, *, kill: bool = True) -> None:
+        """Stop the embedded broker (SIGKILL with ``kill``: a crash, nothing flushed) and start it again on its
+        port and data directory, as a supervisor would; the components reconnect to it by themselves."""
+        broker = self.broker
+        if broker is None or self.kafka is None:
+            raise RuntimeError("no embedded broker to restart (an external one was given)")
+        if kill and broker.pid is not None:
+            os.kill(broker.pid, signal.SIGKILL)
+        await asyncio.to_thread(broker.stop)
+        port = int(self.kafka.bootstrap_servers.rsplit(":", 1)[1])
+        self.broker = embedded_broker(
+            self.options.engine, memory=not self.options.durable, port=port, data_dir=self.options.data_dir
+        )
+        if isinstance(self.broker, BrokerProcess):
+            self.broker.startup_timeout_s = max(self.broker.startup_timeout_s, 300.0)  # a JVM on a loaded host
+        await asyncio.to_thread(_without_sigint, self.broker.start)
+
+    def component_pids(self) -> dict[str, int]:
+        """The process ids of the components that run as processes now (broker, processor, binder, connector)."""
+        procs = {"processor": self._processor, "binder": self._binder, "connector": self._connector_process}
+        pids = {name: proc.pid for name, proc in procs.items() if proc is not None and proc.poll() is None}
+        if self.broker is not None and self.broker.pid is not None:
+            pids["broker"] = self.broker.pid
+        return pids
+
+    async def kill_worker(self, component: str, *, timeout_s: float = 60.0) -> int:
+        """SIGKILL the worker of a supervised component (``processor``, ``binder``, ``connector``) once it runs (a
+        supervisor forks it after its imports); the supervisor forks another at once. The killed worker's pid."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            supervisor = self.component_pids().get(component)
+            worker = prefork.worker_pid(supervisor) if supervisor is not None else None
+            if worker is not None:
+                os.kill(worker, signal.SIGKILL)
+                return worker
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{component} has no supervised worker running after {timeout_s} s")
+            await asyncio.sleep(0.05)
+
+    def restart_exited(self) -> list[str]:
+        """Start again every component process (processor, binder, connector) that exited on its own, as a
+        supervisor would; the names of those restarted."""
+        restarted = []
+        if self._processor is not None and self._processor.poll() is not None:
+            self.start_processor()
+            restarted.append("processor")
+        if self._binder is not None and self._binder.poll() is not None:
+            self._binder = self._spawn_binder()
+            restarted.append("binder")
+        if self._connector_process is not None and self._connector_process.poll() is not None:
+            self.start_connector()
+            restarted.append("connector")
+        return restarted
 
     # ------------------------------------------------------------------ waiting
 

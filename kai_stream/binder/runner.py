@@ -31,6 +31,7 @@ from aiokafka.abc import ConsumerRebalanceListener
 from aiokafka.errors import CommitFailedError, KafkaError
 from kubernetes_asyncio import client
 
+from kai_stream import succession
 from kai_stream.binder.kube import DEFAULT_RETRY, KubeApplier, RetryPolicy, api_client
 from kai_stream.binder.plan import Action, lanes, plan, pod_key
 from kai_stream.core.events import (
@@ -351,15 +352,18 @@ class Binder:
 class _CommitOnRevoke(ConsumerRebalanceListener):  # type: ignore[misc]
     """Finishes and commits the work of partitions being taken away, before any member gets them."""
 
-    def __init__(self) -> None:
+    def __init__(self, group_id: str) -> None:
         self.binder: Binder | None = None
+        self.group_id = group_id
+        self.consumer: AIOKafkaConsumer | None = None
 
     async def on_partitions_revoked(self, revoked: Collection[TopicPartition]) -> None:
         if self.binder is not None:
             await self.binder.on_revoked(revoked)
 
     async def on_partitions_assigned(self, assigned: Collection[TopicPartition]) -> None:
-        return None
+        coordinator = getattr(self.consumer, "_coordinator", None)
+        succession.record(self.group_id, str(getattr(coordinator, "member_id", "")))
 
 
 async def run_binder(
@@ -384,12 +388,14 @@ async def run_binder(
     binders with different filters need different ``group_id``s.
     """
     stop = stop_event if stop_event is not None else asyncio.Event()
-    listener = _CommitOnRevoke()
+    listener = _CommitOnRevoke(group_id)
     consumer = make_consumer(kafka_settings, topics.decisions, group_id=group_id, listener=listener)
+    listener.consumer = consumer
     producer = make_producer(kafka_settings, linger_ms=feedback_linger_ms(kafka_settings))
     api = api_client(kube_config)
     try:
         await producer.start()
+        await succession.fence(kafka_settings, group_id)
         await consumer.start()
         if health is not None:
             health.set_condition("kafka", True)

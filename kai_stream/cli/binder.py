@@ -14,6 +14,7 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio import config as kube_config_loader
 from rich.console import Console
 
+from kai_stream import prefork
 from kai_stream.binder import DEFAULT_GROUP_ID, run_binder
 from kai_stream.cli import app
 from kai_stream.observability import Health, HealthSettings, serve_health
@@ -88,6 +89,9 @@ def binder(
     group_id: Annotated[str, typer.Option(help="Kafka consumer group")] = DEFAULT_GROUP_ID,
     topic_prefix: Annotated[str, typer.Option(help="prefix of the topic names")] = "",
     health_port: Annotated[int | None, typer.Option(help="port of /healthz /readyz /metrics (0: off)")] = None,
+    supervise: Annotated[
+        bool, typer.Option(help="fork the binder again at once when it dies (kai_stream/prefork.py)")
+    ] = False,
 ) -> None:
     """Consume decisions, bind/evict pods, mark pending pods for autoscalers, publish outcomes."""
     settings = KafkaSettings() if bootstrap_servers is None else KafkaSettings(bootstrap_servers=bootstrap_servers)
@@ -95,5 +99,11 @@ def binder(
     if health_port is not None:
         health_settings = HealthSettings(port=health_port, enabled=health_port != 0)
     Console(stderr=True).print(f"binder: kafka={settings.bootstrap_servers} group={group_id} pools={pool or 'all'}")
-    with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(_serve(settings, api_url, kubeconfig, pool, group_id, topic_prefix, health_settings))
+
+    def serve() -> None:
+        with contextlib.suppress(KeyboardInterrupt):
+            asyncio.run(_serve(settings, api_url, kubeconfig, pool, group_id, topic_prefix, health_settings))
+
+    if supervise:
+        raise typer.Exit(prefork.supervise("binder", serve))
+    serve()

@@ -12,6 +12,7 @@ import typer
 from kubernetes_asyncio import client
 
 from connectors.kubernetes import KubernetesConnector
+from kai_stream import prefork
 from kai_stream.cli import app
 from kai_stream.cli.binder import load_kube_config
 from kai_stream.observability import Health, HealthSettings, serve_health
@@ -78,7 +79,16 @@ def connector(
     topic_prefix: Annotated[str, typer.Option(help="prefix of the topic names")] = "",
     scheduler_name: Annotated[str, typer.Option(help="spec.schedulerName of the pods we schedule")] = "kai-scheduler",
     tick_interval: Annotated[float, typer.Option(help="seconds between Tick events (0: none)")] = 1.0,
+    supervise: Annotated[
+        bool, typer.Option(help="fork the connector again at once when it dies (kai_stream/prefork.py)")
+    ] = False,
 ) -> None:
     """List + watch nodes, pods, Queues, PodGroups, PriorityClasses, Topologies; publish them by pool."""
     settings = KafkaSettings() if bootstrap_servers is None else KafkaSettings(bootstrap_servers=bootstrap_servers)
-    asyncio.run(_serve(settings, api_url, kubeconfig, topic_prefix, scheduler_name, tick_interval))
+
+    def serve() -> None:
+        asyncio.run(_serve(settings, api_url, kubeconfig, topic_prefix, scheduler_name, tick_interval))
+
+    if supervise:
+        raise typer.Exit(prefork.supervise("connector", serve))
+    serve()

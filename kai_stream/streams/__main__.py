@@ -3,15 +3,23 @@
 from __future__ import annotations
 
 import logging
+import sys
 from pathlib import Path
 
+from faust.worker import Worker
+
+from kai_stream import prefork
 from kai_stream.streams import agents  # noqa: F401  (registers the agent)
 from kai_stream.streams.app import app, settings
 
 
 def main() -> None:
-    from faust.worker import Worker
+    if settings.supervise:
+        sys.exit(prefork.supervise("processor", _work, stop_with_parent=settings.parent_pid is not None))
+    _work()
 
+
+def _work() -> None:
     Path(settings.data_dir).mkdir(parents=True, exist_ok=True)  # faust creates only the last level
 
     logging.getLogger("faust").setLevel(settings.log_level)

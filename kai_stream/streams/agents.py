@@ -22,6 +22,7 @@ from faust.transport.drivers import aiokafka as faust_aiokafka
 from faust.types import TP, EventT
 from mode.types.signals import BaseSignalT
 
+from kai_stream import prefork, succession
 from kai_stream.core.events import Model, dumps
 from kai_stream.kafka import send_unit
 from kai_stream.observability import Health, HealthSettings, serve_health
@@ -194,16 +195,20 @@ _orphaned = False
 @app.timer(1.0)  # type: ignore[untyped-decorator]
 async def _parent_alive() -> None:
     global _orphaned
-    if settings.parent_pid is None or _orphaned or os.getppid() == settings.parent_pid:
+    parent = prefork.supervisor_pid if prefork.supervised else settings.parent_pid
+    if parent is None or _orphaned or os.getppid() == parent:
         return
     _orphaned = True
-    log.warning("processor: parent process %d is gone; stopping", settings.parent_pid)
+    log.warning("processor: parent process %d is gone; stopping", parent)
     os.kill(os.getpid(), signals.SIGTERM)
 
 
 @app.on_partitions_assigned.connect
 async def _assigned(sender: Any, /, *args: Any, signal: BaseSignalT[Any], **kwargs: Any) -> None:
     assigned: set[TP] = args[0] if args else kwargs.get("assigned", set())
+    if not BULK:
+        member = getattr(getattr(getattr(app.consumer, "_thread", None), "_consumer", None), "_coordinator", None)
+        succession.record(settings.app_id, str(getattr(member, "member_id", "")))
     runtime.assigned([tp.partition for tp in assigned if tp.topic == names.cluster_events], app.consumer_generation_id)
     health.set_condition("assigned", True)
 

@@ -29,10 +29,12 @@ from typing import Any
 
 import faust
 from aiokafka import TopicPartition
+from faust import tables as faust_tables
 from faust.auth import SASLCredentials, SSLCredentials
 from faust.transport.drivers import aiokafka as faust_aiokafka
 from faust.types import TP
 
+from kai_stream import succession
 from kai_stream.fetchgaps import gap_guarded
 from kai_stream.fetchwait import governed
 from kai_stream.kafka import READ_TO_END_WAIT_MS, UNIT_MAX_BYTES, make_consumer
@@ -52,6 +54,7 @@ class _ConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
         consumer = super()._create_worker_consumer(transport)
         if not tansu_workarounds(kafka):
             return consumer
+        succession.fence_now(kafka, settings.app_id)  # a dynamic member: a dead predecessor leaves the group first
         consumer._fetch_max_wait_ms = settings.fetch_max_wait_ms
         governed(consumer, settings.fetch_max_wait_ms, kafka.fetch_max_wait_limit_ms)
         return gap_guarded(consumer, kafka.fetch_hole_patience_s)
@@ -78,6 +81,20 @@ class _ConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
 class _Consumer(faust_aiokafka.Consumer):
     def _new_consumer_thread(self) -> faust_aiokafka.AIOKafkaConsumerThread:
         return _ConsumerThread(self, loop=self.loop, beacon=self.beacon)
+
+
+class TableManager(faust_tables.TableManager):
+    """faust's table manager without its unconditional 1 s sleep before starting recovery, when the app has no
+    table (the default, ``fair_share_table`` off): nothing is recovered, and the sleep delayed every start and
+    restart of the processor by a second before it asked to join its group."""
+
+    async def on_start(self) -> None:
+        if len(self):
+            await super().on_start()
+            return
+        await self._update_channels()
+        await self.app.topics.wait_for_subscriptions()  # one join, with the final subscription
+        await self.recovery.start()
 
 
 class Transport(faust_aiokafka.Transport):
@@ -108,6 +125,7 @@ app = faust.App(
     broker=f"kafka://{kafka.bootstrap_servers.split(',')[0]}",
     broker_credentials=_credentials(),
     store="memory://",
+    TableManager=TableManager,
     autodiscover=False,
     origin="kai_stream.streams",
     web_enabled=False,

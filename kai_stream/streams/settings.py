@@ -31,6 +31,8 @@ class ProcessorSettings(BaseSettings):
     ``instance_id``: on Apache Kafka, the processor's static membership of its group (``group.instance.id``): a
     processor restarted with the same id takes its partitions back at once instead of after the session timeout
     of the instance it replaces. Unset: a dynamic member. Two running processors must not share one.
+    ``supervise``: run the worker under ``kai_stream/prefork.py``: a worker that dies is forked again at once from
+    a process that has imported everything, instead of starting a new interpreter.
     ``metrics_interval_s``: a pool's queue gauges (fair share, allocation) are set by at most one cycle this often.
     ``parent_pid``: when set, the processor stops itself (SIGTERM, a clean shutdown) once its parent process is
     gone, so a pipeline killed without its own shutdown (``timeout``, SIGKILL) leaves no processor behind.
@@ -57,3 +59,4 @@ class ProcessorSettings(BaseSettings):
     snapshot_interval_s: float = 30.0
     transaction_timeout_ms: int = 10_000
     instance_id: str | None = None
+    supervise: bool = False

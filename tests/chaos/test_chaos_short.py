@@ -1,9 +1,10 @@
-"""Chaos, short form (bounded to about a minute): processor and binder run as separate processes on the
-embedded broker and the simulated cluster; while pods arrive in waves they are each killed with SIGKILL three
-times and restarted, and hostile records (garbage bytes, negative GPUs, a misrouted pool, a forged duplicate of
-a pod's Pending observation) are written to cluster-events. At the end: every pod bound exactly once, no node
-over its GPUs (no device given twice), every hostile record dead-lettered with a reason, and the recorded log
-replays identically. Prints kills, recovery times and records sent / dead-lettered."""
+"""Chaos, short form (bounded to about a minute; the long form is benchmarks/bench_chaos.py): connector, processor
+and binder run as separate processes on the embedded broker and the simulated cluster; while pods arrive in waves
+they are each killed with SIGKILL three times and restarted, and hostile records (garbage bytes, negative GPUs, a
+misrouted pool, a forged duplicate of a pod's Pending observation) are written to cluster-events. At the end:
+every pod bound exactly once, no node over its GPUs (no device given twice), every hostile record dead-lettered
+with a reason, and the recorded log replays identically. Prints kills, recovery times and records sent /
+dead-lettered."""
 
 from __future__ import annotations
 
@@ -58,7 +59,7 @@ async def test_kills_and_hostile_records_lose_nothing_and_overcommit_nothing(
     scenario.write_text(CLUSTER)
     options = PipelineOptions(
         scenario=scenario, bootstrap_servers=broker, topic_prefix=topic_prefix, tick_interval_s=0.5,
-        binder_subprocess=True,
+        binder_subprocess=True, connector_subprocess=True,
     )
     names: list[str] = []
     recoveries: dict[str, list[float]] = defaultdict(list)
@@ -81,6 +82,10 @@ async def test_kills_and_hostile_records_lose_nothing_and_overcommit_nothing(
                     kills["processor"] += 1
                     started = time.monotonic()
                     pipeline.start_processor()
+                if i == 2:
+                    await pipeline.stop_connector(kill=True)
+                    kills["connector"] += 1
+                    pipeline.start_connector()
                 if i == 3:
                     await pipeline.stop_binder(kill=True)
                     kills["binder"] += 1
@@ -90,7 +95,7 @@ async def test_kills_and_hostile_records_lose_nothing_and_overcommit_nothing(
                 return bound() >= want
 
             await until(batch_bound, f"wave {wave} bound", pipeline, 45.0, 0.05)
-            recoveries["processor+binder"].append(time.monotonic() - started)
+            recoveries["all three"].append(time.monotonic() - started)
             if wave == 0:
                 events = await read_topic(pipeline.kafka, pipeline.names.cluster_events)
                 pending = next(
@@ -130,6 +135,6 @@ async def test_kills_and_hostile_records_lose_nothing_and_overcommit_nothing(
         report = assert_replays_identically(history)
         print(
             f"\nchaos: kills {dict(kills)}, pods {len(names)} bound once, hostile sent {sent_hostile}, "
-            f"dead-lettered {len(letters)}, wave recovery s {[round(r, 2) for r in recoveries['processor+binder']]}, "
+            f"dead-lettered {len(letters)}, wave recovery s {[round(r, 2) for r in recoveries['all three']]}, "
             f"replayed {report.identical} decisions identically"
         )

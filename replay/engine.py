@@ -1,8 +1,9 @@
 """An in-process scheduler loop with an emulated binder and kubelet, producing a log shaped like the live one.
 
 Given observed events (what the connectors would publish) and a config, it plays them in event-time order:
-fold a batch of same-time events, run cycles until nothing new happens, and emulate the cluster's answer to
-each decision as the live binder, kubelets and watch would:
+fold a batch (the events of one event time, or the batches a caller gives: the what-if's are a recorded run's
+cycles), run cycles until nothing new happens, and emulate the cluster's answer to each decision as the live
+binder, kubelets and watch would:
 
 * ``BindRequested`` -> a ``PodBound`` outcome, then the pod observed ``Running`` on its node; a pod with
   ``duration_s`` is observed ``Succeeded`` that much later and then deleted (as a Job's TTL controller does);
@@ -202,6 +203,7 @@ def run_engine(
     observed: Iterable[ObservedEvent],
     config: SchedulerConfig,
     *,
+    cycles: Iterable[Sequence[ObservedEvent]] | None = None,
     pool: str = "default",
     code_version: str = CODE_VERSION,
     max_cycles: int = 50,
@@ -210,6 +212,9 @@ def run_engine(
     tick_cycles: bool = True,
 ) -> EngineRun:
     """Play ``observed`` (sorted by event time, stable) through the scheduler with an emulated cluster.
+
+    ``cycles``: the batches to fold before each cycle, in log order (``observed`` is then ignored); by default a
+    batch is the events of one event time.
 
     ``drain``: after the last event, let running pods finish (and pending ones start) until nothing changes.
     ``remove_finished``: delete a pod once it succeeded (as a Job's TTL controller would), keeping state small.
@@ -227,8 +232,8 @@ def run_engine(
             config=orjson.dumps(config.model_dump(mode="json"), option=orjson.OPT_SORT_KEYS).decode(),
         )
     )
-    ordered = sorted(observed, key=lambda e: e.ts)
-    for batch in _batches(ordered):
+    batches = cycles if cycles is not None else _batches(sorted(observed, key=lambda e: e.ts))
+    for batch in batches:
         loop.finish_until(batch[0].ts)
         only_time = not tick_cycles and all(_only_time(event, loop.state) for event in batch)
         for event in batch:

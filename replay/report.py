@@ -65,7 +65,7 @@ def render_whatif(report: WhatIfReport, *, max_pods: int = 20) -> RenderableType
     ]
     for name, pool in sorted(report.pools.items()):
         table = Table(title=f"pool {name}: per queue, baseline | what-if", show_lines=True)
-        for column in ("queue", "pods", "mean wait", "p50 wait", "max wait", "GPU·h", "evictions", "pending at end"):
+        for column in ("queue", "pods", "mean wait", "p50 wait", "max wait", "GPU·h", "evicted", "pending at end"):
             table.add_column(column, justify="left" if column == "queue" else "right", overflow="fold")
         empty = QueueMetrics(0, 0, 0, 0.0, 0.0, 0.0, 0.0, 0)
         for queue in sorted(set(pool.baseline_queues) | set(pool.whatif_queues)):

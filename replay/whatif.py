@@ -1,13 +1,19 @@
 """What-if: re-run the observed part of a recorded history under another config and compare outcomes.
 
 Not a byte comparison but a full re-simulation. From the recorded log only what the cluster *did
-independently of the scheduler* is kept: each managed pod's first observation (arrival), nodes, queues,
-pod groups, priority classes, topologies, GPU health, ticks, and deletions of pods the recorded run did not
-evict or finish. Binder outcomes and later pod observations are consequences of the recorded decisions, so
-they are dropped and re-emulated by ``replay.engine`` (bind succeeds at once; a pod with ``duration_s`` runs
-that long; eviction removes the pod). Both sides are re-simulated the same way: the baseline with the
-recorded config and queues, the what-if with the other config and queue overrides, so every difference
-comes from the config and not from the emulation.
+independently of the scheduler* is kept: each managed pod's first observation (arrival, or running when the
+log starts), nodes, queues, pod groups, priority classes, topologies, GPU health, ticks, deletions of pods the
+recorded run did not evict or finish (a user's), and removals of pod groups that still had such a pod. Binder
+outcomes, later pod observations and the removals of what was evicted or finished are consequences of the
+recorded decisions, so they are dropped and re-emulated by ``replay.engine`` (bind succeeds at once; a pod with
+``duration_s`` runs that long; eviction removes the pod).
+
+Cycles come where the recorded run had them, whatever its event times: after the event at each recorded
+decision's ``input_offset`` (the last event kept at or before it) and after every ``Tick``; a live log, whose
+events each carry their own time, is thus not re-run a cycle per event. A log with neither (a bare scenario)
+cycles per event time. Both sides are re-simulated the same way: the baseline with the recorded config and
+queues, the what-if with the other config and queue overrides, so every difference comes from the config and
+not from the emulation.
 
 A what-if file is a multi-document YAML: one plain mapping is a ``SchedulerConfig`` (omitted = the recorded
 one) and any ``Queue`` manifests (``scheduling.run.ai/v2``) replace the recorded queues of the same name.
@@ -56,6 +62,7 @@ __all__ = [
     "WhatIfReport",
     "WhatIfSpec",
     "load_whatif",
+    "observed_cycles",
     "observed_only",
     "pod_outcomes",
     "queue_metrics",
@@ -113,46 +120,79 @@ def load_whatif(path: str | Path) -> WhatIfSpec:
 
 def observed_only(log: PoolLog) -> list[ObservedEvent]:
     """What the cluster did on its own: see the module rules. Order and event times are kept."""
+    return [event for batch in observed_cycles(log) for event in batch]
+
+
+def _scheduler_removed_groups(log: PoolLog, released: set[str]) -> set[tuple[str, str]]:
+    """Pod groups (namespace, name) all of whose pods the recorded run evicted or finished: their removal followed
+    from its decisions. A group with a pod a user deleted, or with none, keeps its recorded removal."""
+    members: dict[tuple[str, str], set[str]] = {}
+    for event in log.events:
+        if isinstance(event, PodObserved) and event.pod.pod_group is not None:
+            members.setdefault((event.pod.namespace, event.pod.pod_group), set()).add(event.pod.uid)
+    return {group for group, uids in members.items() if uids <= released}
+
+
+def observed_cycles(log: PoolLog) -> list[list[ObservedEvent]]:
+    """What the cluster did on its own (module rules), cut where the recorded run cycled (module docs)."""
     released: set[str] = set()
     for event in log.events:
         if isinstance(event, PodEvicted):
             released.add(event.uid)
         elif isinstance(event, PodObserved) and event.pod.phase in ("Succeeded", "Failed") and event.pod.managed:
             released.add(event.pod.uid)
+    consequences = _scheduler_removed_groups(log, released)
+    cycled = {d.input_offset for d in log.decisions}
+    by_time = not cycled and not any(isinstance(event, Tick) for event in log.events)
     seen: set[str] = set()
-    out: list[ObservedEvent] = []
-    for event in log.events:
-        if not isinstance(event, _OBSERVED):
-            continue
+    batches: list[list[ObservedEvent]] = []
+    batch: list[ObservedEvent] = []
+    for offset, event in zip(log.offsets, log.events, strict=True):
+        keep = isinstance(event, _OBSERVED)
         if isinstance(event, PodObserved) and event.pod.managed:
-            if event.pod.uid in seen:
-                continue
+            keep = event.pod.uid not in seen
             seen.add(event.pod.uid)
-        if isinstance(event, PodRemoved) and event.uid in released:
-            continue
-        out.append(event)
-    return out
+        elif isinstance(event, PodRemoved):
+            keep = event.uid not in released
+        elif isinstance(event, PodGroupRemoved):
+            keep = (event.namespace, event.name) not in consequences
+        if keep and isinstance(event, _OBSERVED):
+            if by_time and batch and event.ts != batch[-1].ts:
+                batches.append(batch)
+                batch = []
+            batch.append(event)
+        if batch and (offset in cycled or isinstance(event, Tick)):
+            batches.append(batch)
+            batch = []
+    if batch:
+        batches.append(batch)
+    return batches
 
 
-def _override(events: Sequence[ObservedEvent], queues: dict[str, QueueSpec]) -> list[ObservedEvent]:
+def _override(batches: Sequence[Sequence[ObservedEvent]], queues: dict[str, QueueSpec]) -> list[list[ObservedEvent]]:
     if not queues:
-        return list(events)
-    out: list[ObservedEvent] = []
+        return [list(batch) for batch in batches]
+    out: list[list[ObservedEvent]] = []
     seen: set[str] = set()
-    for event in events:
-        if isinstance(event, QueueObserved) and event.queue.name in queues:
-            seen.add(event.queue.name)
-            original = event.queue
-            spec = queues[original.name].model_copy(update={"uid": original.uid, "created": original.created})
-            event = event.model_copy(update={"queue": spec})
-        out.append(event)
-    first_ts = events[0].ts if events else 0.0
-    missing = [
+    for batch in batches:
+        out.append([])
+        for event in batch:
+            if isinstance(event, QueueObserved) and event.queue.name in queues:
+                seen.add(event.queue.name)
+                original = event.queue
+                spec = queues[original.name].model_copy(update={"uid": original.uid, "created": original.created})
+                event = event.model_copy(update={"queue": spec})
+            out[-1].append(event)
+    first_ts = batches[0][0].ts if batches else 0.0
+    missing: list[ObservedEvent] = [
         QueueObserved(event_id=f"whatif-queue-{name}", ts=first_ts, pool="*", queue=spec)
         for name, spec in sorted(queues.items())
         if name not in seen
     ]
-    return [*missing, *out]
+    if not out:
+        return [missing] if missing else []
+    out[0] = [*missing, *out[0]]
+    return out
 
 
 # ---------------------------------------------------------------------- outcomes
@@ -347,14 +387,16 @@ def run_whatif(
     pools: dict[str, WhatIfPool] = {}
     base_hash = other_hash = ""
     for name, log in sorted(history.pools.items()):
-        observed = observed_only(log)
+        observed = observed_cycles(log)
         if not observed:
             continue
         base_config = baseline or _recorded_config(log)
         other_config = spec.config or base_config
         base_hash, other_hash = config_hash(base_config), config_hash(other_config)
-        before = run_engine(observed, base_config, pool=name, tick_cycles=tick_cycles)
-        after = run_engine(_override(observed, spec.queues), other_config, pool=name, tick_cycles=tick_cycles)
+        before = run_engine((), base_config, cycles=observed, pool=name, tick_cycles=tick_cycles)
+        after = run_engine(
+            (), other_config, cycles=_override(observed, spec.queues), pool=name, tick_cycles=tick_cycles
+        )
         end = max(
             before.log.events[-1].ts if before.log.events else 0.0,
             after.log.events[-1].ts if after.log.events else 0.0,

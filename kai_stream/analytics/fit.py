@@ -23,7 +23,7 @@ def _width(header: str, cells: Sequence[str]) -> int:
 
 def fitted_tables(title: str, columns: Sequence[Column], rows: Sequence[Sequence[str]], width: int) -> list[Table]:
     """``rows`` under ``columns`` as one table when it fits in ``width`` characters, else several; headers wrap
-    at spaces, and no cell is ever shortened."""
+    at spaces, no cell is ever shortened, and a table is as wide as its title (a narrow part would wrap it)."""
     widths = [_width(name, [row[i] for row in rows]) for i, (name, _) in enumerate(columns)]
     key = widths[0] + _PER_COLUMN + _EDGE
     groups: list[list[int]] = [[]]
@@ -38,7 +38,7 @@ def fitted_tables(title: str, columns: Sequence[Column], rows: Sequence[Sequence
     tables = []
     for n, group in enumerate(groups):
         part = f" ({n + 1}/{len(groups)})" if len(groups) > 1 else ""
-        table = Table(title=title + part, box=box.HEAVY_HEAD)
+        table = Table(title=title + part, box=box.HEAVY_HEAD, min_width=min(len(title + part), width))
         for i in [0, *group]:
             name, justify = columns[i]
             table.add_column(name, justify=justify, min_width=widths[i] if i == 0 else None, no_wrap=i == 0)

@@ -9,8 +9,9 @@ Definitions (what every number in the summary means):
   Per pod the state is 1 (holding) or 0; a step of the cluster's allocation is the change of that state times
   the pod's GPU request, so duplicated outcomes (e.g. the same ``PodBound`` on two topics) change nothing.
 * A pod finishes at a release that is not an eviction or a failed bind; a job (pod group, from the
-  decisions' ``job`` field; else the pod itself) completes when all its pods finished; JCT = last finish -
-  first submit.
+  decisions' or the pod observations' ``job`` field; else the pod itself) completes when all its pods
+  finished; JCT = last finish - first submit (for the jobs submitted in the log: a job running when it starts
+  counts as completed, without a JCT).
 * Stranded GPUs: the free GPU capacity of nodes that are partly used (0 < used < allocatable).
 
 Speed: bulk rows (pods, binds, outcomes) are read through typed columns only (``phase``, ``job``,
@@ -188,8 +189,9 @@ def pod_rows(lf: pl.LazyFrame) -> pl.LazyFrame:
 
 def pod_stream(lf: pl.LazyFrame, only_results: pl.LazyFrame | None = None, keys: Keys = HASHED) -> pl.LazyFrame:
     """One filtered scan of every row ``pod_table`` needs: the cluster-events pod rows of ``pod_rows``,
-    ``BindRequested`` decisions (rank 1, hold null) and queue labels of observations (``label``; a pod running when
-    the log starts has no decision, only its observation on a node), then
+    ``BindRequested`` decisions (rank 1, hold null) and queue labels and pod groups of observations (``label``; a pod
+    running when the log starts has no decision, only its observation on a node; a gang pod never bound has no
+    ``BindRequested``), then
     ``only_results`` (outcomes only on bind-results) when given. Columns: those of ``pod_rows`` with the uid as
     ``pod`` (its key) and ``pod_check``, and the decided queue, job (key) with ``job_check``, label queue."""
     kind = pl.col("type")
@@ -209,8 +211,8 @@ def pod_stream(lf: pl.LazyFrame, only_results: pl.LazyFrame | None = None, keys:
         gpu_milli="gpu_milli",
         decided_queue=pl.when(decision).then(pl.col("queue")).cast(pl.Categorical),
         label_queue=pl.when(label).then(pl.col("queue")).cast(pl.Categorical),
-        job=pl.when(decision).then(keys.key("job")),
-        job_check=pl.when(decision).then(keys.check("job")),
+        job=pl.when(decision | label).then(keys.key("job")),
+        job_check=pl.when(decision | label).then(keys.check("job")),
     )
     if only_results is None:
         return main.with_row_index("row")
@@ -285,15 +287,21 @@ def pod_table(stream: pl.LazyFrame, keys: Keys = HASHED) -> pl.LazyFrame:
 
 def lifecycle(rows: pl.LazyFrame, by: str = "uid") -> pl.LazyFrame:
     """Pod rows in log order (time, then offset) with per-pod state (pods told apart by column ``by``): change
-    (hold minus the pod's previous hold), node and gpu_milli carried forward. Window functions per pod: use it on
-    the pods that restarted only.
+    (hold minus the pod's previous hold), node and gpu_milli carried forward, and finish false after an eviction or
+    failed bind until the pod is pending again (an evicted pod observed terminating, then removed, did not
+    finish). Window functions per pod: use it on the pods that restarted only.
     """
-    ordered = rows.select(by, *_POD_COLUMNS).sort("ts", "order")
+    ordered = rows.select(by, *_POD_COLUMNS).sort("ts", "order").with_row_index("at")
+    interrupted = (pl.col("rank") == 4) & pl.col("finish").not_()
+    last_interrupt = pl.when(interrupted).then(pl.col("at")).forward_fill().over(by)
+    last_pending = pl.when(pl.col("rank") == 0).then(pl.col("at")).forward_fill().over(by)
+    after_interrupt = last_interrupt.is_not_null() & (last_pending.is_null() | (last_pending < last_interrupt))
     return ordered.with_columns(
         change=(pl.col("hold") - pl.col("hold").shift(1, fill_value=0).over(by)).cast(pl.Int8),
         node=pl.col("node").forward_fill().over(by),
         gpu_milli=pl.col("gpu_milli").forward_fill().over(by),
-    )
+        finish=pl.col("finish") & after_interrupt.not_(),
+    ).drop("at")
 
 
 def pods(per_pod: pl.DataFrame, complex_life: pl.DataFrame) -> pl.DataFrame:

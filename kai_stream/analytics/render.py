@@ -57,7 +57,7 @@ def cluster_rows(summary: Summary) -> list[tuple[str, str]]:
     delay, jct = c["queueing_delay_s"], c["jct_s"]
     return [
         ("events", f"{c['events']:,}"),
-        ("span", f"{c['span_h']:,.1f} h"),
+        ("span", duration(c["span_h"] * 3600)),
         ("capacity", f"{number(c['capacity_gpus'])} GPUs on {c['nodes']} nodes"),
         ("pods / never bound", f"{c['pods']:,} / {c['pods_never_bound']:,}"),
         ("jobs / completed", f"{c['jobs']:,} / {c['jobs_completed']:,}"),

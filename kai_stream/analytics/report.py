@@ -1,7 +1,8 @@
 """The report: PNG plots (matplotlib, Agg) and one self-contained HTML page with the images embedded.
 
 Plots: cluster GPU allocation and stranded GPUs over time; per queue allocated vs fair share vs deserved
-over time; queueing delay percentiles per queue; pending reasons. ``write_compare_report`` plots policies
+over time (allocation a wide solid line under the dashed fair share and the dotted deserved, so each shows where
+they are equal); queueing delay percentiles per queue; pending reasons. ``write_compare_report`` plots policies
 side by side for ``trace compare``. Figures are formatted for people: times in the unit their span calls for
 (seconds, minutes, hours or days, on axes and in tables), utilization in %, legends outside the data, and the
 HTML tables say what the terminal tables say (``render.cluster_rows`` / ``queue_rows``).
@@ -101,14 +102,18 @@ def _queue_plot(summary: Summary, directory: Path) -> Path | None:
             [v / 1000 for v in part["allocated"].to_list()],
             label="allocated",
             color="tab:blue",
+            linewidth=3.5,
+            zorder=3,
         )
         if shares is not None:
             fs = shares.filter(shares["queue"] == queue)
             if fs.height:
                 hours = _since(fs["t"].to_list(), start, size)
-                ax.plot(hours, [v / 1000 for v in fs["fair_share"].to_list()], label="fair share", color="tab:green")
+                fair = [v / 1000 for v in fs["fair_share"].to_list()]
+                dashed = {"linestyle": (0, (4, 3)), "linewidth": 1.6, "zorder": 4}
+                ax.plot(hours, fair, label="fair share", color="tab:green", **dashed)
                 deserved = [v / 1000 if v is not None and v >= 0 else float("nan") for v in fs["deserved"].to_list()]
-                ax.plot(hours, deserved, label="deserved", color="tab:red", linestyle="--", linewidth=1)
+                ax.plot(hours, deserved, label="deserved", color="tab:red", linestyle=":", linewidth=1.5, zorder=5)
         ax.set_title(queue, fontsize=10)
         ax.set_ylabel("GPUs")
         ax.set_ylim(bottom=0)

@@ -7,7 +7,8 @@ Common-subplan elimination is off for the first collect_all: sharing the scan ma
 of every query's columns for all rows (``value`` included), costlier than the separate scans. Pods and jobs
 are grouped by hashed keys (``keys``); when two uids or job names share one, the summary is computed again on
 the texts. Definitions of every figure are in ``kai_stream.analytics.frames``. Averages over time are
-time-weighted over [first pod submit, last event].
+time-weighted over [first pod submit, last event]; those of fair share and deserved over the part of it after the
+first ``FairShareRecorded`` (a live processor records its first with its first cycle).
 """
 
 from __future__ import annotations
@@ -256,18 +257,16 @@ def _summarize(directory: str | Path, bins: int, keys: Keys) -> Summary | None:
     if jobs.select(Keys.clash("job_check").any()).item():
         return None
     steps = steps.rechunk()  # one chunk, as the sums of the step averages were taken before (same rounding)
-    completed = (
-        jobs.lazy()
-        .filter(pl.col("done") & pl.col("submit").is_not_null())
-        .select("queue", jct=pl.col("finish") - pl.col("submit"))
-    )
-    stranded, delay_by_queue, jct_by_queue, done_by_queue, done = pl.collect_all(
+    completed = jobs.lazy().filter("done").select("queue", jct=pl.col("finish") - pl.col("submit"))
+    timed = completed.filter(pl.col("jct").is_not_null())
+    stranded, delay_by_queue, jct_by_queue, done_by_queue, done, jcts = pl.collect_all(
         [
             _stranded(steps, caps),
             _queue_quantiles(delays, "delay"),
-            _queue_quantiles(completed, "jct"),
+            _queue_quantiles(timed, "jct"),
             completed.group_by("queue").len(),
-            completed,
+            completed.select(pl.len()),
+            timed.select("jct"),
         ]
     )
     avg_alloc = F.step_average(steps["ts"], steps["alloc"], start, end) if steps.height else 0.0
@@ -277,8 +276,9 @@ def _summarize(directory: str | Path, bins: int, keys: Keys) -> Summary | None:
     shares = _fair_shares(shares_raw)
     quotas, parents = _queue_quotas(queue_rows)
     alloc_avg = _group_step_average(steps, "queue", "queue_alloc", start, end)
-    fair_avg = _group_step_average(shares, "queue", "fair", start, end) if shares.height else {}
-    deserved_avg = _group_step_average(shares, "queue", "deserved", start, end) if shares.height else {}
+    known = max(start, float(shares["ts"].min())) if shares.height else start  # type: ignore[arg-type]
+    fair_avg = _group_step_average(shares, "queue", "fair", known, end) if shares.height else {}
+    deserved_avg = _group_step_average(shares, "queue", "deserved", known, end) if shares.height else {}
     if not shares.height:
         notes.append("no FairShareRecorded in this history: fair share unknown, deserved from Queue quotas")
 
@@ -338,13 +338,13 @@ def _summarize(directory: str | Path, bins: int, keys: Keys) -> Summary | None:
         "pods": int(pod_counts["pods"][0]),
         "pods_never_bound": int(pod_counts["never_bound"][0]),
         "jobs": jobs.height,
-        "jobs_completed": done.height,
+        "jobs_completed": int(done.item()),
         "avg_allocated_gpus": avg_alloc / 1000,
         "utilization": avg_alloc / capacity if capacity else None,
         "avg_stranded_gpus": avg_stranded / 1000,
         "stranded_share_of_free": avg_stranded / avg_free if avg_free > 0 else None,
         "queueing_delay_s": _quantiles(delays["delay"]),
-        "jct_s": _quantiles(done["jct"]),
+        "jct_s": _quantiles(jcts["jct"]),
         "evictions": int(evictions.height),
         "evictions_by_action": {a: int(n) for a, n in evictions.group_by("action").len().sort("action").iter_rows()},
         "jain_fairness": jain_index(ratios),

@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
+import socket
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from kai_stream.cli import app
 from kai_stream.core.config import load_config
+
+if TYPE_CHECKING:
+    from kai_stream.settings import KafkaSettings
 
 
 @app.command()
@@ -33,6 +38,37 @@ def processor(
     for name, value in overrides.items():
         if value is not None:
             os.environ[name] = value
+    _preflight()
     from kai_stream.streams.__main__ import main
 
     main()
+
+
+def _preflight() -> None:
+    """What faust would only report as a crash with a traceback: a health port in use, no broker to reach."""
+    from kai_stream.cli.errors import UserError
+    from kai_stream.observability import HealthSettings
+    from kai_stream.settings import KafkaSettings
+
+    health = HealthSettings()
+    port = health.port_for("processor")
+    if health.enabled and port != 0:
+        with socket.socket() as probe:
+            try:
+                probe.bind((health.host, port))
+            except OSError as exc:
+                raise UserError(
+                    f"health port {health.host}:{port} of the processor: {exc.strerror}; "
+                    "set KAI_STREAM_HEALTH_PORT (another port; 0: none) or stop what listens there"
+                ) from None
+    asyncio.run(_reach(KafkaSettings()))
+
+
+async def _reach(settings: KafkaSettings) -> None:
+    from kai_stream.kafka import make_admin
+
+    admin = make_admin(settings)
+    try:
+        await admin.start()
+    finally:
+        await admin.close()

@@ -34,7 +34,7 @@ from kai_stream.broker import UNSAFE_DURABLE
 from kai_stream.cli import app
 from kai_stream.cli.scenario import load_scenario_file
 from kai_stream.core.config import SchedulerConfig, load_config
-from kai_stream.core.events import ConfigRecorded, DecisionsRecord, PodPending
+from kai_stream.core.events import ConfigRecorded, DecisionsRecord, FairShareRecorded, PodPending
 from kai_stream.history.reader import ALL_TOPICS, DEFAULT_HISTORY_DIR
 from kai_stream.history.sink import SinkStats, run_sink
 from kai_stream.pipeline import Pipeline, PipelineOptions
@@ -49,7 +49,10 @@ _COLORS = {"BindRequested": "green", "PodPending": "yellow", "PodPipelined": "cy
 def _describe(record: DecisionsRecord) -> tuple[str, str, str, str, str]:
     if isinstance(record, ConfigRecorded):
         return (record.pool, "ConfigRecorded", "-", "-", f"config {record.config_hash[:12]}")
-    pod = f"{record.namespace}/{record.name}"  # type: ignore[union-attr]
+    if isinstance(record, FairShareRecorded):
+        shares = ", ".join(f"{q.queue} {q.fair_share.gpu_milli / 1000:g}" for q in record.queues)
+        return (record.pool, "FairShareRecorded", "-", "-", f"fair share GPUs: {shares}")
+    pod = f"{record.namespace}/{record.name}"
     node = str(getattr(record, "node", None) or "-")
     detail = record.code if isinstance(record, PodPending) else str(getattr(record, "reason", "") or "")
     return (record.pool, record.type, pod, node, detail)

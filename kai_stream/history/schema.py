@@ -8,7 +8,8 @@ does not decode is kept with type ``Malformed`` and its raw text as ``value``.
 
 Typed copies of fields that analytics needs on bulk rows, so a summary never parses ``value`` for them (added
 after the first layout; segments written before have no such columns, read them as null — see
-``HISTORY_V2_COLUMNS``): ``phase`` (``PodObserved``: the pod's phase), ``job`` (decisions: the pod group),
+``HISTORY_V2_COLUMNS``): ``phase`` (``PodObserved``: the pod's phase), ``job`` (decisions, and ``PodObserved`` of
+a pod in a PodGroup: the pod group ``namespace/name``),
 ``preemptor`` (``EvictionRequested``: the job that caused it) and ``shares`` (``FairShareRecorded``: per queue,
 GPU fair share and deserved in milli-devices; a trace run writes one such row per changed cycle, ~1 KB of JSON).
 """
@@ -115,7 +116,7 @@ def _pod_observed_columns(e: PodObserved) -> _Typed:
         None,
         pod.requests.gpu_milli,
         pod.phase,
-        None,
+        f"{pod.namespace}/{pod.pod_group}" if pod.pod_group is not None else None,
         None,
         None,
     )

@@ -7,7 +7,11 @@ Contract with replay (kai_stream/history, replay/):
 * after a batch, every pool the batch touched runs ``run_cycle`` with ``input_offset`` = the offset of the
   last event that pool folded; the decisions are chained (``events.chain``) after the pool's head hash and
   folded into its state in emitted order;
-* a ``ConfigRecorded`` precedes a pool's first decision under a config hash.
+* a ``ConfigRecorded`` precedes a pool's first decision under a config hash;
+* a ``FairShareRecorded`` (each queue's fair share, deserved and allocation in the cycle's session) closes a
+  cycle's records whenever the shares differ from the ones the pool last published, measured in the first cycle
+  after anything but a Tick was folded or decided (not a decision: no chain, nothing replay compares; a rebuild
+  takes the last published ones back).
 
 Restart and rebalance: ``rebuild`` folds the partition from offset 0 together with the decisions already
 in the decisions topic (each recorded decision is folded right after the event at its ``input_offset``), so
@@ -38,19 +42,38 @@ from kai_stream.core.events import (
     Decision,
     DecisionsRecord,
     EvictionRequested,
+    FairShareRecorded,
     Model,
     PodPending,
     PodPipelined,
+    QueueShare,
+    ResourceAmounts,
+    Tick,
     chain,
     decision_hash,
 )
 from kai_stream.core.scheduler.cycle import fair_shares, run_cycle
+from kai_stream.core.scheduler.framework.info import CPU, GPU, MEM
 from kai_stream.core.scheduler.framework.session import Session
 from kai_stream.core.state import ClusterState, apply
 
 
 def is_decision(record: Model) -> TypeGuard[Decision]:
     return isinstance(record, BindRequested | EvictionRequested | PodPipelined | PodPending)
+
+
+def queue_shares(session: Session) -> tuple[QueueShare, ...]:
+    """Every queue's fair share, deserved quota and allocation in a cycle's session (names sorted)."""
+
+    def amounts(vector: list[int]) -> ResourceAmounts:
+        return ResourceAmounts(gpu_milli=vector[GPU], cpu_milli=vector[CPU], memory=vector[MEM])
+
+    return tuple(
+        QueueShare(
+            queue=name, fair_share=amounts(q.fair_share), deserved=amounts(q.quota), allocated=amounts(q.allocated)
+        )
+        for name, q in sorted(session.queues.items())
+    )
 
 
 @dataclass
@@ -60,6 +83,11 @@ class PoolState:
     state: ClusterState
     head: str = ""
     last_input_offset: int = -1
+    shares: tuple[QueueShare, ...] = ()
+    """The queue shares last published (``FairShareRecorded``) for this pool."""
+    shares_stale: bool = True
+    """Whether something but a Tick was folded (or decided) since the shares were last measured: the next cycle
+    measures them (a cycle that measures opens its session even where it could tell it would decide nothing)."""
 
 
 @dataclass(frozen=True)
@@ -118,6 +146,9 @@ class PartitionEngine:
         else:
             apply(self._pool(event.pool).state, event, offset)
             touched = [event.pool]
+        if not isinstance(event, Tick):
+            for name in touched:
+                self.pools[name].shares_stale = True
         if self.awaiting:
             for name in touched:
                 queue = self.awaiting.get(name)
@@ -137,15 +168,40 @@ class PartitionEngine:
             pool = self.pools.get(name)
             if pool is None or pool.state.offset <= pool.last_input_offset or name in self.awaiting:
                 continue
+            measured: list[tuple[QueueShare, ...]] = []
+            given = (inspect or {}).get(name)
+
+            def measure(
+                session: Session,
+                given: Callable[[Session], None] | None = given,
+                measured: list[tuple[QueueShare, ...]] = measured,
+            ) -> None:
+                measured.append(queue_shares(session))
+                if given is not None:
+                    given(session)
+
             decisions = run_cycle(
                 pool.state,
                 self.config,
                 pool=name,
                 input_offset=pool.state.offset,
                 code_version=self.code_version,
-                inspect=(inspect or {}).get(name),
+                inspect=measure if pool.shares_stale else given,
             )
+            pool.shares_stale = bool(decisions) or (pool.shares_stale and not measured)
+            shares: list[Outgoing] = []
+            if measured and measured[0] != pool.shares:
+                pool.shares = measured[0]
+                recorded_shares = FairShareRecorded(
+                    ts=pool.state.now,
+                    pool=name,
+                    input_offset=pool.state.offset,
+                    config_hash=self.config_hash,
+                    queues=pool.shares,
+                )
+                shares.append(Outgoing(name, recorded_shares))
             if not decisions:
+                out.extend(shares)
                 continue
             if name not in self.config_recorded:
                 recorded = ConfigRecorded(
@@ -162,6 +218,7 @@ class PartitionEngine:
             for decision in linked:
                 apply(pool.state, decision)
                 out.append(Outgoing(name, decision))
+            out.extend(shares)
         return out
 
     def fair_shares(self, pool: str) -> dict[str, dict[str, float]]:
@@ -176,15 +233,15 @@ class PartitionEngine:
         pool.head = decision_hash(decision)
         pool.last_input_offset = decision.input_offset
 
-    def rebuild(
-        self, events: Iterable[tuple[int, ClusterEvent]], recorded: Sequence[DecisionsRecord]
-    ) -> None:
+    def rebuild(self, events: Iterable[tuple[int, ClusterEvent]], recorded: Sequence[DecisionsRecord]) -> None:
         """Fold ``events`` (offset order) interleaved with the ``recorded`` decisions of this partition."""
         pending: dict[str, deque[Decision]] = defaultdict(deque)
         for record in recorded:
             if isinstance(record, ConfigRecorded):
                 if record.config_hash == self.config_hash:
                     self.config_recorded.add(record.pool)
+            elif isinstance(record, FairShareRecorded):
+                self._pool(record.pool).shares = record.queues
             elif is_decision(record):
                 pending[record.pool].append(record)
         for offset, event in events:

@@ -5,12 +5,16 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import numpy as np
+import polars as pl
 import pytest
 from analytics_synthetic import write_history
+from matplotlib.image import imread
 
 from kai_stream.analytics import summarize
 from kai_stream.analytics.render import cluster_rows
-from kai_stream.analytics.report import time_unit, write_report
+from kai_stream.analytics.report import _queue_plot, time_unit, write_report
+from kai_stream.analytics.summary import Summary
 
 
 @pytest.mark.parametrize(
@@ -35,3 +39,25 @@ def test_report_html_reads_like_the_terminal(tmp_path: Path) -> None:
     utilization = summary.cluster["utilization"]
     assert f"{100 * utilization:.1f} %" in text, "utilization in % as in the terminal"
     assert (tmp_path / "report" / "cluster_utilization.png").read_bytes().startswith(b"\x89PNG")
+
+
+def test_allocation_stays_visible_where_it_equals_the_fair_share(tmp_path: Path) -> None:
+    """queues_fair_share.png: the fair-share line was drawn over the allocation line, hiding it where they are equal
+    (then only the legend's sample of it was blue: 46 pixels, against 1,725 since)."""
+    times = [float(i) for i in range(100)]
+    series = {
+        "queue_allocated": pl.DataFrame({"t": times, "queue": ["qa"] * 100, "allocated": [2000.0] * 100}),
+        "queue_fair_share": pl.DataFrame(
+            {"t": times, "queue": ["qa"] * 100, "fair_share": [2000.0] * 100, "deserved": [4000.0] * 100}
+        ),
+    }
+    summary = Summary({"start_s": 0.0}, [], [], [], sample=lambda: series)
+    png = _queue_plot(summary, tmp_path)
+    assert png is not None
+    pixels = imread(png)[..., :3]
+
+    def count(rgb: tuple[float, float, float]) -> int:
+        return int((np.abs(pixels - np.array(rgb)).max(axis=2) < 0.08).sum())
+
+    blue, green = count((0.122, 0.467, 0.706)), count((0.173, 0.627, 0.173))
+    assert blue > 500 and green > 300, (blue, green)

@@ -147,12 +147,12 @@ def test_version_help_completion_and_module(capsys: pytest.CaptureFixture[str]) 
     assert module.returncode == 0 and module.stdout.startswith("kai-stream "), module.stderr
 
 
-def test_processor_outside_the_repository_creates_its_data_dir(tmp_path: Path) -> None:
+def test_processor_outside_the_repository_creates_its_data_dir(tmp_path: Path, broker: str) -> None:
     """faust creates only the last level of its data dir: the processor must not need `.kai-stream/` to exist."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "kai_stream", "processor", "--bootstrap-servers", "127.0.0.1:1"],
+        [sys.executable, "-m", "kai_stream", "processor", "--bootstrap-servers", broker],
         cwd=tmp_path,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        env={**os.environ, "PYTHONPATH": str(ROOT), "KAI_STREAM_HEALTH_PORT": "0"},
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -196,3 +196,31 @@ def test_empty_scenario(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
     for argv in (["simulate", str(scenario)], ["run", "--scenario", str(scenario)], ["cluster", "-s", str(scenario)]):
         code, err = kai(argv, capsys)
         one_line(code, err, "empty.yaml", "no Kubernetes objects")
+
+
+def test_config_unknown_processor_section(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "cfg.yaml"
+    path.write_text("processor:\n  foo: 1\n")
+    for command in ("run", "processor"):
+        code, err = kai([command, "--config", str(path)], capsys)
+        one_line(code, err, "cfg.yaml", "processor")
+
+
+def test_processor_without_a_broker(capsys: pytest.CaptureFixture[str]) -> None:
+    """faust reported it as a 37-line crash."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    code, err = kai(["processor", "--bootstrap-servers", f"127.0.0.1:{port}"], capsys)
+    one_line(code, err, "cannot reach Kafka", f"127.0.0.1', {port}")
+
+
+def test_processor_health_port_taken(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """faust reported it as an 18-line crash once it had reached the broker; now it is named before."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        monkeypatch.setenv("KAI_STREAM_HEALTH_PORT", str(port))
+        code, err = kai(["processor", "--bootstrap-servers", "127.0.0.1:1"], capsys)
+    one_line(code, err, f"health port 127.0.0.1:{port}", "KAI_STREAM_HEALTH_PORT")

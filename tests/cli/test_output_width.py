@@ -8,7 +8,7 @@ import io
 from rich.console import Console
 
 from kai_stream.analytics.fit import fitted_tables
-from kai_stream.analytics.render import moment
+from kai_stream.analytics.render import QUEUE_COLUMNS, moment
 from kai_stream.cli.simulate import _render
 
 LONG = "research-vision-foundation-models"
@@ -58,3 +58,16 @@ def test_simulate_tables_keep_names_at_80_columns() -> None:
 def test_times_for_people() -> None:
     assert moment(1795633134.5) == "2026-11-25 18:58:54.5Z"
     assert moment(42.25) == "t+42.2s"
+
+
+def test_split_table_titles_stay_on_one_line_at_80_columns() -> None:
+    """analyze's queue table at 80 columns: its second part (queue, JCT avg, evicted, caused) is narrower than the
+    title, which wrapped over two lines."""
+    title = "Queues (GPUs are time-weighted averages)"
+    cells = ["4", "1", "0.7", "2.0", "2.0", "17s", "17s", "17s", "19s", "0", "2"]
+    rows = [["qa", *cells[: len(QUEUE_COLUMNS) - 1]], ["qb", *("-" for _ in QUEUE_COLUMNS[1:])]]
+    tables = fitted_tables(title, QUEUE_COLUMNS, rows, 80)
+    assert len(tables) == 2
+    text = _text(*tables, width=80)
+    for n in (1, 2):
+        assert f"{title} ({n}/2)" in text, text

@@ -119,7 +119,7 @@ async def test_a_kill_while_publishing_leaves_all_or_none_of_the_cycle(
     await _publish_events(kafka_settings, topics)
     events = [loads_cluster_event(r.value or b"") for r in await read_topic(kafka_settings, topics.cluster_events)]
     expected = _replayed(events)
-    assert len(expected) == PODS + 1
+    assert len(expected) == PODS + 2  # ConfigRecorded, a decision per pod, FairShareRecorded
     _run_until(kafka_settings, topic_prefix, "unit", kill_at)
     after_kill = await _decisions(kafka_settings, topics)
     assert after_kill in ([], expected), f"{len(after_kill)} of {len(expected)} records of the cycle"

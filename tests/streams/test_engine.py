@@ -11,6 +11,7 @@ from kai_stream.core.events import (
     ConfigRecorded,
     Decision,
     DecisionsRecord,
+    FairShareRecorded,
     ObservedEvent,
     QueueObserved,
     Tick,
@@ -42,7 +43,9 @@ def test_cycle_runs_at_last_folded_offset_and_chains() -> None:
         touched.update(engine.fold(offset, event))
     out = engine.cycle(touched)
     assert isinstance(out[0].record, ConfigRecorded)
-    decisions = [cast(Decision, o.record) for o in out[1:]]
+    assert isinstance(out[-1].record, FairShareRecorded)  # the queues' shares close the cycle's records
+    assert {q.queue for q in out[-1].record.queues} == set(engine.pools["default"].state.queues)
+    decisions = [cast(Decision, o.record) for o in out[1:-1]]
     assert decisions and all(is_decision(d) for d in decisions)
     reference = ClusterState()
     for offset, event in enumerate(events):

@@ -25,7 +25,9 @@ run: $(STAMP)
 	@echo "kai-stream run: starting (Ctrl-C stops) ..."
 	$(BIN)/kai-stream run
 
+# A first run also downloads Kafka's jars and builds the Go binaries the tests start (cached outside the clone).
 test: $(STAMP)
+	$(BIN)/python -m tests.prebuild
 	$(BIN)/pytest
 
 lint: $(STAMP)

@@ -9,11 +9,13 @@ client is pinned to): Debian's etcd-server is 3.4, which lacks the watch progres
 
 from __future__ import annotations
 
+import ctypes
 import fcntl
 import hashlib
 import logging
 import os
 import shutil
+import signal
 import subprocess
 import time
 from dataclasses import dataclass
@@ -24,6 +26,7 @@ log = logging.getLogger(__name__)
 GO_MODULES = Path(__file__).resolve().parent / "go"
 GO_FALLBACK = Path("/usr/local/go/bin/go")
 NICE = ("nice", "-n", "10") if shutil.which("nice") else ()
+PR_SET_PDEATHSIG = 1
 
 
 class BuildError(RuntimeError):
@@ -78,6 +81,12 @@ def binary_path(tool: GoTool) -> Path:
     return cache_dir() / "bin" / f"{tool.name}-{digest.hexdigest()[:12]}"
 
 
+def _die_with_caller() -> None:
+    """A build whose caller is killed stops too (Linux ``PR_SET_PDEATHSIG``), rather than running on unowned
+    while the next caller takes the released lock and builds the same binary beside it."""
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
 def ensure_go_tool(tool: GoTool) -> Path:
     """The cached binary of ``tool``, built first when this go.mod/go.sum has none yet."""
     target = binary_path(tool)
@@ -93,7 +102,7 @@ def ensure_go_tool(tool: GoTool) -> Path:
         log.warning("building %s from %s (first run; cached afterwards at %s)", tool.name, tool.module, target)
         result = subprocess.run(
             [*NICE, str(go_binary()), "build", "-trimpath", "-ldflags=-s -w", "-o", str(partial), tool.package],
-            cwd=tool.module, env=go_env(), capture_output=True, text=True, check=False,
+            cwd=tool.module, env=go_env(), capture_output=True, text=True, check=False, preexec_fn=_die_with_caller,
         )
         if result.returncode != 0:
             raise BuildError(f"go build {tool.package} failed ({result.returncode}):\n{result.stderr[-4000:]}")

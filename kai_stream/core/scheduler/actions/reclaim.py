@@ -64,8 +64,9 @@ class _Reclaim:
         final)."""
         self._at_start = {q.name: list(q.allocated) for q in self._leaves}
         """Each leaf's allocation as this action began (for the pending reason of a job whose search failed)."""
-        self._leveled: dict[tuple[str, str], tuple[QueueInfo, QueueInfo]] = {}
-        """Per (reclaimer leaf, victim leaf): the two queues below their common ancestor."""
+        self._leveled: dict[str, list[tuple[QueueInfo, QueueInfo, QueueInfo]]] = {}
+        """Per reclaimer leaf: (victim leaf, and the victim's and the reclaimer's side below their common ancestor)
+        for every other leaf, in ``_leaves`` order."""
         self._refused: set[tuple[object, ...]] = set()
         """(victim side, its version, reclaimer side, its version, request) found not giving."""
         self._victim_keys: dict[str, tuple[int, tuple[object, ...]]] = {}
@@ -88,8 +89,6 @@ class _Reclaim:
         leaf = reclaimer.queue
         assert leaf is not None
         queues = self.ssn.queues
-        mine = leaf.ancestry()
-        on_mine = {q.name for q in mine}
         order = VictimOrder(self._victim_keys)
         guaranteed: dict[str, bool] = {}
         allocatable = self._allocatable
@@ -120,23 +119,18 @@ class _Reclaim:
         victims = self.victims
         judged = victims.judges is not None
         pools: dict[str, tuple[Iterator[VictimUnit], QueueInfo, QueueInfo]] = {}
-        for q in self._leaves:
-            if q is leaf:
-                continue
+        verdicts: dict[str, bool] = {}
+        for q, v, side in self._leveled_from(leaf):
             key = victims.key(reclaimer, q) if judged else q.name
             if key in spent:
                 continue
-            pair = self._leveled.get((leaf.name, q.name))
-            if pair is None:
-                v = q
-                while v.parent is not None and v.parent.name not in on_mine:
-                    v = v.parent
-                side = mine[-1] if v.parent is None else next(p for p in mine if p.parent is v.parent)
-                pair = self._leveled[(leaf.name, q.name)] = (v, side)
-            v, side = pair
-            memo = (v.name, v.version, side.name, side.version, *request)
-            if memo in self._refused or not gives(v, side):
-                self._refused.add(memo)
+            giving = verdicts.get(v.name)
+            if giving is None:
+                memo = (v.name, v.version, side.name, side.version, *request)
+                giving = verdicts[v.name] = memo not in self._refused and gives(v, side)
+                if not giving:
+                    self._refused.add(memo)
+            if not giving:
                 continue
             jobs, start, surplus = victims.live(q, key)
             if start < len(jobs):
@@ -158,6 +152,25 @@ class _Reclaim:
             order.give(queues[name], unit.tasks)
             if not gives(v, side):
                 del pools[name]
+
+    def _leveled_from(self, leaf: QueueInfo) -> list[tuple[QueueInfo, QueueInfo, QueueInfo]]:
+        """``_leveled`` of ``leaf``, computed once. Leaves under one victim side share its verdict in a search
+        (``gives`` reads the two sides only, and nothing was given when the candidates are listed)."""
+        leveled = self._leveled.get(leaf.name)
+        if leveled is None:
+            mine = leaf.ancestry()
+            on_mine = {q.name for q in mine}
+            leveled = []
+            for q in self._leaves:
+                if q is leaf:
+                    continue
+                v = q
+                while v.parent is not None and v.parent.name not in on_mine:
+                    v = v.parent
+                side = mine[-1] if v.parent is None else next(p for p in mine if p.parent is v.parent)
+                leveled.append((q, v, side))
+            self._leveled[leaf.name] = leveled
+        return leveled
 
     def validator(self, reclaimer: JobInfo, request: list[int]) -> SearchSpec:
         leaf = reclaimer.queue

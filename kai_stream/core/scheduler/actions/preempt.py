@@ -6,7 +6,9 @@ pods), taken in reverse job order (lowest priority, then newest, first), elastic
 cores of their priority (``units_in_victim_order``). A victim set is accepted when the
 job's whole gang is placed within its queue's limits (and, for a non-preemptible job, its deserved quota).
 Once a search fails, jobs of the same shape and priority in the same queue are not searched again in this
-action run.
+action run. A non-preemptible job over the deserved quota of its queue's ancestry by its non-preemptible pods
+alone fails without searching: its victims are preemptible, so no eviction lowers what that check reads
+(``_refused_whatever_evicted``), and every placement of a try would be refused.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from kai_stream.core.scheduler.actions._common.solver import SearchSpec, awaitin
 from kai_stream.core.scheduler.actions._common.victims import (
     VictimLists,
     VictimUnit,
+    running,
     units_in_victim_order,
     victim_judges,
 )
@@ -35,6 +38,8 @@ class _Preempt:
         self._gave_up: set[tuple[object, ...]] = set()
         self._floor: dict[str, int] = {}
         self.lists = VictimLists(session.hooks.job_key, victim_judges(session, NAME))
+        self._listed: set[str] = set()
+        """Queues whose victim list was read in this action run (``victims``)."""
 
     @property
     def pool_free(self) -> int:
@@ -56,6 +61,7 @@ class _Preempt:
         if priority <= floor:
             return None
         key = self.lists.key(preemptor, queue)
+        self._listed.add(queue.name)
         jobs, start, surplus = self.lists.live(queue, key)
         for first in range(start, len(jobs)):
             job = jobs[first]
@@ -69,6 +75,17 @@ class _Preempt:
 
         return units_in_victim_order(jobs, surplus, first, self.lists.runs(key, jobs), keep)
 
+    def _has_victims(self, preemptor: JobInfo) -> bool:
+        """``victims(preemptor) is not None``, without sorting the queue's victim list when no search of this run
+        read it yet (no victim scope registered): nothing of the queue changed in this run before its first search,
+        so every preemptible job running in it is in that list, from its start."""
+        queue = preemptor.queue
+        assert queue is not None
+        if self.lists.judges is not None or queue.name in self._listed:
+            return self.victims(preemptor) is not None
+        priority = preemptor.priority
+        return any(j.priority < priority and j.preemptible and running(j) for j in queue.jobs)
+
     def try_job(self, job: JobInfo) -> None:
         ssn = self.ssn
         pending = ssn.pending_of(job)
@@ -79,6 +96,10 @@ class _Preempt:
             return
         shape = (tuple(t.shape for t in pending), job.min_member, queue.name, job.priority, job.topology)
         if shape in self._gave_up:
+            return
+        if _refused_whatever_evicted(ssn, job):
+            if self._has_victims(job):
+                self._gave_up.add(shape)
             return
         units = self.victims(job)
         if units is None:
@@ -105,6 +126,14 @@ class _Preempt:
         )
         if not search(ssn, spec):
             self._gave_up.add(shape)
+
+
+def _refused_whatever_evicted(session: Session, job: JobInfo) -> bool:
+    """Whether the job checks refuse ``job`` for its non-preemptible pods over a deserved quota
+    (``OverDeservedNonPreemptible``): what that check reads (the queues' non-preemptible allocations) no eviction of
+    a preemptible victim changes, so it refuses every placement of the job a search would try."""
+    refused = session.hooks.check_job(job, session.job_request(job))
+    return refused is not None and refused[0] == "OverDeservedNonPreemptible"
 
 
 def _lowest_priority(queue: QueueInfo, default: int) -> int:

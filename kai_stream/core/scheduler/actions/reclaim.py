@@ -72,8 +72,11 @@ class _Reclaim:
         final)."""
         self._at_start = {q.name: list(q.allocated) for q in self._leaves}
         """Each leaf's allocation as this action began (for the pending reason of a job whose search failed)."""
-        self._leveled: dict[tuple[str, str], tuple[QueueInfo, QueueInfo]] = {}
-        """Per (reclaimer leaf, victim leaf): the two queues below their common ancestor."""
+        self._leveled: dict[str, list[tuple[QueueInfo, QueueInfo, QueueInfo]]] = {}
+        """Per reclaimer leaf: (victim leaf, and the victim's and the reclaimer's side below their common ancestor)
+        for every other leaf, in ``_leaves`` order."""
+        self._pairs: dict[tuple[str, str], tuple[QueueInfo, QueueInfo]] = {}
+        """(reclaimer leaf, victim leaf) -> ``leveled`` of the two (for the validator's victims)."""
         self._refused: set[tuple[object, ...]] = set()
         """(victim side, its version, reclaimer side, its version, request) found not giving."""
         self._victim_keys: dict[str, tuple[int, tuple[object, ...]]] = {}
@@ -99,7 +102,7 @@ class _Reclaim:
     def leveled(self, leaf: QueueInfo, q: QueueInfo) -> tuple[QueueInfo, QueueInfo]:
         """For the reclaimer leaf ``leaf`` and the victim leaf ``q``: the victim's side and the reclaimer's side
         below their common ancestor."""
-        pair = self._leveled.get((leaf.name, q.name))
+        pair = self._pairs.get((leaf.name, q.name))
         if pair is None:
             mine = leaf.ancestry()
             on_mine = {a.name for a in mine}
@@ -107,7 +110,7 @@ class _Reclaim:
             while v.parent is not None and v.parent.name not in on_mine:
                 v = v.parent
             side = mine[-1] if v.parent is None else next(p for p in mine if p.parent is v.parent)
-            pair = self._leveled[(leaf.name, q.name)] = (v, side)
+            pair = self._pairs[(leaf.name, q.name)] = (v, side)
         return pair
 
     @property
@@ -161,19 +164,19 @@ class _Reclaim:
         victims = self.victims
         judged = victims.judges is not None
         pools: dict[str, tuple[Iterator[VictimUnit], QueueInfo, QueueInfo, bool]] = {}
-        for q in self._leaves:
-            if q is leaf:
-                continue
+        verdicts: dict[str, bool] = {}
+        for q, v, side in self._leveled_from(leaf):
             key = victims.key(reclaimer, q) if judged else q.name
             if key in spent:
                 continue
-            v, side = self.leveled(leaf, q)
-            memo = (v.name, v.version, side.name, side.version, *request)
-            giving = memo not in self._refused and gives(v, side)
-            if not giving:
-                self._refused.add(memo)
-                if not self.may_move_some(q):
-                    continue
+            giving = verdicts.get(v.name)
+            if giving is None:
+                memo = (v.name, v.version, side.name, side.version, *request)
+                giving = verdicts[v.name] = memo not in self._refused and gives(v, side)
+                if not giving:
+                    self._refused.add(memo)
+            if not giving and not self.may_move_some(q):
+                continue
             jobs, start, surplus = victims.live(q, key)
             if start < len(jobs):
                 units = units_in_victim_order(jobs, surplus, start, victims.runs(key, jobs))
@@ -196,6 +199,25 @@ class _Reclaim:
             order.give(queues[name], unit.tasks)
             if giving and not gives(v, side):
                 pools[name] = (units, v, side, False)
+
+    def _leveled_from(self, leaf: QueueInfo) -> list[tuple[QueueInfo, QueueInfo, QueueInfo]]:
+        """``_leveled`` of ``leaf``, computed once. Leaves under one victim side share its verdict in a search
+        (``gives`` reads the two sides only, and nothing was given when the candidates are listed)."""
+        leveled = self._leveled.get(leaf.name)
+        if leveled is None:
+            mine = leaf.ancestry()
+            on_mine = {q.name for q in mine}
+            leveled = []
+            for q in self._leaves:
+                if q is leaf:
+                    continue
+                v = q
+                while v.parent is not None and v.parent.name not in on_mine:
+                    v = v.parent
+                side = mine[-1] if v.parent is None else next(p for p in mine if p.parent is v.parent)
+                leveled.append((q, v, side))
+            self._leveled[leaf.name] = leveled
+        return leveled
 
     def validator(self, reclaimer: JobInfo, request: list[int]) -> SearchSpec:
         leaf = reclaimer.queue

@@ -5,8 +5,9 @@ kai-stream and for KAI Scheduler in turn; once the cluster is settled, which pod
 Settled: the outcome differs from the scenario's own starting point, no pod is being deleted, and nothing
 changed for ``--quiet`` seconds (or ``--max-wait`` passed). Pods keep the scenario's order of creation; a
 container without an image gets ``busybox`` (the API server requires one; the simulated cluster does not), and a
-node gets the kubelet's default ``pods: 110`` and, without ``status.capacity``, its allocatable as capacity (a
-kubelet reports both; KAI counts GPUs from the capacity and refuses every pod on a node that allocates no pods).
+node gets the kubelet's ``kubernetes.io/hostname`` label, its default ``pods: 110`` and, without
+``status.capacity``, its allocatable as capacity (a kubelet reports both; KAI counts GPUs from the capacity and
+refuses every pod on a node that allocates no pods).
 Queues with neither parent nor children go under one unlimited parent (``--no-parent-queue`` keeps them as they
 are: KAI then binds none of their pods).
 """
@@ -35,25 +36,31 @@ from benchmarks.peer_kai.outcomes import STATES, PodOutcome, differences, key, o
 from connectors.simcluster import read_documents
 
 KUBELET_MAX_PODS = "110"
+HOSTNAME_LABEL = "kubernetes.io/hostname"
 DEFAULT_PARENT = "default-parent-queue"
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 app = typer.Typer(add_completion=False)
 
 
 def as_served(objs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """What a real cluster would hold: containers have an image; a node allocates the kubelet's default 110 pods
-    unless the scenario says otherwise, and its capacity (which a kubelet reports with its allocatable, and which
-    KAI reads GPUs from) equals its allocatable where the scenario gives none."""
+    """What a real cluster would hold: containers have an image; a node carries the kubelet's
+    ``kubernetes.io/hostname`` label (KAI leaves a node without every label of a Topology out of it), allocates the
+    kubelet's default 110 pods unless the scenario says otherwise, and its capacity (which a kubelet reports with
+    its allocatable, and which KAI reads GPUs from) equals its allocatable where the scenario gives none."""
     result = []
     for obj in objs:
         if obj.get("kind") == "Pod":
             spec = dict(obj.get("spec") or {})
             spec["containers"] = [{"image": "busybox", **c} for c in spec.get("containers") or []]
             obj = {**obj, "spec": spec}
-        elif obj.get("kind") == "Node" and (obj.get("status") or {}).get("allocatable"):
-            allocatable = {"pods": KUBELET_MAX_PODS, **obj["status"]["allocatable"]}
-            capacity = obj["status"].get("capacity") or allocatable
-            obj = {**obj, "status": {**obj["status"], "allocatable": allocatable, "capacity": capacity}}
+        elif obj.get("kind") == "Node":
+            meta = obj.get("metadata") or {}
+            labels = {HOSTNAME_LABEL: meta.get("name"), **(meta.get("labels") or {})}
+            obj = {**obj, "metadata": {**meta, "labels": labels}}
+            if (obj.get("status") or {}).get("allocatable"):
+                allocatable = {"pods": KUBELET_MAX_PODS, **obj["status"]["allocatable"]}
+                capacity = obj["status"].get("capacity") or allocatable
+                obj = {**obj, "status": {**obj["status"], "allocatable": allocatable, "capacity": capacity}}
         result.append(obj)
     return result
 

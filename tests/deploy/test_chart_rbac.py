@@ -27,8 +27,11 @@ BINDER: set[Grant] = {
     ("", "pods/eviction", "create"),
     ("", "pods", "patch"),
     ("", "pods", "get"),
-    ("", "pods", "list"),  # the pods on a node, before a bind (room check)
-    ("", "nodes", "get"),  # the node's allocatable, before a bind (room check)
+    ("", "pods", "list"),  # the pods on a node, before a bind (room check, watched)
+    ("", "pods", "watch"),
+    ("", "nodes", "get"),  # the node's allocatable, before a bind (room check, watched)
+    ("", "nodes", "list"),
+    ("", "nodes", "watch"),
     ("", "pods/status", "patch"),  # PodScheduled=False, DisruptionTarget
     ("", "events", "create"),  # an Event on each evicted pod and its PodGroup
     ("scheduling.run.ai", "podgroups", "get"),  # read-modify-write of status.schedulingConditions

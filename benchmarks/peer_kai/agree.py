@@ -1,6 +1,7 @@
 """Same decisions? Each example scenario is applied to an empty fixture (etcd + kube-apiserver + KWOK) for
 kai-stream and for KAI Scheduler in turn; once the cluster is settled, which pods are bound, pending or evicted
-(per queue, and on which node) is compared: ``python benchmarks/peer_kai/agree.py``.
+(per queue, and on which node) is compared: ``python benchmarks/peer_kai/agree.py``; ``--ported reclaim`` adds
+the ported KAI tests of that name that the API server can express (``ported.py``).
 
 Settled: the outcome differs from the scenario's own starting point, no pod is being deleted, and nothing
 changed for ``--quiet`` seconds (or ``--max-wait`` passed). Pods keep the scenario's order of creation; a
@@ -29,7 +30,7 @@ from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from benchmarks.peer_kai import harness
+from benchmarks.peer_kai import harness, ported
 from benchmarks.peer_kai.kai import KaiScheduler, version
 from benchmarks.peer_kai.kaistream import KaiStream
 from benchmarks.peer_kai.outcomes import STATES, PodOutcome, differences, key, outcomes, per_queue
@@ -109,23 +110,23 @@ async def settle(session: harness.Session, objs: list[dict[str, Any]], quiet_s: 
         await asyncio.sleep(1.0)
 
 
-async def _run(scenarios: list[Path], quiet_s: float, max_s: float, parent: bool,
+async def _run(scenarios: list[tuple[str, list[dict[str, Any]]]], quiet_s: float, max_s: float, parent: bool,
                workdir: Path) -> dict[str, dict[str, dict[str, PodOutcome]]]:
     results: dict[str, dict[str, dict[str, PodOutcome]]] = {}
     console = Console(stderr=True)
-    for path in scenarios:
-        objs = as_served(read_documents(path))
+    for name, documents in scenarios:
+        objs = as_served(documents)
         if parent:
             objs = under_parent(objs)
-        results[path.stem] = {}
-        for scheduler in (KaiStream(workdir / path.stem / "kai-stream"),
-                          KaiScheduler(workdir / path.stem / "kai")):
+        results[name] = {}
+        where = workdir / name.replace(":", "-").replace("#", "-")
+        for scheduler in (KaiStream(where / "kai-stream"), KaiScheduler(where / "kai")):
             began = time.monotonic()
-            async with harness.started(scheduler, objs, workdir / path.stem / scheduler.name / "plane",
+            async with harness.started(scheduler, objs, where / scheduler.name / "plane",
                                        warmup_queue=None) as session:
-                results[path.stem][scheduler.name] = await settle(session, objs, quiet_s, max_s)
-                await harness.dump(session, workdir / path.stem / scheduler.name / "final")
-            console.print(f"{path.stem}: {scheduler.name} settled in {time.monotonic() - began:.0f} s")
+                results[name][scheduler.name] = await settle(session, objs, quiet_s, max_s)
+                await harness.dump(session, where / scheduler.name / "final")
+            console.print(f"{name}: {scheduler.name} settled in {time.monotonic() - began:.0f} s")
     return results
 
 
@@ -169,11 +170,21 @@ def main(
     max_wait: Annotated[float, typer.Option(help="give up settling after this long (s)")] = 150.0,
     parent_queue: Annotated[bool, typer.Option(help="put one-level queues under an unlimited parent (KAI needs "
                                                     "one)")] = True,
+    ported_match: Annotated[str | None, typer.Option(
+        "--ported", help="also the ported KAI tests (tests/kai_ported) whose id contains this ('' for all) and that "
+                         "the API server can express")] = None,
+    ported_limit: Annotated[int, typer.Option(help="at most this many ported tests, spread over the matches")] = 8,
+    examples: Annotated[bool, typer.Option(help="the example scenarios (when no --scenario is given)")] = True,
     workdir: Annotated[Path | None, typer.Option(help="keep logs here (default: a temporary directory)")] = None,
     json_out: Annotated[Path | None, typer.Option("--json", help="also write every pod's outcome as JSON")] = None,
 ) -> None:
     """Apply each scenario for each scheduler and print where they agree."""
-    scenarios = scenario or sorted(EXAMPLES.glob("*.yaml"))
+    paths = scenario or (sorted(EXAMPLES.glob("*.yaml")) if examples else [])
+    scenarios = [(path.stem, read_documents(path)) for path in paths]
+    if ported_match is not None:
+        matches = ported.cases(ported_match)
+        step = max(1, len(matches) // max(1, ported_limit))
+        scenarios += [(name, ported.objects(case)) for name, case in matches[::step][:ported_limit]]
     console = Console()
     console.print(f"{len(scenarios)} scenarios; KAI Scheduler {version()}")
     with tempfile.TemporaryDirectory(prefix="peer-kai-agree-") as tmp:

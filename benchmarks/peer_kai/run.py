@@ -116,7 +116,7 @@ def stages_table(results: list[harness.RunResult]) -> Table | None:
         return None
     out = Table(title="created→bound by hop (ms, p50 / p99; pods seen at both ends)")
     for column in ("scheduler", "phase", *stages.HOPS):
-        out.add_column(column, justify="left" if column in ("scheduler", "phase") else "right")
+        out.add_column(column, justify="left" if column in ("scheduler", "phase") else "right", no_wrap=True)
     for result in staged:
         for phase, hops in result.stages.items():
             cells = [f"{_num(h.p50_ms, 0)} / {_num(h.p99_ms, 0)} ({h.pods})" for h in hops.values()]
@@ -163,7 +163,7 @@ def main(
     spec = workload.WorkloadSpec(nodes=nodes, pods=pods, gpus_per_node=gpus_per_node, departments=departments,
                                  queues_per_department=queues_per_department, steady_share=steady_share)
     load = workload.build(spec)
-    console = Console()
+    console = Console(width=max(Console().width, 140))
     console.print(f"{nodes} nodes × {gpus_per_node} GPUs, {departments}×{queues_per_department} queues; "
                   f"{load.pod_count()} pods ({load.pod_count('steady')} at {rate:g}/s, then "
                   f"{load.pod_count('burst')} at once) asking {load.gpu_demand():,.1f} of "

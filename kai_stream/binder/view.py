@@ -23,7 +23,7 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from connectors.kubernetes.kinds import KIND_BY_NAME, WatchedKind
-from connectors.kubernetes.watcher import Expired, Obj, list_objects, watch_objects
+from connectors.kubernetes.watcher import Expired, Obj, WatchError, list_objects, watch_objects
 from kai_stream.binder.room import claimed, node_allocatable, pod_spec, room_verdict
 from kai_stream.core.events import BindRequested, PodSpec, Resources
 
@@ -127,7 +127,7 @@ class RoomView:
                     if change != "BOOKMARK":
                         changed(change, obj)
                 backoff = 0.1
-            except Expired as exc:
+            except (Expired, WatchError) as exc:
                 log.info("binder view: %s; re-listing", exc)
                 version = None
             except (ApiException, aiohttp.ClientError, TimeoutError, OSError, ValueError) as exc:

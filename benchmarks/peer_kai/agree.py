@@ -1,12 +1,14 @@
 """Same decisions? Each example scenario is applied to an empty fixture (etcd + kube-apiserver + KWOK) for
 kai-stream and for KAI Scheduler in turn; once the cluster is settled, which pods are bound, pending or evicted
-(per queue, and on which node) is compared: ``python benchmarks/peer_kai/agree.py``.
+(per queue, and on which node) is compared: ``python benchmarks/peer_kai/agree.py``; ``--ported reclaim`` adds
+the ported KAI tests of that name that the API server can express (``ported.py``).
 
 Settled: the outcome differs from the scenario's own starting point, no pod is being deleted, and nothing
 changed for ``--quiet`` seconds (or ``--max-wait`` passed). Pods keep the scenario's order of creation; a
 container without an image gets ``busybox`` (the API server requires one; the simulated cluster does not), and a
-node gets the kubelet's default ``pods: 110`` and, without ``status.capacity``, its allocatable as capacity (a
-kubelet reports both; KAI counts GPUs from the capacity and refuses every pod on a node that allocates no pods).
+node gets the kubelet's ``kubernetes.io/hostname`` label, its default ``pods: 110`` and, without
+``status.capacity``, its allocatable as capacity (a kubelet reports both; KAI counts GPUs from the capacity and
+refuses every pod on a node that allocates no pods).
 Queues with neither parent nor children go under one unlimited parent (``--no-parent-queue`` keeps them as they
 are: KAI then binds none of their pods).
 """
@@ -28,32 +30,38 @@ from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from benchmarks.peer_kai import harness
+from benchmarks.peer_kai import harness, ported
 from benchmarks.peer_kai.kai import KaiScheduler, version
 from benchmarks.peer_kai.kaistream import KaiStream
 from benchmarks.peer_kai.outcomes import STATES, PodOutcome, differences, key, outcomes, per_queue
 from connectors.simcluster import read_documents
 
 KUBELET_MAX_PODS = "110"
+HOSTNAME_LABEL = "kubernetes.io/hostname"
 DEFAULT_PARENT = "default-parent-queue"
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 app = typer.Typer(add_completion=False)
 
 
 def as_served(objs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """What a real cluster would hold: containers have an image; a node allocates the kubelet's default 110 pods
-    unless the scenario says otherwise, and its capacity (which a kubelet reports with its allocatable, and which
-    KAI reads GPUs from) equals its allocatable where the scenario gives none."""
+    """What a real cluster would hold: containers have an image; a node carries the kubelet's
+    ``kubernetes.io/hostname`` label (KAI leaves a node without every label of a Topology out of it), allocates the
+    kubelet's default 110 pods unless the scenario says otherwise, and its capacity (which a kubelet reports with
+    its allocatable, and which KAI reads GPUs from) equals its allocatable where the scenario gives none."""
     result = []
     for obj in objs:
         if obj.get("kind") == "Pod":
             spec = dict(obj.get("spec") or {})
             spec["containers"] = [{"image": "busybox", **c} for c in spec.get("containers") or []]
             obj = {**obj, "spec": spec}
-        elif obj.get("kind") == "Node" and (obj.get("status") or {}).get("allocatable"):
-            allocatable = {"pods": KUBELET_MAX_PODS, **obj["status"]["allocatable"]}
-            capacity = obj["status"].get("capacity") or allocatable
-            obj = {**obj, "status": {**obj["status"], "allocatable": allocatable, "capacity": capacity}}
+        elif obj.get("kind") == "Node":
+            meta = obj.get("metadata") or {}
+            labels = {HOSTNAME_LABEL: meta.get("name"), **(meta.get("labels") or {})}
+            obj = {**obj, "metadata": {**meta, "labels": labels}}
+            if (obj.get("status") or {}).get("allocatable"):
+                allocatable = {"pods": KUBELET_MAX_PODS, **obj["status"]["allocatable"]}
+                capacity = obj["status"].get("capacity") or allocatable
+                obj = {**obj, "status": {**obj["status"], "allocatable": allocatable, "capacity": capacity}}
         result.append(obj)
     return result
 
@@ -102,23 +110,23 @@ async def settle(session: harness.Session, objs: list[dict[str, Any]], quiet_s: 
         await asyncio.sleep(1.0)
 
 
-async def _run(scenarios: list[Path], quiet_s: float, max_s: float, parent: bool,
+async def _run(scenarios: list[tuple[str, list[dict[str, Any]]]], quiet_s: float, max_s: float, parent: bool,
                workdir: Path) -> dict[str, dict[str, dict[str, PodOutcome]]]:
     results: dict[str, dict[str, dict[str, PodOutcome]]] = {}
     console = Console(stderr=True)
-    for path in scenarios:
-        objs = as_served(read_documents(path))
+    for name, documents in scenarios:
+        objs = as_served(documents)
         if parent:
             objs = under_parent(objs)
-        results[path.stem] = {}
-        for scheduler in (KaiStream(workdir / path.stem / "kai-stream"),
-                          KaiScheduler(workdir / path.stem / "kai")):
+        results[name] = {}
+        where = workdir / name.replace(":", "-").replace("#", "-")
+        for scheduler in (KaiStream(where / "kai-stream"), KaiScheduler(where / "kai")):
             began = time.monotonic()
-            async with harness.started(scheduler, objs, workdir / path.stem / scheduler.name / "plane",
+            async with harness.started(scheduler, objs, where / scheduler.name / "plane",
                                        warmup_queue=None) as session:
-                results[path.stem][scheduler.name] = await settle(session, objs, quiet_s, max_s)
-                await harness.dump(session, workdir / path.stem / scheduler.name / "final")
-            console.print(f"{path.stem}: {scheduler.name} settled in {time.monotonic() - began:.0f} s")
+                results[name][scheduler.name] = await settle(session, objs, quiet_s, max_s)
+                await harness.dump(session, where / scheduler.name / "final")
+            console.print(f"{name}: {scheduler.name} settled in {time.monotonic() - began:.0f} s")
     return results
 
 
@@ -162,11 +170,21 @@ def main(
     max_wait: Annotated[float, typer.Option(help="give up settling after this long (s)")] = 150.0,
     parent_queue: Annotated[bool, typer.Option(help="put one-level queues under an unlimited parent (KAI needs "
                                                     "one)")] = True,
+    ported_match: Annotated[str | None, typer.Option(
+        "--ported", help="also the ported KAI tests (tests/kai_ported) whose id contains this ('' for all) and that "
+                         "the API server can express")] = None,
+    ported_limit: Annotated[int, typer.Option(help="at most this many ported tests, spread over the matches")] = 8,
+    examples: Annotated[bool, typer.Option(help="the example scenarios (when no --scenario is given)")] = True,
     workdir: Annotated[Path | None, typer.Option(help="keep logs here (default: a temporary directory)")] = None,
     json_out: Annotated[Path | None, typer.Option("--json", help="also write every pod's outcome as JSON")] = None,
 ) -> None:
     """Apply each scenario for each scheduler and print where they agree."""
-    scenarios = scenario or sorted(EXAMPLES.glob("*.yaml"))
+    paths = scenario or (sorted(EXAMPLES.glob("*.yaml")) if examples else [])
+    scenarios = [(path.stem, read_documents(path)) for path in paths]
+    if ported_match is not None:
+        matches = ported.cases(ported_match)
+        step = max(1, len(matches) // max(1, ported_limit))
+        scenarios += [(name, ported.objects(case)) for name, case in matches[::step][:ported_limit]]
     console = Console()
     console.print(f"{len(scenarios)} scenarios; KAI Scheduler {version()}")
     with tempfile.TemporaryDirectory(prefix="peer-kai-agree-") as tmp:

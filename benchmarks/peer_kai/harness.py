@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator, Coroutine
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -25,6 +25,7 @@ from benchmarks.peer_kai.api import Api
 from benchmarks.peer_kai.processes import Processes
 from benchmarks.peer_kai.procstat import Usage, UsageMeter
 from benchmarks.peer_kai.records import Figures, PodLedger, figures_by_phase
+from benchmarks.peer_kai.stages import Hop, PodTrail, stage_figures
 from benchmarks.peer_kai.workload import NAMESPACE, QUEUE_LABEL, SCHEDULER_NAME, Job, Workload
 from connectors.apiserver import ControlPlane
 
@@ -45,6 +46,8 @@ class Scheduler(Protocol):
 
     def side_tasks(self, api: Api) -> list[Coroutine[Any, Any, None]]: ...
 
+    async def trails(self, names: set[str]) -> dict[str, PodTrail]: ...
+
     def stop(self) -> None: ...
 
 
@@ -55,6 +58,8 @@ class RunResult:
     figures: dict[str, Figures]
     usage: dict[str, Usage]
     warmup_s: float
+    stages: dict[str, dict[str, Hop]] = field(default_factory=dict)
+    """Per phase, the created→bound time hop by hop (``stages.py``); empty for a scheduler without logs to read."""
 
 
 @dataclass
@@ -174,6 +179,7 @@ async def create_pods(api: Api, workload: Workload, ledger: PodLedger, rate: flo
 async def measure(session: Session, workload: Workload, rate: float, settle_s: float,
                   timeout_s: float) -> RunResult:
     ledger = PodLedger()
+    wall_offset = time.time() - time.monotonic()
     for job in workload.jobs:
         for pod in job.pods:
             ledger.expect(pod["metadata"]["name"], job.phase)
@@ -201,5 +207,7 @@ async def measure(session: Session, workload: Workload, rate: float, settle_s: f
     now = time.monotonic()
     for pod in listed:
         ledger.observe("MODIFIED", pod, now)
+    found = await session.scheduler.trails(set(ledger.pods))
+    stages = stage_figures(ledger, found, wall_offset) if found else {}
     return RunResult(session.scheduler.name, session.scheduler.scheduler_component, figures_by_phase(ledger),
-                     usage, session.warmup_s)
+                     usage, session.warmup_s, stages)

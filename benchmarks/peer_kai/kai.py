@@ -32,6 +32,7 @@ import yaml
 
 from benchmarks.peer_kai.api import Api
 from benchmarks.peer_kai.processes import Processes
+from benchmarks.peer_kai.stages import PodTrail
 from connectors.apiserver import ControlPlane, build
 from kai_stream.broker import free_port
 
@@ -197,6 +198,10 @@ class KaiScheduler:
 
     def side_tasks(self, api: Api) -> list[Coroutine[Any, Any, None]]:
         return [GpuReservationAnnotator(api).run()]
+
+    async def trails(self, names: set[str]) -> dict[str, PodTrail]:
+        """KAI keeps no log of its decisions to read back."""
+        return {}
 
     def stop(self) -> None:
         self.processes.stop()

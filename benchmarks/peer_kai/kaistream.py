@@ -14,10 +14,12 @@ from typing import Any
 
 from benchmarks.peer_kai.api import Api
 from benchmarks.peer_kai.processes import Processes
+from benchmarks.peer_kai.stages import PodTrail, trails
 from connectors.apiserver import ControlPlane
 from kai_stream.engines import Broker, embedded_broker
+from kai_stream.kafka import Record, read_topic
 from kai_stream.settings import KafkaSettings
-from kai_stream.topics import create_topics
+from kai_stream.topics import DEFAULT_TOPICS, create_topics
 
 
 class KaiStream:
@@ -56,6 +58,16 @@ class KaiStream:
 
     def side_tasks(self, api: Api) -> list[Coroutine[Any, Any, None]]:
         return []
+
+    async def trails(self, names: set[str]) -> dict[str, PodTrail]:
+        """Each pod's first record on cluster-events, decisions and bind-results (``stages.py``)."""
+        if self.broker is None:
+            return {}
+        settings = KafkaSettings(bootstrap_servers=self.broker.bootstrap_servers)
+        records: list[Record] = []
+        for topic in (DEFAULT_TOPICS.cluster_events, DEFAULT_TOPICS.decisions, DEFAULT_TOPICS.bind_results):
+            records += await read_topic(settings, topic)
+        return trails(records, names)
 
     def stop(self) -> None:
         self.processes.stop()

@@ -24,7 +24,7 @@ from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from benchmarks.peer_kai import harness, workload
+from benchmarks.peer_kai import harness, stages, workload
 from benchmarks.peer_kai.kai import KaiScheduler, version
 from benchmarks.peer_kai.kaistream import KaiStream
 from benchmarks.peer_kai.records import Figures
@@ -109,6 +109,21 @@ def components_table(results: list[harness.RunResult]) -> Table:
     return out
 
 
+def stages_table(results: list[harness.RunResult]) -> Table | None:
+    """kai-stream's created→bound time hop by hop, p50 / p99 ms per phase (``stages.py``)."""
+    staged = [r for r in results if r.stages]
+    if not staged:
+        return None
+    out = Table(title="created→bound by hop (ms, p50 / p99; pods seen at both ends)")
+    for column in ("scheduler", "phase", *stages.HOPS):
+        out.add_column(column, justify="left" if column in ("scheduler", "phase") else "right", no_wrap=True)
+    for result in staged:
+        for phase, hops in result.stages.items():
+            cells = [f"{_num(h.p50_ms, 0)} / {_num(h.p99_ms, 0)} ({h.pods})" for h in hops.values()]
+            out.add_row(result.scheduler, phase, *cells)
+    return out
+
+
 async def _run(which: Which, spec: workload.WorkloadSpec, rate: float, settle_s: float, timeout_s: float,
                controllers: bool, workdir: Path) -> list[harness.RunResult]:
     load = workload.build(spec)
@@ -148,7 +163,7 @@ def main(
     spec = workload.WorkloadSpec(nodes=nodes, pods=pods, gpus_per_node=gpus_per_node, departments=departments,
                                  queues_per_department=queues_per_department, steady_share=steady_share)
     load = workload.build(spec)
-    console = Console()
+    console = Console(width=max(Console().width, 140))
     console.print(f"{nodes} nodes × {gpus_per_node} GPUs, {departments}×{queues_per_department} queues; "
                   f"{load.pod_count()} pods ({load.pod_count('steady')} at {rate:g}/s, then "
                   f"{load.pod_count('burst')} at once) asking {load.gpu_demand():,.1f} of "
@@ -157,6 +172,9 @@ def main(
         results = asyncio.run(_run(only, spec, rate, settle, timeout, controllers, workdir or Path(tmp)))
     console.print(table(results, f"kai-stream vs KAI Scheduler: {nodes} nodes, {load.pod_count()} pods"))
     console.print(components_table(results))
+    by_hop = stages_table(results)
+    if by_hop is not None:
+        console.print(by_hop)
     if json_out is not None:
         json_out.write_text(json.dumps([asdict(r) for r in results], indent=2))
 

@@ -14,8 +14,10 @@
   The PodGroup comes from the decision's job (``namespace/group``); a group named exactly like its only pod
   looks like no group there and is cleared only if this binder marked it.
 * Before any binding POST the node is checked by the binder's own view (``room.py``: the node's allocatable and
-  every pod on it, terminating ones included, read from the API): a bind onto a node without the room is not
-  POSTed but becomes ``BindFailed`` naming what is missing, so a scheduler's mistake cannot over-commit a GPU.
+  every pod on it, terminating ones included): a bind onto a node without the room is not POSTed but becomes
+  ``BindFailed`` naming what is missing, so a scheduler's mistake cannot over-commit a GPU. With a ``RoomView``
+  (``view.py``, what the binder process runs) the view is watched and binds in flight are reserved in it, so the
+  check costs no API call; without one the node and its pods are read from the API before each bind.
 * Evict: POST ``pods/eviction``; 404 (or a different uid) means the pod is already gone (``already=True``).
   Before it, as kube-scheduler does, the pod gets the status condition ``DisruptionTarget=True`` reason
   ``PreemptionByScheduler`` whose message names the action, the preemptor job and its queue (``disruption``);
@@ -53,6 +55,7 @@ from yarl import URL
 
 from kai_stream.binder.plan import Action, Bind, Evict, MarkUnschedulable
 from kai_stream.binder.room import lacks_room
+from kai_stream.binder.view import RoomView
 from kai_stream.core.events import (
     BindFailed,
     BindRequested,
@@ -180,10 +183,11 @@ def rfc3339(ts: float) -> str:
 class KubeApplier:
     """Applies binder actions to one Kubernetes API (real or simulated)."""
 
-    def __init__(self, api: client.ApiClient, retry: RetryPolicy = DEFAULT_RETRY) -> None:
+    def __init__(self, api: client.ApiClient, retry: RetryPolicy = DEFAULT_RETRY, view: RoomView | None = None) -> None:
         self.core = client.CoreV1Api(api)
         self.custom = client.CustomObjectsApi(api)
         self.retry = retry
+        self.view = view
         self._marked_groups: dict[tuple[str, str], bool] = {}
 
     async def apply(self, action: Action, *, fresh: bool = False) -> Outcome | None:
@@ -315,9 +319,23 @@ class KubeApplier:
     async def _bind_directly(
         self, decision: BindRequested, group: str | None = None, own: dict[str, Any] | None = None
     ) -> Outcome:
-        refused = await self._room(decision, own)
+        if self.view is not None:
+            await self.view.ready()
+            refused = self.view.reserve(decision, own)
+            if refused is not None and await self._slices(decision.node):
+                refused = await self._room(decision, own)
+        else:
+            refused = await self._room(decision, own)
         if refused is not None:
             return _bind_failed(decision, refused)
+        try:
+            return await self._post_binding(decision, group)
+        except BaseException:
+            if self.view is not None:
+                self.view.release(decision.uid)
+            raise
+
+    async def _post_binding(self, decision: BindRequested, group: str | None) -> Outcome:
         indices = ",".join(map(str, decision.gpu_indices))
         annotations = {ANNOTATION_GPU_INDICES: indices} if indices else None
         body = client.V1Binding(
@@ -336,6 +354,8 @@ class KubeApplier:
         except HttpStatusError as exc:
             if exc.status not in (404, 409):
                 raise
+            if self.view is not None:
+                self.view.release(decision.uid)
             again = await self._read_pod(decision.namespace, decision.name)
             return _check_bindable(decision, again) or _bind_failed(decision, _error_text(exc))
         await self._clear_group_mark(decision, group if group is not None else self._group_of(decision))

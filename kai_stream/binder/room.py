@@ -25,7 +25,8 @@ from kai_stream.core.manifests import ManifestError, object_to_events
 UNIT = 1000
 
 
-def _pod_spec(obj: Mapping[str, Any]) -> PodSpec | None:
+def pod_spec(obj: Mapping[str, Any]) -> PodSpec | None:
+    """A bound pod's spec as the room check counts it (None for an unbound or unreadable pod)."""
     try:
         events = object_to_events({**obj, "kind": "Pod", "apiVersion": "v1"}, ts=0.0, scheduler_name="")
     except (ManifestError, KeyError, ValueError):
@@ -33,7 +34,9 @@ def _pod_spec(obj: Mapping[str, Any]) -> PodSpec | None:
     return next((e.pod for e in events if isinstance(e, PodObserved)), None)
 
 
-def _node_allocatable(obj: Mapping[str, Any], dra: DraIndex | None = None) -> tuple[Resources, int] | None:
+def node_allocatable(obj: Mapping[str, Any], dra: DraIndex | None = None) -> tuple[Resources, int] | None:
+    """A node's allocatable (its DRA GPU devices in ``dra`` counted as GPUs) and its GPU memory (MiB), or None when
+    unreadable."""
     try:
         events = object_to_events({**obj, "kind": "Node", "apiVersion": "v1"}, ts=0.0, dra=dra)
     except (ManifestError, KeyError, ValueError):
@@ -48,6 +51,31 @@ def _gpu_milli(pod: PodSpec, gpu_memory_mib: int) -> int:
     return pod.requests.gpu_milli
 
 
+def _claim(decision: BindRequested, own_pod: PodSpec | None, gpu_memory_mib: int) -> tuple[int, int]:
+    """The milli-GPUs the bind adds to the node and to each decided device."""
+    if decision.gpu_fraction_milli:
+        return decision.gpu_fraction_milli, decision.gpu_fraction_milli
+    if decision.gpu_indices:
+        return UNIT * len(decision.gpu_indices), UNIT
+    return (_gpu_milli(own_pod, gpu_memory_mib) if own_pod is not None else 0), 0
+
+
+def claimed(decision: BindRequested, own_pod: PodSpec | None, gpu_memory_mib: int) -> PodSpec:
+    """The pod as it will hold the node once bound (what a reservation counts until the API shows it)."""
+    gpu, _ = _claim(decision, own_pod, gpu_memory_mib)
+    requests = own_pod.requests if own_pod is not None else Resources()
+    return PodSpec(
+        namespace=decision.namespace,
+        name=decision.name,
+        uid=decision.uid,
+        queue="",
+        requests=requests.model_copy(update={"gpu_milli": gpu}),
+        node_name=decision.node,
+        gpu_indices=decision.gpu_indices or None,
+        phase="Running",
+    )
+
+
 def lacks_room(
     decision: BindRequested,
     node: Mapping[str, Any],
@@ -60,16 +88,26 @@ def lacks_room(
     dra = DraIndex()
     for item in slices:
         dra.upsert(item)
-    parsed = _node_allocatable(node, dra)
+    parsed = node_allocatable(node, dra)
     if parsed is None:
         return None
-    allocatable, gpu_memory_mib = parsed
+    pods = [p for p in (pod_spec(obj) for obj in on_node) if p is not None]
+    return room_verdict(decision, *parsed, pods, pod_spec(own) if own is not None else None)
+
+
+def room_verdict(
+    decision: BindRequested,
+    allocatable: Resources,
+    gpu_memory_mib: int,
+    on_node: Iterable[PodSpec],
+    own_pod: PodSpec | None,
+) -> str | None:
+    """``lacks_room`` over parsed pods: the node's ``allocatable`` and the pods counted on it."""
     used = [0, 0, 0]
     devices: dict[int, int] = {}
     holders: list[str] = []
-    for obj in on_node:
-        pod = _pod_spec(obj)
-        if pod is None or pod.uid == decision.uid or pod.phase in ("Succeeded", "Failed"):
+    for pod in on_node:
+        if pod.uid == decision.uid or pod.phase in ("Succeeded", "Failed"):
             continue
         gpu = _gpu_milli(pod, gpu_memory_mib)
         used[0] += gpu
@@ -81,14 +119,7 @@ def lacks_room(
                 devices[index] = devices.get(index, 0) + share
         if gpu:
             holders.append(f"{pod.namespace}/{pod.name}{' (terminating)' if pod.terminating else ''}")
-    own_pod = _pod_spec(own) if own is not None else None
-    if decision.gpu_fraction_milli:
-        own_gpu, per_device = decision.gpu_fraction_milli, decision.gpu_fraction_milli
-    elif decision.gpu_indices:
-        own_gpu, per_device = UNIT * len(decision.gpu_indices), UNIT
-    else:
-        own_gpu = _gpu_milli(own_pod, gpu_memory_mib) if own_pod is not None else 0
-        per_device = 0
+    own_gpu, per_device = _claim(decision, own_pod, gpu_memory_mib)
     held = ", ".join(sorted(holders)) or "none"
     if own_gpu and used[0] + own_gpu > allocatable.gpu_milli:
         return (

@@ -34,6 +34,7 @@ from kubernetes_asyncio import client
 from kai_stream import succession
 from kai_stream.binder.kube import DEFAULT_RETRY, KubeApplier, RetryPolicy, api_client
 from kai_stream.binder.plan import Action, lanes, plan, pod_key
+from kai_stream.binder.view import RoomView
 from kai_stream.core.events import (
     MAX_NAME,
     DeadLetter,
@@ -385,7 +386,8 @@ async def run_binder(
     ``concurrency``: pods applied in parallel; ``max_batch``: records per poll (a batch is committed as a whole,
     and a rebalance waits for the batches in flight); ``max_in_flight``: batches applied at once.
     ``pool_filter``: only decisions of these pools are applied (the others are acknowledged and skipped);
-    binders with different filters need different ``group_id``s.
+    binders with different filters need different ``group_id``s. Binds are checked for room against a watched
+    view of the nodes and their pods (``view.py``).
     """
     stop = stop_event if stop_event is not None else asyncio.Event()
     listener = _CommitOnRevoke(group_id)
@@ -393,6 +395,8 @@ async def run_binder(
     listener.consumer = consumer
     producer = make_producer(kafka_settings, linger_ms=feedback_linger_ms(kafka_settings))
     api = api_client(kube_config)
+    view = RoomView(api)
+    watching = asyncio.create_task(view.run(), name="binder-room-view")
     try:
         await producer.start()
         await succession.fence(kafka_settings, group_id)
@@ -402,7 +406,7 @@ async def run_binder(
         binder = Binder(
             consumer,
             producer,
-            KubeApplier(api, retry),
+            KubeApplier(api, retry, view),
             topics=topics,
             pool_filter=pool_filter,
             concurrency=concurrency,
@@ -413,6 +417,8 @@ async def run_binder(
         listener.binder = binder
         await binder.run(stop)
     finally:
+        watching.cancel()
+        await asyncio.gather(watching, return_exceptions=True)
         if health is not None:
             health.set_condition("kafka", False, "stopped")
         await asyncio.shield(_close(consumer, producer, api))

@@ -11,7 +11,7 @@ from aiohttp import web
 class Proxy:
     """A real HTTP proxy in front of the simulated cluster. For paths containing ``path`` it answers
     ``status`` to the next ``failures`` calls and delays the others by ``delay_s``; ``forwarded`` lists the
-    (method, path, code) of every call it passed on."""
+    (method, path, code) of every call it passed on. A watch is streamed through as the cluster writes it."""
 
     def __init__(self, target: str) -> None:
         self.target = target
@@ -41,7 +41,7 @@ class Proxy:
         if self._session is not None:
             await self._session.close()
 
-    async def _forward(self, request: web.Request) -> web.Response:
+    async def _forward(self, request: web.Request) -> web.StreamResponse:
         assert self._session is not None
         matches = self.path in request.path
         if matches and self.failures > 0:
@@ -54,4 +54,12 @@ class Proxy:
         url = f"{self.target}{request.path_qs}"
         async with self._session.request(request.method, url, data=body, headers=headers) as response:
             self.forwarded.append((request.method, request.path, response.status))
-            return web.Response(body=await response.read(), status=response.status, content_type=response.content_type)
+            if request.query.get("watch", "").lower() not in ("true", "1"):
+                return web.Response(
+                    body=await response.read(), status=response.status, content_type=response.content_type
+                )
+            streamed = web.StreamResponse(status=response.status, headers={"Content-Type": response.content_type})
+            await streamed.prepare(request)
+            async for chunk in response.content.iter_any():
+                await streamed.write(chunk)
+            return streamed

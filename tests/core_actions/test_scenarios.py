@@ -21,6 +21,7 @@ T0 = datetime(2026, 1, 1, tzinfo=UTC).timestamp()
         "consolidation-move-fraction.yaml",
         "elastic-surplus.yaml",
         "topology-one-rack.yaml",
+        "topology-unlabelled-nodes.yaml",
         "topology-preferred-host.yaml",
         "reclaim-smallest-set.yaml",
         "reclaim-gang-whole-or-nothing.yaml",

@@ -31,8 +31,11 @@ BINDER: set[Grant] = {
     ("", "pods/eviction", "create"),
     ("", "pods", "patch"),
     ("", "pods", "get"),
-    ("", "pods", "list"),  # the pods on a node, before a bind (room check)
-    ("", "nodes", "get"),  # the node's allocatable, before a bind (room check)
+    ("", "pods", "list"),  # the pods on a node, before a bind (room check, watched)
+    ("", "pods", "watch"),
+    ("", "nodes", "get"),  # the node's allocatable, before a bind (room check, watched)
+    ("", "nodes", "list"),
+    ("", "nodes", "watch"),
     ("resource.k8s.io", "resourceslices", "list"),  # the node's DRA GPU devices (room check)
     ("", "pods/status", "patch"),  # PodScheduled=False, DisruptionTarget
     ("", "events", "create"),  # an Event on each evicted pod and its PodGroup

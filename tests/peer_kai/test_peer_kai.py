@@ -146,6 +146,7 @@ def test_scenarios_served_as_a_cluster_would() -> None:
     assert by_name[("Pod", "p2")]["spec"]["containers"][0]["image"] == "mine"
     node = by_name[("Node", "n1")]["status"]
     assert node["allocatable"] == {"pods": "110", "nvidia.com/gpu": "2"} == node["capacity"]
+    assert by_name[("Node", "n1")]["metadata"]["labels"][agree.HOSTNAME_LABEL] == "n1"
     assert by_name[("Queue", "qa")]["spec"]["parentQueue"] == agree.DEFAULT_PARENT
     assert "parentQueue" not in by_name[("Queue", "dept")]["spec"]
     assert by_name[("Queue", agree.DEFAULT_PARENT)]["spec"]["resources"]["gpu"]["quota"] == -1

@@ -1,9 +1,10 @@
 """Topology-aware placement: a job with a ``topologyConstraint`` is kept inside one domain.
 
 A ``Topology`` (kai.scheduler/v1alpha1) lists node labels from the widest level to the narrowest (e.g. zone >
-rack > hostname). A domain at level L is the set of nodes sharing the values of every label down to L (nodes
-lacking one of them belong to no domain at L). Without a Topology naming the level, the level's label alone
-defines the domains.
+rack > hostname). A domain at level L is the set of nodes sharing the values of every label down to L. A node
+lacking any label of the Topology, deeper levels included, is outside it and belongs to no domain (KAI v0.12.0
+``isNodePartOfTopology``: a rack's nodes without ``kubernetes.io/hostname`` are not in the rack). Without a
+Topology naming the level, the level's label alone defines the domains.
 
 When a constrained job comes up (the job check every action runs before placing a job), the plugin tries the
 domains at the preferred level, then at the required level, each list tightest first (least free GPU, then
@@ -40,13 +41,15 @@ class TopologyPlugin:
         self.topologies = session.topologies
         session.hooks.job_checks.append(self.check_job)
 
-    def _levels(self, constraint: TopologyConstraint, level: str) -> tuple[str, ...]:
+    def _levels(self, constraint: TopologyConstraint, level: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        """The labels down to ``level`` (they name a domain) and every label of the topology (a node lacking one
+        of them is outside the topology, as in KAI's ``isNodePartOfTopology``)."""
         names = [constraint.topology] if constraint.topology else sorted(self.topologies)
         for name in names:
             levels = self.topologies.get(name or "")
             if levels is not None and level in levels:
-                return levels[: levels.index(level) + 1]
-        return (level,)
+                return levels[: levels.index(level) + 1], levels
+        return (level,), (level,)
 
     def domains(self, constraint: TopologyConstraint, level: str) -> list[Domain]:
         """Every domain at ``level`` (of the constraint's topology) in the pool, in label-value order."""
@@ -55,12 +58,12 @@ class TopologyPlugin:
         if cached is not None:
             return cached
         assert self.session is not None
-        labels = self._levels(constraint, level)
+        labels, required = self._levels(constraint, level)
         groups: dict[tuple[str, ...], list[int]] = {}
         for node in self.session.nodes:
-            values = tuple(node.labels.get(label) for label in labels)
-            if all(v is not None for v in values):
-                groups.setdefault(tuple(v for v in values if v is not None), []).append(node.idx)
+            if any(label not in node.labels for label in required):
+                continue
+            groups.setdefault(tuple(node.labels[label] for label in labels), []).append(node.idx)
         found = [(values, frozenset(idx)) for values, idx in sorted(groups.items())]
         self._domains[key] = found
         return found

@@ -52,7 +52,8 @@ def _gpus(pod: dict[str, Any]) -> Fraction:
 
 class CapacityWatch:
     """Checks, at every change the simulated cluster makes, every node's GPUs against the pods on it that are not
-    Succeeded or Failed (terminating pods hold their GPUs); keeps the first over-commit and when pods went."""
+    Succeeded or Failed (terminating pods hold their GPUs); keeps the first over-commit and when pods went (deleted
+    or ended, whichever came first: an ended pod holds nothing)."""
 
     def __init__(self, pipeline: Pipeline) -> None:
         self.pipeline = pipeline
@@ -62,8 +63,9 @@ class CapacityWatch:
         self.removed_at: dict[str, float] = {}
 
     def __call__(self, change: Change, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
-        if change.resource.key == "pods" and change.type == "DELETED":
-            self.removed_at[str(obj["metadata"].get("uid"))] = time.perf_counter()
+        ended = (obj.get("status") or {}).get("phase") in ("Succeeded", "Failed")
+        if change.resource.key == "pods" and (change.type == "DELETED" or ended):
+            self.removed_at.setdefault(str(obj["metadata"].get("uid")), time.perf_counter())
         if change.resource.key not in ("pods", "nodes"):
             return
         self.checks += 1
@@ -132,7 +134,12 @@ async def test_preemptors_are_pipelined_until_their_victims_are_gone(broker: str
     assert watch.violation is None, f"over-committed: {watch.violation}"
     assert watch.checks > 10 and watch.peak_terminating > 0, "no eviction stayed terminating: the test proves nothing"
     assert not [e for _, e in events if isinstance(e, BindFailed)], "the binder refused a bind the scheduler made"
-    removed_at = {e.uid: offset for offset, e in events if isinstance(e, PodRemoved)}
+    removed_at: dict[str, int] = {}  # a pod's GPUs are free from its removal or its terminal phase, whichever is first
+    for offset, e in events:
+        if isinstance(e, PodRemoved):
+            removed_at.setdefault(e.uid, offset)
+        elif isinstance(e, PodObserved) and e.pod.phase in ("Succeeded", "Failed"):
+            removed_at.setdefault(e.pod.uid, offset)
     held = {e.pod.uid: e.pod.gpu_indices for _, e in events if isinstance(e, PodObserved) and e.pod.gpu_indices}
     evictions = [d for d in decisions if isinstance(d, EvictionRequested)]
     checked = 0

@@ -61,7 +61,7 @@ from kai_stream.core.events import (
     PodRemoved,
     PodSpec,
 )
-from kai_stream.core.state import SeenIds
+from kai_stream.core.state import SeenIds, newer_version
 from kai_stream.history.reader import History, PoolLog
 
 __all__ = [
@@ -290,11 +290,7 @@ class _Checker:
                 return True
             case _:
                 return True
-        held = self.versions.get(key)
-        if held is not None and version <= held:
-            return False
-        self.versions[key] = version
-        return True
+        return newer_version(self.versions, key, version)
 
     def event(self, position: Position, event: AnyEvent) -> Violation | None:
         touched: set[str] = set()

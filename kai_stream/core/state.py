@@ -359,14 +359,18 @@ def _observe_pod(state: ClusterState, pod: PodSpec, ts: float) -> None:
 
 
 def _newer(state: ClusterState, key: str, version: int | None) -> bool:
-    """Whether an observation at ``version`` of object ``key`` is newer than the one held (rule 2), and if so
-    hold it."""
+    return newer_version(state.versions, key, version)
+
+
+def newer_version(versions: dict[str, int], key: str, version: int | None) -> bool:
+    """Whether an observation at ``version`` of object ``key`` is newer than the one ``versions`` holds (rule 2),
+    and if so hold it. The audit's invariant checker judges records by this same rule."""
     if version is None:
         return True
-    held = state.versions.get(key)
+    held = versions.get(key)
     if held is not None and version <= held:
         return False
-    state.versions[key] = version
+    versions[key] = version
     return True
 
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-import yaml
 from replay_manifests import NODE, pod, queue
 
 from kai_stream.core.config import SchedulerConfig, parse_config
@@ -16,13 +15,10 @@ from kai_stream.core.events import ObservedEvent, PodGroupRemoved, PodObserved, 
 from kai_stream.core.manifests import load_scenario
 from kai_stream.history.export import write_history
 from kai_stream.history.reader import read_history
-from kai_stream.trace.clusters import auto_queue_events, cluster_events, nodes_yaml
-from kai_stream.trace.loaders import load_trace
-from kai_stream.trace.simulator import simulate_trace
 from replay.engine import run_engine
 from replay.whatif import WhatIfSpec, observed_only, run_whatif
+from tests.trace.itp_slice import simulate_itp_slice
 
-ITP = Path(__file__).resolve().parents[1] / "trace" / "data" / "itp_cluster07_head80.csv"
 GROUP = """
 apiVersion: scheduling.run.ai/v2alpha2
 kind: PodGroup
@@ -65,14 +61,9 @@ def test_a_users_deletions_stay_and_the_schedulers_are_re_derived(tmp_path: Path
 
 @pytest.fixture(scope="module")
 def itp_history(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("itp")
-    cluster = root / "cluster.yaml"
-    cluster.write_text(yaml.safe_dump_all(nodes_yaml(4, 8, "64", "256Gi"), sort_keys=False))
-    trace = load_trace(ITP, "itp")
-    base = cluster_events(cluster)
-    stats = simulate_trace(trace, base + auto_queue_events(base, trace.teams), SchedulerConfig(), root / "h")
+    history, stats = simulate_itp_slice(tmp_path_factory.mktemp("itp"))
     assert stats.unfinished_pods == 0
-    return root / "h"
+    return history
 
 
 def test_recorded_pod_group_removals_do_not_strand_the_other_policys_jobs(itp_history: Path) -> None:

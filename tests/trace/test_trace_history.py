@@ -9,11 +9,9 @@ from pathlib import Path
 
 import orjson
 import pytest
-import yaml
 from typer.testing import CliRunner
 
 from kai_stream.cli import _register, app
-from kai_stream.core.config import SchedulerConfig
 from kai_stream.core.events import (
     BindRequested,
     EvictionRequested,
@@ -26,27 +24,19 @@ from kai_stream.core.events import (
 from kai_stream.explain import explain_pod
 from kai_stream.history.reader import History, read_history
 from kai_stream.history.schema import scan_history
-from kai_stream.trace.clusters import auto_queue_events, cluster_events, nodes_yaml
-from kai_stream.trace.loaders import load_trace
-from kai_stream.trace.simulator import simulate_trace
 from replay.testing import assert_replays_identically
+from tests.trace.itp_slice import simulate_itp_slice
 
 DATA = Path(__file__).parent / "data"
-ITP = DATA / "itp_cluster07_head80.csv"
 OPENB_NODES = DATA / "openb_tiny_nodes.csv"
 OPENB_PODS = DATA / "openb_tiny_pods.csv"
 
 
 @pytest.fixture(scope="module")
 def itp_history(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("itp")
-    cluster = root / "cluster.yaml"
-    cluster.write_text(yaml.safe_dump_all(nodes_yaml(4, 8, "64", "256Gi"), sort_keys=False))
-    trace = load_trace(ITP, "itp")
-    base = cluster_events(cluster)
-    stats = simulate_trace(trace, base + auto_queue_events(base, trace.teams), SchedulerConfig(), root / "h")
+    history, stats = simulate_itp_slice(tmp_path_factory.mktemp("itp"))
     assert stats.jobs == 80 and stats.unfinished_pods == 0 and stats.evictions > 0
-    return root / "h"
+    return history
 
 
 def _cli(*args: str) -> tuple[int, str]:

@@ -209,16 +209,17 @@ async def _bind_and_run(admin: client.ApiClient, namespace: str, queue: str, nod
 
 
 async def test_the_chart_rbac_is_what_the_components_get(control_plane: ControlPlane) -> None:
-    """The ServiceAccount tokens are really limited: the binder may bind and read the pods of a node, but not list
-    nodes or delete pods; the connector may watch but not bind or delete."""
+    """The ServiceAccount tokens are really limited: the binder may bind and list/watch pods and nodes (its room
+    view), but not delete pods or change nodes; the connector may watch but not bind or delete."""
     connector = await kubeconfig_client(control_plane.service_account_kubeconfig("connector"))
     binder = await kubeconfig_client(control_plane.service_account_kubeconfig("binder"))
     try:
         await client.CoreV1Api(connector).list_pod_for_all_namespaces(limit=1)
         await client.CoreV1Api(binder).list_pod_for_all_namespaces(limit=1)
-        with pytest.raises(ApiException) as listing:
-            await client.CoreV1Api(binder).list_node(limit=1)
-        assert listing.value.status == 403
+        await client.CoreV1Api(binder).list_node(limit=1)
+        with pytest.raises(ApiException) as changing:
+            await client.CoreV1Api(binder).delete_node("any")
+        assert changing.value.status == 403
         with pytest.raises(ApiException) as removing:
             await client.CoreV1Api(binder).delete_namespaced_pod("any", "default")
         assert removing.value.status == 403

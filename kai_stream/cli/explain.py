@@ -41,7 +41,7 @@ def _standing_table(standing: dict[str, QueueStanding], own: str) -> Table:
 def _print(console: Console, story: Story) -> None:
     gpu = story.gpu_milli / 1000
     console.print(
-        f"[bold]{story.pod}[/]  queue={story.queue} pool={story.pool} gpu={gpu:g} uid={story.uid}", soft_wrap=True
+        f"[bold]{story.pod}[/]  queue={story.queue} pool={story.pool} gpu={gpu:g} uid={story.uid}", overflow="fold"
     )
     table = Table("time (UTC)", "what", "story", show_lines=False)
     table.columns[0].no_wrap = True
@@ -51,7 +51,7 @@ def _print(console: Console, story: Story) -> None:
     for step in story.steps:
         if step.standing is not None:
             offset = step.data.get("input_offset")
-            console.print(f"queues at {moment(step.ts)} ({step.kind}, cycle at offset {offset}):", soft_wrap=True)
+            console.print(f"queues at {moment(step.ts)} ({step.kind}, cycle at offset {offset}):", overflow="fold")
             console.print(_standing_table(step.standing, story.queue))
     blocking = story.blocking_queues()
     over = f"; queues over their fair share: {', '.join(blocking)}" if blocking else ""

@@ -9,7 +9,9 @@ from rich.console import Console
 
 from kai_stream.analytics.fit import fitted_tables
 from kai_stream.analytics.render import QUEUE_COLUMNS, moment
+from kai_stream.cli.explain import _print as print_story
 from kai_stream.cli.simulate import _render
+from kai_stream.explain import Story
 
 LONG = "research-vision-foundation-models"
 
@@ -71,3 +73,15 @@ def test_split_table_titles_stay_on_one_line_at_80_columns() -> None:
     text = _text(*tables, width=80)
     for n in (1, 2):
         assert f"{title} ({n}/2)" in text, text
+
+
+def test_explain_header_wraps_between_fields_at_80_columns() -> None:
+    pod = f"{LONG}/trainer-worker-0000000042"
+    uid = "0e4c7a52-1f0b-4f7e-9d4b-5a4f3c2b1a09"
+    story = Story(pod=pod, uid=uid, pool="default", queue=LONG, gpu_milli=1500, steps=[])
+    out = io.StringIO()
+    print_story(Console(file=out, width=80, force_terminal=False, color_system=None), story)
+    lines = out.getvalue().splitlines()
+    assert all(len(line) <= 80 for line in lines), lines
+    words = out.getvalue().split()
+    assert pod in words and f"queue={LONG}" in words and f"uid={uid}" in words, lines

@@ -21,7 +21,6 @@ import asyncio
 import base64
 import contextlib
 import shutil
-import subprocess
 import time
 from collections.abc import Coroutine
 from pathlib import Path
@@ -67,11 +66,7 @@ def ensure_binaries(names: tuple[str, ...] = CORE + CONTROLLERS) -> dict[str, Pa
 
 def module_dir() -> Path:
     """KAI's module in the Go module cache (downloaded through the module proxy when missing)."""
-    result = subprocess.run([str(build.go_binary()), "list", "-m", "-f", "{{.Dir}}", KAI], cwd=MODULE,
-                            env=build.go_env(), capture_output=True, text=True, check=False)
-    if result.returncode != 0 or not result.stdout.strip():
-        raise build.BuildError(f"go list -m {KAI} failed: {result.stderr[-2000:]}")
-    return Path(result.stdout.strip())
+    return build.go_module_dir(KAI, MODULE)
 
 
 def _documents(paths: list[Path]) -> list[dict[str, Any]]:

@@ -81,6 +81,16 @@ def binary_path(tool: GoTool) -> Path:
     return cache_dir() / "bin" / f"{tool.name}-{digest.hexdigest()[:12]}"
 
 
+def go_module_dir(module_path: str, module: Path) -> Path:
+    """Where the Go module ``module_path``, as required by the go.mod in ``module``, lies in the module cache
+    (downloaded through the module proxy when missing)."""
+    result = subprocess.run([str(go_binary()), "list", "-m", "-f", "{{.Dir}}", module_path], cwd=module,
+                            env=go_env(), capture_output=True, text=True, check=False)
+    if result.returncode != 0 or not result.stdout.strip():
+        raise BuildError(f"go list -m {module_path} failed: {result.stderr[-2000:]}")
+    return Path(result.stdout.strip())
+
+
 def _die_with_caller() -> None:
     """A build whose caller is killed stops too (Linux ``PR_SET_PDEATHSIG``), rather than running on unowned
     while the next caller takes the released lock and builds the same binary beside it."""

@@ -37,11 +37,7 @@ TIME_AWARE = build.GoTool("kai-time-aware-simulator", f"{KAI}/cmd/time-aware-sim
 
 
 def module_dir() -> Path:
-    result = subprocess.run([str(build.go_binary()), "list", "-m", "-f", "{{.Dir}}", KAI], cwd=MODULE,
-                            env=build.go_env(), capture_output=True, text=True, check=False)
-    if result.returncode != 0 or not result.stdout.strip():
-        raise build.BuildError(f"go list -m {KAI} failed: {result.stderr[-2000:]}")
-    return Path(result.stdout.strip())
+    return build.go_module_dir(KAI, MODULE)
 
 
 class FairshareSimulator:

@@ -1,6 +1,6 @@
 """The ported KAI action tests (``tests/kai_ported/cases``) as API objects, for the cases the API server can express.
 
-The objects come from the same reading of KAI's test builders as the ported tests use (``kai_harness``: queues
+The objects come from the same reading of KAI's test builders as the ported tests use (``tests/kai_builders.py``: queues
 under a default department, nodes, PodGroups and pods with KAI's default requests, jobs oldest first), written
 back as the manifests a cluster would hold: Queues (``scheduling.run.ai/v2``), Nodes, PodGroups and Pods, running
 pods with ``spec.nodeName`` set at creation. ``expressible`` says why a case cannot be put on the API server, or
@@ -20,7 +20,8 @@ from typing import Any
 
 from kai_stream.core.events import NodeObserved, PodGroupObserved, PodObserved, QueueObserved, QueueResource
 from kai_stream.core.manifests import ANNOTATION_GPU_FRACTION, ANNOTATION_POD_GROUP, LABEL_QUEUE
-from tests.kai_ported.kai_harness import Case, job_events, load_cases, node_events, queue_events
+from tests.kai_builders import events
+from tests.kai_ported.kai_harness import NOW, Case, load_cases
 
 PRIORITY_CLASSES = {50: "train", 75: "build-preemptible", 100: "build", 125: "inference"}
 MB = 10**6
@@ -64,27 +65,13 @@ def _resource(res: QueueResource, scale: int) -> dict[str, Any]:
 
 def objects(case: Case) -> list[dict[str, Any]]:
     """The case's queues, nodes, PodGroups and pods as API objects (pods in the order the jobs were created)."""
-    topology = case.topology
     objs: list[dict[str, Any]] = []
-    for event in queue_events(topology):
-        assert isinstance(event, QueueObserved)
-        queue = event.queue
-        spec: dict[str, Any] = {"priority": queue.priority, "resources": {
-            "gpu": _resource(queue.resources.gpu, 1000), "cpu": _resource(queue.resources.cpu, 1),
-            "memory": _resource(queue.resources.memory, MB)}}
-        if queue.parent:
-            spec["parentQueue"] = dns(queue.parent)
-        objs.append({"apiVersion": "scheduling.run.ai/v2", "kind": "Queue", "metadata": {"name": dns(queue.name)},
-                     "spec": spec})
-    for event in node_events(topology):
-        assert isinstance(event, NodeObserved)
-        node = event.node
-        allocatable = {"nvidia.com/gpu": str(node.allocatable.gpu_milli // 1000),
-                       "cpu": f"{node.allocatable.cpu_milli}m", "memory": str(node.allocatable.memory)}
-        objs.append({"apiVersion": "v1", "kind": "Node", "status": {"allocatable": allocatable},
-                     "metadata": {"name": dns(node.name), "labels": dict(node.labels)}})
-    for event in job_events(topology):
-        if isinstance(event, PodGroupObserved):
+    for event in events(case.topology, NOW):
+        if isinstance(event, QueueObserved):
+            objs.append(_queue(event))
+        elif isinstance(event, NodeObserved):
+            objs.append(_node(event))
+        elif isinstance(event, PodGroupObserved):
             group = event.pod_group
             objs.append({"apiVersion": "scheduling.run.ai/v2alpha2", "kind": "PodGroup",
                          "metadata": {"name": dns(group.name), "namespace": group.namespace},
@@ -93,6 +80,25 @@ def objects(case: Case) -> list[dict[str, Any]]:
         elif isinstance(event, PodObserved):
             objs.append(_pod(event))
     return objs
+
+
+def _queue(event: QueueObserved) -> dict[str, Any]:
+    queue = event.queue
+    spec: dict[str, Any] = {"priority": queue.priority, "resources": {
+        "gpu": _resource(queue.resources.gpu, 1000), "cpu": _resource(queue.resources.cpu, 1),
+        "memory": _resource(queue.resources.memory, MB)}}
+    if queue.parent:
+        spec["parentQueue"] = dns(queue.parent)
+    return {"apiVersion": "scheduling.run.ai/v2", "kind": "Queue", "metadata": {"name": dns(queue.name)},
+            "spec": spec}
+
+
+def _node(event: NodeObserved) -> dict[str, Any]:
+    node = event.node
+    allocatable = {"nvidia.com/gpu": str(node.allocatable.gpu_milli // 1000),
+                   "cpu": f"{node.allocatable.cpu_milli}m", "memory": str(node.allocatable.memory)}
+    return {"apiVersion": "v1", "kind": "Node", "status": {"allocatable": allocatable},
+            "metadata": {"name": dns(node.name), "labels": dict(node.labels)}}
 
 
 def _pod(event: PodObserved) -> dict[str, Any]:

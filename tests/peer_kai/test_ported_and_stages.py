@@ -12,7 +12,8 @@ from benchmarks.peer_kai.stages import HOPS, stage_figures, trails
 from kai_stream.core.events import PodBound, PodObserved, PodSpec, dumps
 from kai_stream.core.manifests import object_to_events
 from tests.binder.builders import bind
-from tests.kai_ported.kai_harness import job_events, load_cases
+from tests.kai_builders import job_events
+from tests.kai_ported.kai_harness import NOW, load_cases
 
 DNS = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
 
@@ -24,7 +25,7 @@ def test_every_expressible_case_reads_back_as_the_same_cluster() -> None:
         objs = ported.objects(case)
         assert all(DNS.match(o["metadata"]["name"]) for o in objs), case.id
         observed = [e for o in objs for e in object_to_events(o, ts=0.0) if isinstance(e, PodObserved)]
-        expected = [e.pod for e in job_events(case.topology) if isinstance(e, PodObserved)]
+        expected = [e.pod for e in job_events(case.topology, NOW) if isinstance(e, PodObserved)]
         assert [(p.name, p.node_name, p.requests.gpu_milli) for p in (e.pod for e in observed)] == [
             (ported.dns(p.name), ported.dns(p.node_name) if p.node_name else None, p.requests.gpu_milli)
             for p in expected], case.id

@@ -58,7 +58,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import gc
 import os
 import signal
 import statistics
@@ -92,6 +91,7 @@ from kai_stream.core.events import (
     loads_cluster_event,
     loads_decisions_record,
 )
+from kai_stream.core.gcpause import frozen_heap
 from kai_stream.core.scheduler import compiled
 from kai_stream.engines import ENGINES, Engine
 from kai_stream.kafka import Record, assign_from_start, make_consumer, read_topic
@@ -367,10 +367,8 @@ def in_process_floor(
                 recorded.append(record)
         engine.rebuild(before, recorded)
         work.append((engine, [r for r in events if r.partition == partition and start <= r.offset <= end]))
-    gc.collect()
-    gc.freeze()  # as the processor does after a rebuild: the state is out of the collector's scans
     floor = Floor()
-    try:
+    with frozen_heap():  # as the processor does after a rebuild: the state is out of the collector's scans
         for engine, backlog in work:
             started = time.perf_counter()
             for r in backlog:
@@ -388,9 +386,7 @@ def in_process_floor(
             floor.encode_s += time.perf_counter() - cycled
             floor.records += len(backlog)
             floor.binds += sum(isinstance(item.record, BindRequested) for item in out)
-        return floor
-    finally:
-        gc.unfreeze()
+    return floor
 
 
 async def burst_phase(pipeline: Pipeline, first: int, pods: int) -> tuple[float, float, int]:

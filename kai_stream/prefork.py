@@ -12,7 +12,6 @@ to ``max_backoff_s``), so a crash loop does not spin; a worker that lived ``stab
 from __future__ import annotations
 
 import contextlib
-import gc
 import os
 import shutil
 import signal
@@ -22,6 +21,8 @@ import time
 import traceback
 from collections.abc import Callable
 from types import FrameType
+
+from kai_stream.core.gcpause import settle_heap, thaw_heap
 
 supervised = False
 """True in a worker forked by ``supervise`` (its parent is the supervisor, which watches its own parent)."""
@@ -40,7 +41,7 @@ def _worker(run: Callable[[], object]) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGCHLD):
         signal.signal(sig, signal.SIG_DFL)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGCHLD})
-    gc.unfreeze()
+    thaw_heap()
     try:
         run()
     except SystemExit as exc:
@@ -85,8 +86,7 @@ def supervise(
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGCHLD})
     global state_dir
     state_dir = tempfile.mkdtemp(prefix=f"kai-stream-{component}-")
-    gc.collect()
-    gc.freeze()  # the imported modules' objects stay shared with the workers (copy-on-write pages untouched)
+    settle_heap()  # the imported modules' objects stay shared with the workers (copy-on-write pages untouched)
     backoff = 0.0
     try:
         while True:

@@ -4,7 +4,6 @@ start/stop lifecycle and a few direct helpers for tests (load, create, get, wait
 from __future__ import annotations
 
 import asyncio
-import gc
 import time
 from collections.abc import Callable, Iterable
 from datetime import datetime
@@ -22,6 +21,7 @@ from connectors.simcluster.resources import ResourceType, by_kind, resolve
 from connectors.simcluster.routes import ApiRoutes
 from connectors.simcluster.selectors import Selector
 from connectors.simcluster.store import Change, Obj, Store
+from kai_stream.core.gcpause import settle_heap
 
 
 class SimCluster:
@@ -88,8 +88,7 @@ class SimCluster:
         self._changed = asyncio.Event()
         self.kubelets.activate()
         if self.freeze_gc:
-            gc.collect()
-            gc.freeze()
+            settle_heap()
         return self.url
 
     async def stop(self) -> None:

@@ -1,7 +1,20 @@
-"""``paused_gc``: Python's cyclic garbage collector held off while a piece of work builds many long-lived objects
-(a session next to a large ``ClusterState``, a decoded history), so that the collections those allocations
-trigger do not rescan them over and over. What the work leaves as garbage goes at the next collection after it;
-nothing it computes depends on it."""
+"""The one owner of Python's cyclic garbage collector in the project: every pause, freeze and thaw goes through
+here, so the rules below stay in one place.
+
+* ``paused_gc``: the collector held off while a piece of work builds many long-lived objects (a session next to
+  a large ``ClusterState``, a decoded history), so that the collections those allocations trigger do not rescan
+  them over and over. What the work leaves as garbage goes at the next collection after it.
+* ``settle_heap``: what is garbage now is collected and every survivor moved to the permanent generation
+  (``gc.freeze``, process-wide), so later collections scan only what came after: for a process that keeps a
+  large, long-lived state (the processor after a rebuild, a server after start-up, a supervisor before it forks,
+  where it also keeps the imported modules' pages shared copy-on-write with the workers).
+* ``frozen_heap``: the same for the length of a ``with`` block, thawed after it (a replay over its decoded
+  history, a benchmark's measured phase).
+* ``thaw_heap``: back to normal collections (a forked worker, which must not inherit its parent's frozen set as
+  never collectable).
+
+Nothing any of them does changes what the code computes; only when memory is scanned.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +22,7 @@ import gc
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-__all__ = ["paused_gc"]
+__all__ = ["frozen_heap", "paused_gc", "settle_heap", "thaw_heap"]
 
 
 @contextmanager
@@ -22,3 +35,29 @@ def paused_gc() -> Iterator[None]:
     finally:
         if enabled:
             gc.enable()
+
+
+def settle_heap() -> None:
+    """Collect what is garbage now, then freeze every surviving object out of later collections."""
+    gc.collect()
+    gc.freeze()
+
+
+def thaw_heap() -> None:
+    """Return every frozen object to the collector's scans."""
+    gc.unfreeze()
+
+
+@contextmanager
+def frozen_heap(*, collect: bool = True) -> Iterator[None]:
+    """Everything alive at the start of the ``with`` block frozen out of collections until its end (collected
+    first unless ``collect`` is false: a caller that just built its data under ``paused_gc`` left little to
+    collect, and a full collection over it is what the freeze saves)."""
+    if collect:
+        settle_heap()
+    else:
+        gc.freeze()
+    try:
+        yield
+    finally:
+        thaw_heap()

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import gc
 import logging
 import time
 from collections import defaultdict
@@ -51,6 +50,7 @@ from kai_stream.core.events import (
     loads_cluster_event,
     loads_decisions_record,
 )
+from kai_stream.core.gcpause import settle_heap
 from kai_stream.core.scheduler.framework.session import Session
 from kai_stream.kafka import READ_TO_END_WAIT_MS, UnitTooLarge, make_consumer, partition_for, read_to_end, read_topic
 from kai_stream.observability import CYCLE_DURATION, DEAD_LETTERS, DECISIONS, EVENTS_CONSUMED, EVENTS_PUBLISHED
@@ -253,8 +253,7 @@ class SchedulerRuntime:
 
     def settle_heap(self) -> None:
         """Collect young garbage, then freeze every surviving object (the state) out of later collections."""
-        gc.collect()
-        gc.freeze()
+        settle_heap()
         self._frozen_at = time.monotonic()
 
     def decode(self, record: InRecord) -> ClusterEvent:

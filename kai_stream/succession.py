@@ -2,8 +2,8 @@
 id it holds in a group (``record``), and the worker forked after it died removes that member from the group
 (``fence``: a LeaveGroup on the dead worker's behalf) before joining. Without it, a dynamic member killed with
 SIGKILL stays in its group until its session times out, and the group's next rebalance waits for it: the
-successor's join took the session timeout plus the broker's join delay (Tansu: 11.2 s against 3.0 s with the
-fence, session 6 s).
+successor's join took the session timeout plus the broker's join delay (the figures on Tansu:
+benchmarks/README.md, "Recovery after a kill").
 
 Only under ``prefork.supervise`` (the records live in the supervisor's directory, ``prefork.state_dir``), and only
 for dynamic members: a static member (``group.instance.id``, the processor on Apache Kafka) is replaced by its

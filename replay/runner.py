@@ -381,9 +381,9 @@ def replay_history(
 ) -> ReplayReport:
     """Replay every pool of ``history`` and gather the report.
 
-    The decoded history is frozen out of the garbage collector's scans while it replays (``gc.freeze``; thawed
-    at the end): it lives as long as the replay, and the collection after each cycle rescanned all of it
-    (measured on bench_replay's 1M events: 5.1 s of a 31.5 s replay in collections, 2.6 s frozen)."""
+    The decoded history is frozen out of the garbage collector's scans while it replays (``frozen_heap``; thawed
+    at the end): it lives as long as the replay, and the collection after each cycle rescanned all of it (what
+    that cost: benchmarks/README.md)."""
     report = ReplayReport(source=history.source, malformed=history.malformed)
     with frozen_heap(collect=False):
         for name, log in sorted(history.pools.items()):

@@ -38,8 +38,8 @@ class SimCluster:
         running there (phase Failed, reason OutOf<resource>), as a real kubelet does.
     Evicted pods that a controller owns come back pending (``controller.py``).
     freeze_gc: on start, move everything alive into the garbage collector's permanent generation
-        (`gc.freeze()`, process-wide). Full collections then scan only what came later; without it, the
-        imported modules alone make each one cost ~60-90 ms here, which shows up as watch-latency tails.
+        (`settle_heap`, process-wide). Full collections then scan only what came later; without it, each one
+        rescans the imported modules, which shows up as watch-latency tails (figures: benchmarks/README.md).
         Meant for processes that exist to serve (the CLI, benchmarks), off by default for libraries.
     """
 

@@ -2,8 +2,8 @@
 history of changes (the "etcd window" a watch can resume from), and push fan-out to watchers.
 
 Each object is kept as its latest `Change`: the serialized JSON plus a flat selector view, so neither the
-live objects nor the history are nested containers the garbage collector has to walk (with 10,000 pods
-as dicts, full collections stalled the server for hundreds of ms). Reads parse a fresh copy.
+live objects nor the history are nested containers the garbage collector has to walk (what walking them
+cost: benchmarks/README.md). Reads parse a fresh copy.
 Everything here is synchronous; the HTTP layer awaits only on sockets. Kind-specific rules (defaults,
 immutable fields) live in `rules.py`.
 """

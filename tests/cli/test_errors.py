@@ -13,23 +13,10 @@ from pathlib import Path
 import pytest
 
 from kai_stream.cli import main
+from tests.cli_main import kai, kai_argv
 
 ROOT = Path(__file__).resolve().parents[2]
 DEMO = ROOT / "examples" / "demo.yaml"
-
-
-def kai(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
-    """Run the CLI in-process as `kai-stream ARGV`; its exit code and stderr."""
-    saved = sys.argv
-    sys.argv = ["kai-stream", *argv]
-    try:
-        main()
-        code = 0
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else 1
-    finally:
-        sys.argv = saved
-    return code, capsys.readouterr().err
 
 
 def one_line(code: int, err: str, *names: str) -> None:
@@ -56,27 +43,27 @@ def binary(tmp_path: Path) -> Path:
 
 
 def test_run_config_missing(capsys: pytest.CaptureFixture[str]) -> None:
-    code, err = kai(["run", "--config", "missing.yaml"], capsys)
+    code, _, err = kai(["run", "--config", "missing.yaml"], capsys)
     one_line(code, err, "missing.yaml", "No such file")
 
 
 def test_run_and_processor_config_unknown_key(bad_config: Path, capsys: pytest.CaptureFixture[str]) -> None:
     for command in ("run", "processor", "simulate"):
         extra = [str(DEMO)] if command == "simulate" else []
-        code, err = kai([command, "--config", str(bad_config), *extra], capsys)
+        code, _, err = kai([command, "--config", str(bad_config), *extra], capsys)
         one_line(code, err, "cfg.yaml", "run")
 
 
 def test_run_scenario_kind_typo(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     scenario = tmp_path / "typo.yaml"
     scenario.write_text(DEMO.read_text().replace("kind: Queue", "kind: Queeu"))
-    code, err = kai(["run", "--scenario", str(scenario)], capsys)
+    code, _, err = kai(["run", "--scenario", str(scenario)], capsys)
     one_line(code, err, "typo.yaml", "Queeu")
 
 
 def test_binary_scenario(binary: Path, capsys: pytest.CaptureFixture[str]) -> None:
     for argv in (["run", "--scenario", str(binary)], ["simulate", str(binary)]):
-        code, err = kai(argv, capsys)
+        code, _, err = kai(argv, capsys)
         one_line(code, err, "binary.yaml", "not a text file")
 
 
@@ -85,7 +72,7 @@ def test_unreachable_kafka(capsys: pytest.CaptureFixture[str]) -> None:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     for argv in (["tail", "decisions"], ["replay"], ["audit", "verify"]):
-        code, err = kai([*argv, "--bootstrap-servers", f"127.0.0.1:{port}"], capsys)
+        code, _, err = kai([*argv, "--bootstrap-servers", f"127.0.0.1:{port}"], capsys)
         one_line(code, err, f"127.0.0.1', {port}")
 
 
@@ -93,7 +80,7 @@ def test_invalid_kafka_setting_names_the_variable(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.setenv("KAI_STREAM_KAFKA_SECURITY_PROTOCOL", "TLS")
-    code, err = kai(["tail", "decisions", "--limit", "1", "--bootstrap-servers", "127.0.0.1:1"], capsys)
+    code, _, err = kai(["tail", "decisions", "--limit", "1", "--bootstrap-servers", "127.0.0.1:1"], capsys)
     one_line(code, err, "KAI_STREAM_KAFKA_SECURITY_PROTOCOL", "'TLS'")
 
 
@@ -101,7 +88,7 @@ def test_no_kubeconfig(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: 
     monkeypatch.setenv("HOME", str(tmp_path))
     for name in ("KUBECONFIG", "KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT"):
         monkeypatch.delenv(name, raising=False)
-    code, err = kai(["connector", "--bootstrap-servers", "127.0.0.1:1"], capsys)
+    code, _, err = kai(["connector", "--bootstrap-servers", "127.0.0.1:1"], capsys)
     one_line(code, err, "kubeconfig", "--kubeconfig")
 
 
@@ -109,27 +96,19 @@ def test_trace_cluster_with_pods(tmp_path: Path, capsys: pytest.CaptureFixture[s
     trace = tmp_path / "t.csv"
     trace.write_text("submit,duration,gpus\n0,10,1\n5,10,2\n")
     argv = ["trace", "run", str(trace), "--cluster", str(DEMO), "--history", str(tmp_path / "h")]
-    code, err = kai(argv, capsys)
+    code, _, err = kai(argv, capsys)
     one_line(code, err, "demo.yaml", "Pod demo/team-a-job-00")
 
 
 def test_debug_shows_the_traceback() -> None:
-    saved = sys.argv
-    sys.argv = ["kai-stream", "--debug", "run", "--config", "missing.yaml"]
-    try:
-        with pytest.raises(ValueError, match=r"missing\.yaml"):
-            main()
-    finally:
-        sys.argv = saved
+    with kai_argv(["--debug", "run", "--config", "missing.yaml"]), pytest.raises(ValueError, match=r"missing\.yaml"):
+        main()
 
 
 def test_version_help_completion_and_module(capsys: pytest.CaptureFixture[str]) -> None:
-    saved = sys.argv
     for argv in (["--version"], ["-h"], ["replay", "-h"], ["tail", "decisions", "-h"]):
-        sys.argv = ["kai-stream", *argv]
-        with pytest.raises(SystemExit) as exit_info:
+        with kai_argv(argv), pytest.raises(SystemExit) as exit_info:
             main()
-        sys.argv = saved
         assert exit_info.value.code in (0, None)
         out = capsys.readouterr().out
         assert "<bool>" not in out
@@ -184,9 +163,9 @@ def test_manifest_typos_name_the_field(
     scenario = tmp_path / "typo.yaml"
     scenario.write_text(DEMO.read_text().replace(old, new, 1))
     for argv in (["simulate", str(scenario)], ["run", "--scenario", str(scenario)], ["cluster", "-s", str(scenario)]):
-        code, err = kai(argv, capsys)
+        code, _, err = kai(argv, capsys)
         one_line(code, err, "typo.yaml", field, "unknown field")
-    code, _ = kai(["simulate", "--lenient", "--json", str(scenario)], capsys)
+    code, _, _ = kai(["simulate", "--lenient", "--json", str(scenario)], capsys)
     assert code == 0
 
 
@@ -194,7 +173,7 @@ def test_empty_scenario(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
     scenario = tmp_path / "empty.yaml"
     scenario.write_text("")
     for argv in (["simulate", str(scenario)], ["run", "--scenario", str(scenario)], ["cluster", "-s", str(scenario)]):
-        code, err = kai(argv, capsys)
+        code, _, err = kai(argv, capsys)
         one_line(code, err, "empty.yaml", "no Kubernetes objects")
 
 
@@ -202,7 +181,7 @@ def test_config_unknown_processor_section(tmp_path: Path, capsys: pytest.Capture
     path = tmp_path / "cfg.yaml"
     path.write_text("processor:\n  foo: 1\n")
     for command in ("run", "processor"):
-        code, err = kai([command, "--config", str(path)], capsys)
+        code, _, err = kai([command, "--config", str(path)], capsys)
         one_line(code, err, "cfg.yaml", "processor")
 
 
@@ -211,7 +190,7 @@ def test_processor_without_a_broker(capsys: pytest.CaptureFixture[str]) -> None:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    code, err = kai(["processor", "--bootstrap-servers", f"127.0.0.1:{port}"], capsys)
+    code, _, err = kai(["processor", "--bootstrap-servers", f"127.0.0.1:{port}"], capsys)
     one_line(code, err, "cannot reach Kafka", f"127.0.0.1', {port}")
 
 
@@ -222,5 +201,5 @@ def test_processor_health_port_taken(monkeypatch: pytest.MonkeyPatch, capsys: py
         taken.listen()
         port = taken.getsockname()[1]
         monkeypatch.setenv("KAI_STREAM_HEALTH_PORT", str(port))
-        code, err = kai(["processor", "--bootstrap-servers", "127.0.0.1:1"], capsys)
+        code, _, err = kai(["processor", "--bootstrap-servers", "127.0.0.1:1"], capsys)
     one_line(code, err, f"health port 127.0.0.1:{port}", "KAI_STREAM_HEALTH_PORT")

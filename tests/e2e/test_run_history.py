@@ -11,23 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from kai_stream.cli import main
+from tests.cli_main import kai
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def kai(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    saved = sys.argv
-    sys.argv = ["kai-stream", *argv]
-    try:
-        main()
-        code = 0
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else 1
-    finally:
-        sys.argv = saved
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
 
 
 def test_run_records_a_history_the_next_commands_read(

@@ -53,6 +53,25 @@ GIB = 2**30
 GPUS_PER_NODE = 8
 
 
+def _pod(name: str, uid: int, queue: str, milli: int, **fields: Any) -> PodSpec:
+    """A bench pod: one CPU, 4 GiB and ``milli`` GPU (a fraction below one device)."""
+    return PodSpec(
+        namespace="bench",
+        name=name,
+        uid=f"u{uid}",
+        queue=queue,
+        requests=Resources(gpu_milli=milli, cpu_milli=1000, memory=4 * GIB),
+        gpu_fraction_milli=milli if milli < 1000 else None,
+        **fields,
+    )
+
+
+def _running(uid: int, queue: str, milli: int, priority_class: str, node: str, device: int) -> PodSpec:
+    """A bench pod running since ``uid`` on one device of ``node``."""
+    return _pod(f"run-{uid}", uid, queue, milli, priority_class=priority_class, node_name=node,
+                gpu_indices=(device,), phase="Running", created=float(uid), started=float(uid))
+
+
 def build(nodes: int, pods: int, seed: int = 11, scatter: bool = False) -> ClusterState:
     rng = random.Random(seed)
     events: list[AnyEvent] = []
@@ -114,20 +133,7 @@ def build(nodes: int, pods: int, seed: int = 11, scatter: bool = False) -> Clust
                 cur[2] = (at, device)
         milli = 500 if half else 1000
         uid += 1
-        spec = PodSpec(
-            namespace="bench",
-            name=f"run-{uid}",
-            uid=f"u{uid}",
-            queue=queue,
-            requests=Resources(gpu_milli=milli, cpu_milli=1000, memory=4 * GIB),
-            gpu_fraction_milli=milli if milli < 1000 else None,
-            priority_class=pclass,
-            node_name=f"node-{at:05d}",
-            gpu_indices=(device,),
-            phase="Running",
-            created=float(uid),
-            started=float(uid),
-        )
+        spec = _running(uid, queue, milli, pclass, f"node-{at:05d}", device)
         events.append(PodObserved(event_id=f"p{uid}", ts=0.0, pod=spec))
     made = 0
     job = 0
@@ -145,17 +151,8 @@ def build(nodes: int, pods: int, seed: int = 11, scatter: bool = False) -> Clust
         for k in range(size):
             uid += 1
             made += 1
-            spec = PodSpec(
-                namespace="bench",
-                name=f"pend-{job}-{k}",
-                uid=f"u{uid}",
-                queue=queue,
-                pod_group=group,
-                requests=Resources(gpu_milli=milli, cpu_milli=1000, memory=4 * GIB),
-                gpu_fraction_milli=milli if milli < 1000 else None,
-                priority_class=pclass,
-                created=100_000.0 + uid,
-            )
+            spec = _pod(f"pend-{job}-{k}", uid, queue, milli, pod_group=group, priority_class=pclass,
+                        created=100_000.0 + uid)
             events.append(PodObserved(event_id=f"p{uid}", ts=0.0, pod=spec))
     state = ClusterState()
     for event in events:
@@ -207,20 +204,9 @@ def steady_state(nodes: int = 1000, running: int = 10_000, seed: int = 5) -> Clu
             if half:
                 half_slot = (at, device)
         milli = 500 if half else 1000
-        spec = PodSpec(
-            namespace="bench",
-            name=f"run-{uid}",
-            uid=f"u{uid}",
-            queue=rng.choice(leaves),
-            requests=Resources(gpu_milli=milli, cpu_milli=1000, memory=4 * GIB),
-            gpu_fraction_milli=milli if milli < 1000 else None,
-            priority_class="build" if rng.random() < 0.05 else "train",
-            node_name=f"node-{at % nodes:05d}",
-            gpu_indices=(device,),
-            phase="Running",
-            created=float(uid),
-            started=float(uid),
-        )
+        queue = rng.choice(leaves)
+        pclass = "build" if rng.random() < 0.05 else "train"
+        spec = _running(uid, queue, milli, pclass, f"node-{at % nodes:05d}", device)
         apply(base, PodObserved(event_id=f"p{uid}", ts=0.0, pod=spec), base.offset + 1)
     return base
 
@@ -249,16 +235,7 @@ def steady(cycles: int, churn: int = 5) -> tuple[float, float]:
         for _ in range(churn):
             serial += 1
             milli = rng.choice([500, 1000])
-            spec = PodSpec(
-                namespace="bench",
-                name=f"new-{serial}",
-                uid=f"u{serial}",
-                queue=rng.choice(leaves),
-                requests=Resources(gpu_milli=milli, cpu_milli=1000, memory=4 * GIB),
-                gpu_fraction_milli=milli if milli < 1000 else None,
-                priority_class="train",
-                created=now,
-            )
+            spec = _pod(f"new-{serial}", serial, rng.choice(leaves), milli, priority_class="train", created=now)
             apply(state, PodObserved(event_id=f"p{serial}", ts=now, pod=spec), state.offset + 1)
         if cycle % 5 == 1:
             c0 = time.process_time()

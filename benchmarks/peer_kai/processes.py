@@ -4,9 +4,10 @@ exits, stopped in reverse order (SIGTERM, then SIGKILL)."""
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 from pathlib import Path
+
+from kai_stream.broker import stop_process
 
 
 class ComponentExited(RuntimeError):
@@ -45,12 +46,4 @@ class Processes:
 
     def stop(self) -> None:
         for name in reversed(list(self._procs)):
-            proc = self._procs.pop(name)
-            if proc.poll() is not None:
-                continue
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            stop_process(self._procs.pop(name), grace_s=15)

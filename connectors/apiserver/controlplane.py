@@ -21,7 +21,6 @@ import itertools
 import json
 import logging
 import os
-import signal
 import socket
 import ssl
 import subprocess
@@ -38,6 +37,7 @@ from typing import Any
 import yaml
 
 from connectors.apiserver import build, chart
+from kai_stream.broker import stop_process
 
 log = logging.getLogger(__name__)
 
@@ -148,15 +148,7 @@ class ControlPlane:
 
     def stop(self) -> None:
         for name in ("kwok", "kube-apiserver", "etcd"):
-            proc = self._processes.pop(name, None)
-            if proc is None or proc.poll() is not None:
-                continue
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            stop_process(self._processes.pop(name, None), grace_s=15)
         if self._tmp is not None:
             self._tmp.cleanup()
             self._tmp = None

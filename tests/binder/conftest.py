@@ -7,32 +7,18 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 import pytest
 from kubernetes_asyncio import client
 
-from connectors.simcluster import SimCluster, api_client, kube_client_config
+from connectors.simcluster import SimCluster, kube_client_config
+from tests.simcluster_fixtures import api, sim, sim_options
 
 from .proxy import Proxy
 
-
-@pytest.fixture
-async def sim() -> AsyncIterator[SimCluster]:
-    cluster = SimCluster(time_scale=0.01, bookmark_interval=0.2)
-    await cluster.start()
-    try:
-        yield cluster
-    finally:
-        await cluster.stop()
+__all__ = ["api", "flaky", "kube_config", "proxies", "sim", "sim_options"]
 
 
 @pytest.fixture
 def kube_config(sim: SimCluster) -> client.Configuration:
     assert sim.url is not None
     return kube_client_config(sim.url)
-
-
-@pytest.fixture
-async def api(sim: SimCluster) -> AsyncIterator[client.ApiClient]:
-    assert sim.url is not None
-    async with api_client(sim.url) as api:
-        yield api
 
 
 @pytest.fixture

@@ -2,36 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from typing import Any
-
 import pytest
 from kubernetes_asyncio import client
 
-from connectors.simcluster import SimCluster, api_client
+from tests.simcluster_fixtures import api, sim, sim_options
 
-
-@pytest.fixture
-def sim_options() -> dict[str, Any]:
-    return {}
-
-
-@pytest.fixture
-async def sim(sim_options: dict[str, Any]) -> AsyncIterator[SimCluster]:
-    options = {"time_scale": 0.01, "bookmark_interval": 0.2, **sim_options}
-    cluster = SimCluster(**options)
-    await cluster.start()
-    try:
-        yield cluster
-    finally:
-        await cluster.stop()
-
-
-@pytest.fixture
-async def api(sim: SimCluster) -> AsyncIterator[client.ApiClient]:
-    assert sim.url is not None
-    async with api_client(sim.url) as api:
-        yield api
+__all__ = ["api", "crd", "sim", "sim_options", "v1"]
 
 
 @pytest.fixture

@@ -26,11 +26,11 @@ from typing import Any
 
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
-from aiokafka.admin import NewTopic
 from aiokafka.errors import KafkaError
 
-from kai_stream.kafka import Record, make_admin, make_consumer, make_producer, topic_partitions
+from kai_stream.kafka import Record, make_consumer, make_producer, topic_partitions
 from kai_stream.settings import KafkaSettings
+from tests.broker.admin import create_topic
 from tests.engines import EngineUnderTest
 
 pytestmark = pytest.mark.kafka
@@ -42,17 +42,6 @@ the embedded engine's 0.5 s cleaner backoff and 1 s retention check, shows both 
 
 def _topic(kind: str) -> str:
     return f"contract-{kind}-{uuid.uuid4().hex[:8]}"
-
-
-async def _create(
-    settings: KafkaSettings, name: str, partitions: int = 1, configs: dict[str, str] | None = None
-) -> None:
-    admin = make_admin(settings)
-    await admin.start()
-    try:
-        await admin.create_topics([NewTopic(name, partitions, 1, topic_configs=configs or {})])
-    finally:
-        await admin.close()
 
 
 async def _eventually(check: Callable[[], Awaitable[bool]], timeout_s: float) -> bool:
@@ -114,7 +103,7 @@ async def _log_bounds(settings: KafkaSettings, topic: str) -> tuple[int, int]:
 
 async def test_produce_and_consume_in_order_per_partition(engine: EngineUnderTest) -> None:
     topic = _topic("pc")
-    await _create(engine.settings, topic, partitions=3)
+    await create_topic(engine.settings, topic, partitions=3)
     producer = make_producer(engine.settings)
     await producer.start()
     try:
@@ -140,7 +129,7 @@ async def _assignment_is(consumer: AIOKafkaConsumer, expected: set[int], timeout
 
 async def test_group_rebalances_on_join_and_leave(engine: EngineUnderTest) -> None:
     topic, group = _topic("group"), f"g-{uuid.uuid4().hex[:8]}"
-    await _create(engine.settings, topic, partitions=2)
+    await create_topic(engine.settings, topic, partitions=2)
     first = make_consumer(engine.settings, topic, group_id=group)
     await first.start()
     second = make_consumer(engine.settings, topic, group_id=group)
@@ -165,7 +154,7 @@ async def test_group_rebalances_on_join_and_leave(engine: EngineUnderTest) -> No
 
 async def test_committed_offsets_survive_a_consumer_restart(engine: EngineUnderTest) -> None:
     topic, group = _topic("commit"), f"g-{uuid.uuid4().hex[:8]}"
-    await _create(engine.settings, topic)
+    await create_topic(engine.settings, topic)
     await _produce(engine.settings, topic, [(None, f"{i}".encode()) for i in range(10)])
     tp = TopicPartition(topic, 0)
     consumer = make_consumer(engine.settings, topic, group_id=group)
@@ -195,7 +184,7 @@ async def test_end_offsets_match_the_high_watermark(engine: EngineUnderTest) -> 
     """Two batches of 10 and 7 records: the high-watermark a fetch reports is 17 on both engines; ``end_offsets()``
     (ListOffsets latest) says 17 on Kafka and 11, the last batch's base offset + 1, on Tansu."""
     topic = _topic("end")
-    await _create(engine.settings, topic)
+    await create_topic(engine.settings, topic)
     producer = make_producer(engine.settings)
     await producer.start()
     try:
@@ -229,7 +218,7 @@ async def _start_and_send(producer: AIOKafkaProducer, topic: str, value: bytes) 
 
 async def test_idempotent_producer(engine: EngineUnderTest) -> None:
     topic = _topic("idem")
-    await _create(engine.settings, topic)
+    await create_topic(engine.settings, topic)
     producer = AIOKafkaProducer(**engine.settings.client_kwargs(), enable_idempotence=True, acks="all")
     try:
         if engine.is_kafka:
@@ -258,7 +247,7 @@ async def _transactions(settings: KafkaSettings, topic: str) -> None:
 
 async def test_transactional_producer(engine: EngineUnderTest) -> None:
     topic = _topic("tx")
-    await _create(engine.settings, topic)
+    await create_topic(engine.settings, topic)
     if not engine.is_kafka:
         with pytest.raises(KafkaError):
             await asyncio.wait_for(_transactions(engine.settings, topic), 30)
@@ -286,7 +275,7 @@ async def test_transactional_producer(engine: EngineUnderTest) -> None:
 
 async def test_compaction_keeps_the_latest_record_per_key(engine: EngineUnderTest) -> None:
     topic = _topic("compact")
-    await _create(
+    await create_topic(
         engine.settings,
         topic,
         configs={"cleanup.policy": "compact", "segment.ms": "100", "min.cleanable.dirty.ratio": "0.01"},
@@ -308,7 +297,7 @@ async def test_compaction_keeps_the_latest_record_per_key(engine: EngineUnderTes
 
 async def test_time_retention_advances_the_log_start(engine: EngineUnderTest) -> None:
     topic = _topic("retain")
-    await _create(engine.settings, topic, configs={"retention.ms": "1000", "segment.ms": "100"})
+    await create_topic(engine.settings, topic, configs={"retention.ms": "1000", "segment.ms": "100"})
     await _produce(engine.settings, topic, [(None, f"{i}".encode()) for i in range(5)])
     await asyncio.sleep(1.2)
     await _produce(engine.settings, topic, [(None, b"fresh")])  # rolls the expired segment

@@ -12,12 +12,12 @@ import signal
 from pathlib import Path
 
 import pytest
-from aiokafka.admin import NewTopic
 
 from kai_stream.broker import free_port
-from kai_stream.kafka import make_admin, make_producer, read_topic
+from kai_stream.kafka import make_producer, read_topic
 from kai_stream.kafka_engine import KafkaBroker
 from kai_stream.settings import KafkaSettings
+from tests.broker.admin import create_topic
 
 PRODUCERS = 3
 PER_PRODUCER = 300
@@ -48,12 +48,7 @@ async def test_every_acknowledged_record_survives_a_broker_kill(tmp_path: Path) 
     await asyncio.to_thread(broker.start)
     try:
         settings = KafkaSettings(bootstrap_servers=broker.bootstrap_servers)
-        admin = make_admin(settings)
-        await admin.start()
-        try:
-            await admin.create_topics([NewTopic("shared", num_partitions=1, replication_factor=1)])
-        finally:
-            await admin.close()
+        await create_topic(settings, "shared")
         acked: list[tuple[int, bytes]] = []
         producers = asyncio.gather(*(_produce(settings, f"p{n}", acked) for n in range(PRODUCERS)))
         while len(acked) < PRODUCERS * PER_PRODUCER // 3:

@@ -10,11 +10,11 @@ import subprocess
 import sys
 
 import pytest
-from aiokafka.admin import NewTopic
 
 from kai_stream.broker import EmbeddedBroker, UnsafeStorageError
-from kai_stream.kafka import make_admin, make_producer, read_topic
+from kai_stream.kafka import make_producer, read_topic
 from kai_stream.settings import KafkaSettings
+from tests.broker.admin import create_topic
 
 from .test_cli import _run_until
 
@@ -45,12 +45,7 @@ async def test_every_acknowledged_record_survives_concurrent_producers_on_the_de
     async with EmbeddedBroker() as broker:
         assert broker.memory
         settings = KafkaSettings(bootstrap_servers=broker.bootstrap_servers)
-        admin = make_admin(settings)
-        await admin.start()
-        try:
-            await admin.create_topics([NewTopic("shared", num_partitions=1, replication_factor=1)])
-        finally:
-            await admin.close()
+        await create_topic(settings, "shared")
         results = await asyncio.gather(*(_produce(settings, "shared", f"p{n}") for n in range(PRODUCERS)))
         acked = [item for result in results for item in result]
         assert len(acked) == PRODUCERS * PER_PRODUCER

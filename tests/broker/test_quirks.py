@@ -10,12 +10,12 @@ import uuid
 
 import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
-from aiokafka.admin import NewTopic
 
 from kai_stream.broker import free_port
-from kai_stream.kafka import make_admin, make_consumer, make_producer, read_topic
+from kai_stream.kafka import make_consumer, make_producer, read_topic
 from kai_stream.quirks import broker_engine, detect_engine, feedback_linger_ms, tansu_workarounds
 from kai_stream.settings import KafkaSettings
+from tests.broker.admin import create_topic
 from tests.engines import EngineUnderTest
 
 pytestmark = pytest.mark.kafka
@@ -53,13 +53,8 @@ async def test_a_compacted_topic_reads_without_waiting_on_its_holes(engine: Engi
     ``read_topic`` reads the compacted log at once. Tansu does not compact, so there the whole log reads at once."""
     topic = f"holes-{uuid.uuid4().hex[:8]}"
     settings = engine.settings.model_copy(update={"fetch_hole_patience_s": 30.0})
-    admin = make_admin(settings)
-    await admin.start()
-    try:
-        configs = {"cleanup.policy": "compact", "segment.ms": "100", "min.cleanable.dirty.ratio": "0.01"}
-        await admin.create_topics([NewTopic(topic, 1, 1, topic_configs=configs)])
-    finally:
-        await admin.close()
+    configs = {"cleanup.policy": "compact", "segment.ms": "100", "min.cleanable.dirty.ratio": "0.01"}
+    await create_topic(settings, topic, configs=configs)
     producer = make_producer(settings)
     await producer.start()
     try:
@@ -102,12 +97,7 @@ async def test_a_consumer_at_the_log_end_waits_long_on_kafka_yet_gets_a_record_a
     empty topic keeps a short wait, or it would last the whole wait. On Tansu the short wait stays."""
     settings = engine.settings.model_copy(update={"fetch_max_wait_kafka_ms": 10_000})
     topic = f"wait-{uuid.uuid4().hex[:8]}"
-    admin = make_admin(settings)
-    await admin.start()
-    try:
-        await admin.create_topics([NewTopic(topic, 1, 1)])
-    finally:
-        await admin.close()
+    await create_topic(settings, topic)
     started = time.monotonic()
     assert await read_topic(settings, topic, timeout_s=30) == []
     assert time.monotonic() - started < 5

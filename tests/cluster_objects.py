@@ -14,6 +14,19 @@ from kai_stream.pipeline import Pipeline
 from tests.kube_calls import send
 
 
+def gpu_nodes(count: int, gpus: int) -> str:
+    """``count`` nodes ``node-<i>`` of ``gpus`` GPUs (64 CPUs, 256 GiB), as YAML documents each opened by ``---``."""
+    return "".join(
+        f"""---
+apiVersion: v1
+kind: Node
+metadata: {{name: node-{n}}}
+status: {{allocatable: {{nvidia.com/gpu: "{gpus}", cpu: "64", memory: 256Gi}}}}
+"""
+        for n in range(count)
+    )
+
+
 def unlimited_queue(name: str = "default-queue") -> str:
     """A KAI queue with no quota and no limit, as one YAML document."""
     return f"""apiVersion: scheduling.run.ai/v2

@@ -22,18 +22,10 @@ from kai_stream.history.reader import read_broker
 from kai_stream.kafka import make_producer, partition_for, read_topic
 from kai_stream.pipeline import Pipeline, PipelineOptions
 from replay.testing import assert_replays_identically
-from tests.cluster_objects import create_pod, gpu_pod, unlimited_queue, until
+from tests.cluster_objects import create_pod, gpu_nodes, gpu_pod, unlimited_queue, until
 
 NODES, GPUS_PER_NODE, WAVES, PODS_PER_WAVE = 6, 4, 3, 5  # 22 GPUs asked of 24: every pod fits
-CLUSTER = "".join(
-    f"""---
-apiVersion: v1
-kind: Node
-metadata: {{name: node-{n}}}
-status: {{allocatable: {{nvidia.com/gpu: "{GPUS_PER_NODE}", cpu: "64", memory: 256Gi}}}}
-"""
-    for n in range(NODES)
-) + "---\n" + unlimited_queue("q")
+CLUSTER = gpu_nodes(NODES, GPUS_PER_NODE) + "---\n" + unlimited_queue("q")
 
 
 def _hostile(pool_partition: int, partitions: int, forged: bytes) -> list[tuple[int, bytes]]:

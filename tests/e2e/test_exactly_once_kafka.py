@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import Counter
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -21,55 +20,16 @@ import pytest
 from kubernetes_asyncio import client
 
 from connectors.simcluster.client import api_client
-from kai_stream.core.events import BindRequested, decision_hash
+from kai_stream.core.events import BindRequested
 from kai_stream.history.reader import read_broker
-from kai_stream.invariants import check_history
 from kai_stream.kafka import assign_from_start, make_consumer, read_to_end, read_topic
 from kai_stream.pipeline import Pipeline, PipelineOptions
 from kai_stream.settings import KafkaSettings
-from replay.testing import assert_replays_identically
-from tests.cluster_objects import create_pod
+from tests.cluster_objects import create_pod, gpu_nodes, gpu_pod, unlimited_queue
+from tests.log_checks import assert_chained, assert_sound
 
 NODES, GPUS, PODS = 40, 8, 240  # 480 GPUs asked of 320: some pods stay pending
-CLUSTER = "".join(
-    f"""---
-apiVersion: v1
-kind: Node
-metadata: {{name: node-{n}}}
-status: {{allocatable: {{nvidia.com/gpu: "{GPUS}", cpu: "64", memory: 256Gi}}}}
-"""
-    for n in range(NODES)
-) + """---
-apiVersion: scheduling.run.ai/v2
-kind: Queue
-metadata: {name: q}
-spec:
-  resources:
-    gpu: {quota: -1, overQuotaWeight: 1, limit: -1}
-    cpu: {quota: -1, overQuotaWeight: 1, limit: -1}
-    memory: {quota: -1, overQuotaWeight: 1, limit: -1}
-"""
-
-
-def _pod(name: str, gpus: int) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "namespace": "eos", "labels": {"kai.scheduler/queue": "q"}},
-        "spec": {
-            "schedulerName": "kai-scheduler",
-            "containers": [{"name": "m", "image": "x", "resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}],
-        },
-    }
-
-
-async def _until(predicate: Callable[[], bool], what: str, pipeline: Pipeline, timeout: float = 90.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        failure = pipeline.failed()
-        assert failure is None, failure
-        assert time.monotonic() < deadline, f"timed out waiting for {what}\n{pipeline.processor_output()[-4000:]}"
-        await asyncio.sleep(0.02)
+CLUSTER = gpu_nodes(NODES, GPUS) + "---\n" + unlimited_queue("q")
 
 
 @pytest.mark.kafka
@@ -93,7 +53,7 @@ async def test_processor_killed_mid_burst_decides_every_pod_exactly_once(
 
         async def create() -> None:
             for i, name in enumerate(names):
-                await create_pod(core, "eos", _pod(name, 1 + i % 3))
+                await create_pod(core, "eos", gpu_pod(name, "eos", 1 + i % 3, queue="q"))
                 await asyncio.sleep(0.03)
 
         creating = asyncio.create_task(create())
@@ -105,7 +65,7 @@ async def test_processor_killed_mid_burst_decides_every_pod_exactly_once(
         kills += 1
         names += ["late-0", "late-1"]
         for name in names[-2:]:
-            await create_pod(core, "eos", _pod(name, 1))
+            await create_pod(core, "eos", gpu_pod(name, "eos", 1, queue="q"))
         pipeline.start_processor()
         await pipeline.wait_quiescent(timeout_s=120)
 
@@ -114,14 +74,8 @@ async def test_processor_killed_mid_burst_decides_every_pod_exactly_once(
         assert len({d.decision_id for d in decisions}) == len(decisions)
         binds = Counter(d.name for d in decisions if isinstance(d, BindRequested))
         assert binds and set(binds.values()) == {1}, binds
-        for pool in {d.pool for d in decisions}:
-            head = ""
-            for decision in (d for d in decisions if d.pool == pool):
-                assert decision.prev_hash == head
-                head = decision_hash(decision)
-        invariants = check_history(history)
-        assert invariants.ok, invariants.violation.describe() if invariants.violation else ""
-        report = assert_replays_identically(history)
+        assert_chained(decisions)
+        report = assert_sound(history)
         assert report.identical == history.decisions == len(decisions)
         posts = Counter(b.name for b in pipeline.cluster.bindings if b.code == 201)
         assert set(posts.values()) == {1}, posts

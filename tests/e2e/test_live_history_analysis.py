@@ -9,9 +9,6 @@ gang ``big`` (two 4-GPU pods, minMember 2) never fits. Each assertion names the 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 
@@ -23,8 +20,7 @@ from kai_stream.cli import _register, app
 from kai_stream.core.events import EvictionRequested
 from kai_stream.history.reader import History, read_history
 from replay.whatif import load_whatif, run_whatif
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.cli_main import kai_process
 
 _NODE = """
 apiVersion: v1
@@ -90,16 +86,7 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("live")
     (root / "scenario.yaml").write_text(SCENARIO)
     argv = ["run", "--scenario", "scenario.yaml", "--resubmit", "0", "--duration", "40", "--termination-grace", "1"]
-    run = subprocess.run(
-        [sys.executable, "-m", "kai_stream", *argv],
-        cwd=root,
-        env={**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "200"},
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    kai_process(argv, root, 300)
     return root / ".kai-stream" / "history"
 
 

@@ -19,15 +19,14 @@ from kubernetes_asyncio import client
 
 from connectors.simcluster.client import api_client
 from kai_stream.core.config import SchedulerConfig
-from kai_stream.core.events import BindRequested, decision_hash
+from kai_stream.core.events import BindRequested
 from kai_stream.core.manifests import load_scenario
 from kai_stream.history.reader import read_broker
-from kai_stream.invariants import check_history
 from kai_stream.pipeline import Pipeline, PipelineOptions
 from kai_stream.simulate import simulate
-from replay.testing import assert_replays_identically
 from tests.cluster_objects import create_pod, gpu_pod, unlimited_queue, until
 from tests.engines import EngineUnderTest
+from tests.log_checks import assert_chained, assert_sound
 
 CLUSTER = """
 apiVersion: v1
@@ -124,18 +123,12 @@ async def test_pods_bound_as_simulate_decides_across_processor_and_binder_kills(
         assert len({d.decision_id for d in decisions}) == len(decisions)
         live2 = {n: (d.node, list(d.gpu_indices) or None) for n, d in _binds(pipeline).items() if n in wave2}
         assert live2 == {n: v for n, v in expected2.items() if n in fitting}
-        for pool in {d.pool for d in decisions}:
-            head = ""
-            for decision in (d for d in decisions if d.pool == pool):
-                assert decision.prev_hash == head
-                head = decision_hash(decision)
+        assert_chained(decisions)
         nodes = {p["metadata"]["name"]: p["spec"].get("nodeName") for p in pipeline.cluster.objects("Pod")}
         assert {n: nodes[n] for n in fitting} == {n: expected2[n][0] for n in fitting}
 
         # ---- the recorded log (processor and binder restarts included) replays identically
         assert pipeline.kafka is not None
         history = await read_broker(pipeline.kafka, pipeline.names)
-        invariants = check_history(history)
-        assert invariants.ok, invariants.violation.describe() if invariants.violation else ""
-        report = assert_replays_identically(history)
+        report = assert_sound(history)
         assert report.identical == history.decisions == len(decisions)

@@ -3,17 +3,12 @@ verify, explain, analyze and tail then read that history with no flags and exit 
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.cli_main import kai
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.cli_main import kai, kai_process
 
 
 def test_run_records_a_history_the_next_commands_read(
@@ -24,16 +19,7 @@ def test_run_records_a_history_the_next_commands_read(
     code, _, err = kai(["replay"], capsys)
     assert code != 0 and "no history at .kai-stream/history" in err and "kai-stream run" in err
 
-    run = subprocess.run(
-        [sys.executable, "-m", "kai_stream", "run", "--duration", "20"],
-        cwd=tmp_path,
-        env={**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "200"},
-        capture_output=True,
-        text=True,
-        timeout=240,
-        check=False,
-    )
-    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    run = kai_process(["run", "--duration", "20"], tmp_path, 240)
     assert "recorded in .kai-stream/history" in run.stdout
     for command in ("replay", "audit verify", "explain", "analyze", "tail decisions"):
         assert f"python -m kai_stream {command}" in run.stdout, command

@@ -5,10 +5,7 @@ transactional producer moves with it), simulated cluster over HTTP."""
 
 from __future__ import annotations
 
-import asyncio
-import time
 from collections import Counter
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -16,14 +13,13 @@ import pytest
 from kubernetes_asyncio import client
 
 from connectors.simcluster.client import api_client
-from kai_stream.core.events import BindRequested, decision_hash
+from kai_stream.core.events import BindRequested
 from kai_stream.history.reader import read_broker
-from kai_stream.invariants import check_history
 from kai_stream.kafka import partition_for
 from kai_stream.pipeline import Pipeline, PipelineOptions
-from replay.testing import assert_replays_identically
-from tests.cluster_objects import create_pod
+from tests.cluster_objects import create_pod, until
 from tests.engines import EngineUnderTest
+from tests.log_checks import assert_chained, assert_sound
 
 POOLS = ("blue", "green")
 POOL_LABEL = "kai.scheduler/node-pool"
@@ -61,14 +57,6 @@ def _pod(name: str, pool: str) -> dict[str, Any]:
     }
 
 
-async def _until(predicate: Callable[[], bool], what: str, pipeline: Pipeline, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert pipeline.failed() is None, pipeline.failed()
-        assert time.monotonic() < deadline, f"timed out waiting for {what}\n{pipeline.processor_output()}"
-        await asyncio.sleep(0.1)
-
-
 @pytest.mark.kafka
 async def test_two_processors_share_pools_and_survive_one_dying(
     engine: EngineUnderTest, topic_prefix: str, tmp_path: Path
@@ -94,7 +82,7 @@ async def test_two_processors_share_pools_and_survive_one_dying(
                     names.append(name)
                     await create_pod(core, "so", _pod(name, pool))
             bound = lambda e=set(names): {b.name for b in pipeline.cluster.bindings} >= e  # noqa: E731
-            await _until(bound, f"wave {wave}", pipeline)
+            await until(bound, f"wave {wave}", pipeline, 60.0)
             if wave == 0:
                 second.kill()
                 second.wait(10)
@@ -106,19 +94,13 @@ async def test_two_processors_share_pools_and_survive_one_dying(
         tail = pipeline.tail
         assert tail is not None
         seen = lambda: {d.name for d in tail.all_decisions() if isinstance(d, BindRequested)} >= set(names)  # noqa: E731
-        await _until(seen, "the log tail (it may be a fetch behind the binder) to read every bind", pipeline)
+        await until(seen, "the log tail (it may be a fetch behind the binder) to read every bind", pipeline, 60.0)
         decisions = tail.all_decisions()
         assert Counter(d.name for d in decisions if isinstance(d, BindRequested)) == Counter(names)
-        for pool in POOLS:
-            head = ""
-            for decision in (d for d in decisions if d.pool == pool):
-                assert decision.prev_hash == head
-                head = decision_hash(decision)
+        assert_chained(decisions)
 
         # ---- the recorded log (both processors, one SIGKILLed) replays identically
         assert pipeline.kafka is not None
         history = await read_broker(pipeline.kafka, pipeline.names)
-        invariants = check_history(history)
-        assert invariants.ok, invariants.violation.describe() if invariants.violation else ""
-        report = assert_replays_identically(history)
+        report = assert_sound(history)
         assert report.identical == history.decisions == len(decisions)

@@ -25,21 +25,7 @@ import json
 import re
 from typing import Any
 
-from kai_stream.core.events import (
-    AnyEvent,
-    NodeObserved,
-    NodeSpec,
-    PodGroupObserved,
-    PodGroupSpec,
-    PodObserved,
-    PodSpec,
-    QueueObserved,
-    QueueResource,
-    QueueResources,
-    QueueSpec,
-    Resources,
-    SubGroupSpec,
-)
+from kai_stream.core import events as ev
 
 NODE_CPU_CORES = 20_000
 """A node's CPU unless ``CPUMillis`` says otherwise (read as cores)."""
@@ -64,24 +50,24 @@ def _quantity(value: float | None, scale: int) -> int:
     return -1 if value is None or value == -1 else round(value * scale)
 
 
-def _queue_resources(entry: dict[str, Any], gpu_weight: float) -> QueueResources:
-    return QueueResources(
-        gpu=QueueResource(
+def _queue_resources(entry: dict[str, Any], gpu_weight: float) -> ev.QueueResources:
+    return ev.QueueResources(
+        gpu=ev.QueueResource(
             quota=_quantity(entry.get("DeservedGPUs", 0), 1000),
             over_quota_weight=max(0, round(gpu_weight)),
             limit=_quantity(entry.get("MaxAllowedGPUs") or -1, 1000),
         ),
-        cpu=QueueResource(
+        cpu=ev.QueueResource(
             quota=_quantity(entry.get("DeservedCPUs"), 1), limit=_quantity(entry.get("MaxAllowedCPUs"), 1)
         ),
-        memory=QueueResource(
+        memory=ev.QueueResource(
             quota=_quantity(entry.get("DeservedMemory"), 10**6),
             limit=_quantity(entry.get("MaxAllowedMemory"), 10**6),
         ),
     )
 
 
-def queue_events(topology: dict[str, Any], now: float) -> list[AnyEvent]:
+def queue_events(topology: dict[str, Any], now: float) -> list[ev.AnyEvent]:
     """The departments (first) and queues, created a minute apart from ``now``."""
     queues = [dict(q) for q in topology.get("Queues") or []]
     departments = [dict(d) for d in topology.get("Departments") or []]
@@ -89,15 +75,15 @@ def queue_events(topology: dict[str, Any], now: float) -> list[AnyEvent]:
         for q in queues:
             q["ParentQueue"] = DEFAULT_DEPARTMENT
         departments = [{"Name": DEFAULT_DEPARTMENT, "DeservedGPUs": -1, "MaxAllowedGPUs": -1, "default": True}]
-    events: list[AnyEvent] = []
+    events: list[ev.AnyEvent] = []
     for i, d in enumerate(departments):
         weight = 1 if d.get("default") else d.get("DeservedGPUs", 0)
         limits = {k: d[k] for k in ("DeservedGPUs", "MaxAllowedGPUs", "MaxAllowedCPUs", "MaxAllowedMemory") if k in d}
         resources = _queue_resources(limits, weight)
-        spec = QueueSpec(name=d["Name"], uid=d["Name"], resources=resources, created=now + MINUTE * i)
-        events.append(QueueObserved(event_id=f"d-{d['Name']}", ts=now, queue=spec))
+        spec = ev.QueueSpec(name=d["Name"], uid=d["Name"], resources=resources, created=now + MINUTE * i)
+        events.append(ev.QueueObserved(event_id=f"d-{d['Name']}", ts=now, queue=spec))
     for i, q in enumerate(queues):
-        spec = QueueSpec(
+        spec = ev.QueueSpec(
             name=q["Name"],
             uid=q["Name"],
             parent=q.get("ParentQueue") or None,
@@ -105,28 +91,28 @@ def queue_events(topology: dict[str, Any], now: float) -> list[AnyEvent]:
             resources=_queue_resources(q, q.get("GPUOverQuotaWeight", 0)),
             created=now + MINUTE * i,
         )
-        events.append(QueueObserved(event_id=f"q-{q['Name']}", ts=now, queue=spec))
+        events.append(ev.QueueObserved(event_id=f"q-{q['Name']}", ts=now, queue=spec))
     return events
 
 
-def node_events(topology: dict[str, Any], now: float) -> list[AnyEvent]:
-    events: list[AnyEvent] = []
+def node_events(topology: dict[str, Any], now: float) -> list[ev.AnyEvent]:
+    events: list[ev.AnyEvent] = []
     for name in sorted(topology.get("Nodes") or {}):
         n = topology["Nodes"][name] or {}
         if n.get("MigStrategy"):
             raise ValueError("MIG nodes are not modelled")
         cores = n.get("CPUMillis") or NODE_CPU_CORES
         memory = n.get("CPUMemory") or NODE_MEMORY
-        spec = NodeSpec(
+        spec = ev.NodeSpec(
             name=name,
             uid=name,
             labels={str(k): str(v) for k, v in (n.get("Labels") or {}).items()},
-            allocatable=Resources(
+            allocatable=ev.Resources(
                 gpu_milli=int(n.get("GPUs", 0)) * 1000, cpu_milli=round(cores * 1000), memory=round(memory)
             ),
             gpu_memory_mib=n.get("GPUMemory") or NODE_GPU_MEMORY_MIB,
         )
-        events.append(NodeObserved(event_id=f"n-{name}", ts=now, node=spec))
+        events.append(ev.NodeObserved(event_id=f"n-{name}", ts=now, node=spec))
     return events
 
 
@@ -198,12 +184,12 @@ class _Gpus:
         return self.groups[key]
 
 
-def job_events(topology: dict[str, Any], now: float) -> list[AnyEvent]:
+def job_events(topology: dict[str, Any], now: float) -> list[ev.AnyEvent]:
     """Each job's PodGroup followed by its pods, in the order KAI's builder creates the jobs."""
     jobs = ordered_jobs(topology)
     sizes = {name: int((n or {}).get("GPUs", 0)) for name, n in (topology.get("Nodes") or {}).items()}
     gpus = _Gpus(jobs, sizes)
-    events: list[AnyEvent] = []
+    events: list[ev.AnyEvent] = []
     for index, job in enumerate(jobs):
         if job.get("IsBestEffortJob"):
             raise ValueError("best-effort (no request) jobs are not modelled")
@@ -215,7 +201,7 @@ def job_events(topology: dict[str, Any], now: float) -> list[AnyEvent]:
         name = job["Name"]
         tasks = job.get("Tasks") or []
         groups = sub_groups(job)
-        group = PodGroupSpec(
+        group = ev.PodGroupSpec(
             namespace=namespace,
             name=name,
             uid=name,
@@ -224,9 +210,9 @@ def job_events(topology: dict[str, Any], now: float) -> list[AnyEvent]:
             priority=priority,
             preemptible=preemptible,
             created=created,
-            sub_groups=tuple(SubGroupSpec(name=n, min_member=k) for n, k in groups or () if n != "default"),
+            sub_groups=tuple(ev.SubGroupSpec(name=n, min_member=k) for n, k in groups or () if n != "default"),
         )
-        events.append(PodGroupObserved(event_id=f"g-{name}", ts=now, pod_group=group))
+        events.append(ev.PodGroupObserved(event_id=f"g-{name}", ts=now, pod_group=group))
         per_task = float(job.get("RequiredGPUsPerTask", 0) or 0)
         gpu_memory = int(job.get("RequiredGpuMemory", 0) or 0)
         cpu = job.get("RequiredCPUsPerTask") or POD_CPU_CORES
@@ -250,14 +236,14 @@ def job_events(topology: dict[str, Any], now: float) -> list[AnyEvent]:
                 names = task.get("GPUGroups") or []
                 indices = (gpus.group(node, names[0]) if names else gpus.take(node),)
             labels = {} if task.get("Priority") is None else {"kai.scheduler/task-priority": str(int(task["Priority"]))}
-            pod = PodSpec(
+            pod = ev.PodSpec(
                 namespace=namespace,
                 name=f"{name}-{i}",
                 uid=f"{name}-{i}",
                 queue=job.get("QueueName", ""),
                 pod_group=name,
                 sub_group=task.get("SubGroupName") or None,
-                requests=Resources(
+                requests=ev.Resources(
                     gpu_milli=0 if gpu_memory else round(whole * 1000),
                     cpu_milli=round(cpu * 1000),
                     memory=round(memory),
@@ -274,10 +260,10 @@ def job_events(topology: dict[str, Any], now: float) -> list[AnyEvent]:
                 started=created if placed else None,
                 labels=labels,
             )
-            events.append(PodObserved(event_id=f"p-{name}-{i}", ts=now, pod=pod))
+            events.append(ev.PodObserved(event_id=f"p-{name}-{i}", ts=now, pod=pod))
     return events
 
 
-def events(topology: dict[str, Any], now: float) -> list[AnyEvent]:
+def events(topology: dict[str, Any], now: float) -> list[ev.AnyEvent]:
     """Queues, nodes, then jobs: the whole literal as observed events."""
     return queue_events(topology, now) + node_events(topology, now) + job_events(topology, now)

@@ -261,6 +261,17 @@ def core_build() -> str:
     return "compiled (mypyc)" if compiled() else "sources (not compiled)"
 
 
+def compare(state: ClusterState, repeat: int, decisions_label: str, cycle_label: str) -> None:
+    """Print the full cycle's decisions and its CPU and wall time next to the allocate-only baseline's."""
+    full, full_wall, kinds = timed(state, SchedulerConfig(), repeat)
+    base, base_wall, _ = timed(state, SchedulerConfig(actions=("allocate",)), repeat)
+    print(f"{decisions_label}: {dict(sorted(kinds.items()))}")
+    print(
+        f"{cycle_label}: {full:.3f} s CPU ({full_wall:.3f} s wall)   allocate-only baseline: {base:.3f} s CPU"
+        f" ({base_wall:.3f} s wall)   ratio: {full / base:.2f}x"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", type=int, default=5000)
@@ -277,21 +288,9 @@ def main() -> None:
         f"built {len(state.nodes)} nodes, {len(state.pods)} pods, {len(state.queues)} queues "
         f"in {time.perf_counter() - t0:.1f}s; scheduler core: {core_build()}"
     )
-    full, full_wall, kinds = timed(state, SchedulerConfig(), args.repeat)
-    base, base_wall, _ = timed(state, SchedulerConfig(actions=("allocate",)), args.repeat)
-    print(f"decisions per full cycle: {dict(sorted(kinds.items()))}")
-    print(
-        f"full cycle (5 actions): {full:.3f} s CPU ({full_wall:.3f} s wall)   allocate-only baseline: {base:.3f} s CPU"
-        f" ({base_wall:.3f} s wall)   ratio: {full / base:.2f}x"
-    )
+    compare(state, args.repeat, "decisions per full cycle", "full cycle (5 actions)")
     settle(state)
-    full, full_wall, kinds = timed(state, SchedulerConfig(), args.repeat)
-    base, base_wall, _ = timed(state, SchedulerConfig(actions=("allocate",)), args.repeat)
-    print(f"next cycle, after those decisions were applied: {dict(sorted(kinds.items()))}")
-    print(
-        f"next full cycle: {full:.3f} s CPU ({full_wall:.3f} s wall)   allocate-only baseline: {base:.3f} s CPU"
-        f" ({base_wall:.3f} s wall)   ratio: {full / base:.2f}x"
-    )
+    compare(state, args.repeat, "next cycle, after those decisions were applied", "next full cycle")
     warm, cold = steady(args.steady_cycles)
     print(
         f"steady-state cycle (1,000 nodes, 10,000 running, 5 finish + 5 new pending per cycle, folded back): "

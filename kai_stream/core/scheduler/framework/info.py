@@ -29,6 +29,10 @@ PIPELINED = "Pipelined"
 RUNNING = "Running"
 RELEASING = "Releasing"
 
+USED, REL, PIPE = 0, 1, 2
+"""The buckets of a node's resources a task is counted in (``NodeInfo.add``): ``USED`` by a bound or running task
+(a releasing one too), ``REL`` by a releasing one besides, ``PIPE`` by a pipelined one."""
+
 JobClass = tuple[tuple[tuple[int, ...], ...], int, int, int, bool]
 """``Session.job_class``: pending task shapes, minMember, pods not releasing, active pods, preemptible."""
 
@@ -80,6 +84,26 @@ class NodeInfo:
 
     def mem_free_future(self) -> int:
         return self.mem_alloc - self.mem_used + self.mem_rel - self.mem_pipe
+
+    def add(self, task: TaskInfo, bucket: int, sign: int) -> None:
+        """Add (``sign`` -1: take back) what ``task`` holds where it is placed (``gpu_portion`` on each of its
+        ``gpus``, its CPU and memory) to one bucket of this node. The one place node resources are counted (KAI
+        ``NodeInfo.AddTask``/``RemoveTask``)."""
+        portion, cpu, mem = sign * task.gpu_portion, sign * task.cpu, sign * task.mem
+        if bucket == USED:
+            gpu = self.gpu_used
+            self.cpu_used += cpu
+            self.mem_used += mem
+        elif bucket == REL:
+            gpu = self.gpu_rel
+            self.cpu_rel += cpu
+            self.mem_rel += mem
+        else:
+            gpu = self.gpu_pipe
+            self.cpu_pipe += cpu
+            self.mem_pipe += mem
+        for g in task.gpus:
+            gpu[g] += portion
 
     def count_free_whole(self) -> int:
         """Healthy GPUs with nothing on them and nothing pipelined onto them (``free_now == UNIT``)."""
@@ -271,6 +295,28 @@ class QueueInfo:
     reclaim_min_runtime_s: float | None = None
     """This queue's own reclaim min-runtime (``spec.reclaimMinRuntime``, else ``spec.minRuntime``), None: unset."""
     jobs: list[JobInfo] = field(default_factory=list)
+
+    def add_allocated(self, gpu: int, cpu: int, mem: int, np_gpu: int, np_cpu: int, np_mem: int, versions: int) -> None:
+        """Add to what this queue and its ancestors have allocated (``np_``: the non-preemptible part of it), and
+        move their versions by ``versions``. The one place queue allocations are counted."""
+        q: QueueInfo | None = self
+        while q is not None:
+            q.version += versions
+            alloc = q.allocated
+            alloc[GPU] += gpu
+            alloc[CPU] += cpu
+            alloc[MEM] += mem
+            alloc = q.allocated_np
+            alloc[GPU] += np_gpu
+            alloc[CPU] += np_cpu
+            alloc[MEM] += np_mem
+            q = q.parent
+
+    def add_request(self, request: list[int], sign: int) -> None:
+        """Add (``sign`` -1: take back) a pending request to this queue and its ancestors."""
+        for q in self.ancestry():
+            for r in (GPU, CPU, MEM):
+                q.request[r] += sign * request[r]
 
     def ancestry(self) -> list[QueueInfo]:
         """This queue and its ancestors, leaf first."""

@@ -199,7 +199,7 @@ class JobInfo:
     succeeded: int = 0
     group_missing: bool = False
     version: int = 0
-    """Moved by every change of one of the job's tasks in a session (``Session._charge``): the per-job memos below
+    """Moved by every change of one of the job's tasks in a session (``Session.move``): the per-job memos below
     hold while it stands still."""
     key_memo: tuple[Any, ...] = ()
     key_at: int = -1

@@ -52,8 +52,9 @@ class Snapshot:
     """One pool's session as it stands when opened, kept between cycles (``ClusterState.derived.parked``).
 
     ``base`` holds the persistent working objects; each cycle runs on a ``Session`` that shares them (with a copy
-    of the node index) and records what it changes, and ``park`` puts those back. ``refresh`` then rebuilds only
-    the jobs the fold marked dirty, so a cycle on nearly the same state costs what changed, not every pod.
+    of the node index) and records what it changes, and ``park`` puts those back. While parked, the fold reports
+    to it the keys each event touched (``touched``, into ``dirty``); ``refresh`` then rebuilds only those jobs, so
+    a cycle on nearly the same state costs what changed, not every pod.
     """
 
     pool: str
@@ -68,6 +69,18 @@ class Snapshot:
     classes: dict[object, int]
     """Node class interner (``NodeInfo.class_id``: equal ids for nodes that every static predicate treats alike)."""
     queue_base: list[tuple[QueueInfo, list[int], list[int], list[int]]] = field(default_factory=list)
+    dirty: set[str] | None = field(default_factory=set)
+    """The job keys (and ``NODE_MARK`` + name of the nodes) the fold touched since the snapshot was parked; None:
+    something every job depends on changed (only a full build gives the same snapshot)."""
+
+    def touched(self, key: str | None) -> None:
+        """``state.Parked``: the fold touched job ``key`` (or a node; None: everything)."""
+        dirty = self.dirty
+        if dirty is not None:
+            if key is None:
+                self.dirty = None
+            else:
+                dirty.add(key)
 
     @classmethod
     def build(cls, state: ClusterState, config: SchedulerConfig, pool: str, chash: str) -> Snapshot:
@@ -297,7 +310,7 @@ def kept_snapshot(state: ClusterState, config: SchedulerConfig, *, pool: str) ->
     chash = config_hash(config)
     derived = state.derived
     snapshot = derived.parked.pop(pool, None)
-    dirty = derived.dirty.pop(pool, None)
+    dirty = snapshot.dirty if isinstance(snapshot, Snapshot) else None
     fresh = True
     if (
         isinstance(snapshot, Snapshot)
@@ -315,8 +328,8 @@ def kept_snapshot(state: ClusterState, config: SchedulerConfig, *, pool: str) ->
 
 def repark(state: ClusterState, snapshot: Snapshot) -> None:
     """Keep ``snapshot`` (from ``kept_snapshot``, no session started on it) for the pool's next cycle."""
+    snapshot.dirty = set()
     state.derived.parked[snapshot.pool] = snapshot
-    state.derived.dirty[snapshot.pool] = set()
 
 
 def park_session(state: ClusterState, ssn: Session, snapshot: Snapshot) -> None:
@@ -324,8 +337,8 @@ def park_session(state: ClusterState, ssn: Session, snapshot: Snapshot) -> None:
     (``Session.dispose``)."""
     snapshot.park(ssn)
     ssn.dispose()
+    snapshot.dirty = set()
     state.derived.parked[snapshot.pool] = snapshot
-    state.derived.dirty[snapshot.pool] = set()
 
 
 def discard(ssn: Session) -> None:

@@ -161,8 +161,8 @@ class Session:
 
         The per-job memos (``job_key``, ``pending_of``, ``job_request``, ``job_class``; fields of the job) hold
         while the job's version stands still: what they read of the job (its tasks' statuses) changes only through
-        ``_charge``, which moves that version. A job without a queue is not memoised. Each reads its memo inline (no
-        shared helper): every action asks them of every pending job, several times."""
+        a charging ``move``, which moves that version. A job without a queue is not memoised. Each reads its memo
+        inline (no shared helper): every action asks them of every pending job, several times."""
         if job.queue is None:
             return self.hooks.pending_job_key(job)
         if job.key_at == job.version:

@@ -194,6 +194,9 @@ class JobInfo:
     created: float
     tasks: list[TaskInfo] = field(default_factory=list)
     request_cache: tuple[int, int, int] | None = None
+    """The request the queue-order keys read in this cycle (the proportion plugin's ``job_request`` at its first
+    read, or what the solver sets while it orders jobs): unlike the versioned memos below it holds for the whole
+    cycle, whatever the job's tasks do; ``Snapshot.park`` clears it (see there)."""
     topology: TopologyConstraint | None = None
     changed: float = 0.0
     succeeded: int = 0
@@ -202,6 +205,9 @@ class JobInfo:
     """Moved by every change of one of the job's tasks in a session (``Session.move``): the per-job memos below
     hold while it stands still."""
     key_memo: tuple[Any, ...] = ()
+    """The memos of ``Session.job_key``, ``pending_of``, ``to_allocate``, ``job_class``, ``job_request`` and
+    ``Hooks.queue_key_signature``, each with the version it was computed at (-1: none). They live on the job, so a
+    job the fold left alone keeps them from cycle to cycle in a parked snapshot."""
     key_at: int = -1
     pending_memo: list[TaskInfo] = field(default_factory=list)
     pending_at: int = -1
@@ -218,9 +224,6 @@ class JobInfo:
     sub_groups: tuple[tuple[str, int], ...] = ()
     """(name, minMember) of each subgroup that holds pods (``spec.subGroups`` without children): each one runs
     at least its minMember pods, or the job does not start."""
-    """The memos of ``Session.job_key``, ``pending_of``, ``to_allocate``, ``job_class``, ``job_request`` and
-    ``Hooks.queue_key_signature``, each with the version it was computed at (-1: none). They live on the job, so a
-    job the fold left alone keeps them from cycle to cycle in a parked snapshot."""
 
     def __init__(
         self,

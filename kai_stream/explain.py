@@ -33,7 +33,8 @@ from kai_stream.core.events import (
 )
 from kai_stream.core.scheduler.cycle import plugins_of, run_cycle
 from kai_stream.core.scheduler.framework.info import CPU, GPU, MEM, UNIT
-from kai_stream.core.scheduler.framework.session import Session, open_session
+from kai_stream.core.scheduler.framework.reuse import open_session
+from kai_stream.core.scheduler.framework.session import Session
 from kai_stream.core.scheduler.timeshare import queue_usage
 from kai_stream.core.state import ClusterState, apply, job_key_of
 from kai_stream.history.reader import History, PoolLog

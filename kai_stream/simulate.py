@@ -81,7 +81,7 @@ from kai_stream.core.events import (
 )
 from kai_stream.core.scheduler.cycle import plugins_of, run_cycle
 from kai_stream.core.scheduler.framework.info import CPU, GPU, MEM, UNIT
-from kai_stream.core.scheduler.framework.session import open_session
+from kai_stream.core.scheduler.framework.reuse import open_session
 from kai_stream.core.state import ClusterState, apply
 from kai_stream.kafka import partition_for
 from kai_stream.topics import load_specs

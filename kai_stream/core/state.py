@@ -25,8 +25,9 @@ Rules (everything that changes state lives here):
    phase) frees them. A preemptor placed on them stays pipelined until then.
 5. Iteration order is never taken from a dict: readers sort (creation time, then uid / name).
 6. ``ClusterState.derived`` holds what the fold keeps beside the state for the scheduler (``Derived``): the live
-   pods per job, Succeeded counts, and which jobs changed since a pool's snapshot was parked. It is a cache:
-   excluded from equality, dropped on copy or pickle (then rebuilt from ``pods``), never a source of decisions.
+   pods per job, Succeeded counts, and the snapshots parked between cycles, to which ``apply`` reports the keys
+   each event touched (the snapshots keep their own dirty sets). It is a cache: excluded from equality, dropped
+   on copy or pickle (then rebuilt from ``pods``), never a source of decisions.
 7. ``ClusterState.usage`` integrates what each queue's bound pods hold, and the nodes' capacity, over event time
    (``kai_stream.core.usage``): every pod and node change is reported to it at ``state.now``.
 """
@@ -36,6 +37,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from kai_stream.core.events import (
     AnyEvent,
@@ -127,11 +129,17 @@ class SeenIds:
         return True
 
 
-STRUCTURAL = None
-"""A ``Derived.dirty`` entry that says: rebuild the pool's snapshot from scratch."""
 NODE_MARK = "\0node/"
-"""Prefix of a node name in a ``Derived.dirty`` set (job keys never start with it): that node's spec or GPUs
+"""Prefix of a node name among the keys ``apply`` reports (job keys never start with it): that node's spec or GPUs
 changed."""
+
+
+class Parked(Protocol):
+    """A pool's snapshot kept between cycles (``framework/reuse.py``): told what each folded event touched."""
+
+    def touched(self, key: str | None) -> None:
+        """Job ``key`` (or ``NODE_MARK`` + a node name) changed; None: something every job depends on changed
+        (queues, priority classes, topologies or foreign pods)."""
 
 
 def _live(pod: PodSpec) -> bool:
@@ -143,24 +151,21 @@ class Derived:
 
     * ``by_job`` — per job key, the live (not Succeeded/Failed) managed pods, by uid;
     * ``unmanaged`` — live pods of other schedulers; ``succeeded`` — Succeeded pods per job key;
-    * ``dirty`` — per pool with a parked snapshot: the job keys touched since it was parked (and ``NODE_MARK`` +
-      name for a node whose spec or GPUs changed), or ``STRUCTURAL`` (queues, priority classes, topologies or
-      foreign pods changed: rebuild it);
-    * ``parked`` — per pool, the snapshot kept between cycles (owned by ``framework.session``).
+    * ``parked`` — per pool, the snapshot kept between cycles (``framework/reuse.py``), to which ``touched``
+      reports each key the fold touched.
 
     ``indexed`` is the pod object each index entry came from; None means "not in sync" (a copy, or a state
     whose ``pods`` were written outside ``apply``): ``sync`` rebuilds from ``state.pods``.
     """
 
-    __slots__ = ("by_job", "dirty", "indexed", "parked", "succeeded", "unmanaged")
+    __slots__ = ("by_job", "indexed", "parked", "succeeded", "unmanaged")
 
     def __init__(self, synced: bool = True) -> None:
         self.indexed: dict[str, PodSpec] | None = {} if synced else None
         self.by_job: dict[str, dict[str, PodSpec]] = {}
         self.unmanaged: dict[str, PodSpec] = {}
         self.succeeded: dict[str, int] = {}
-        self.dirty: dict[str, set[str] | None] = {}
-        self.parked: dict[str, object] = {}
+        self.parked: dict[str, Parked] = {}
 
     def __reduce__(self) -> tuple[type[Derived], tuple[bool]]:
         return (Derived, (False,))
@@ -175,19 +180,13 @@ class Derived:
         self.indexed = {}
         self.by_job, self.unmanaged, self.succeeded = {}, {}, {}
         self.parked.clear()
-        self.dirty.clear()
         for pod in pods.values():
             self.pod_changed(None, pod)
 
-    def mark(self, job: str | None) -> None:
-        """Job ``job`` changed (None: something every job depends on changed) for every parked snapshot."""
-        dirty = self.dirty
-        for pool, keys in dirty.items():
-            if keys is not None:
-                if job is None:
-                    dirty[pool] = STRUCTURAL
-                else:
-                    keys.add(job)
+    def touched(self, key: str | None) -> None:
+        """Report ``key`` touched (``Parked.touched``) to every parked snapshot."""
+        for snapshot in self.parked.values():
+            snapshot.touched(key)
 
     def pod_changed(self, old: PodSpec | None, new: PodSpec | None) -> None:
         indexed = self.indexed
@@ -207,8 +206,8 @@ class Derived:
             indexed[new.uid] = new
             key = job_key_of(new)
             self.by_job[key][new.uid] = new
-            if self.dirty:
-                self.mark(key)
+            if self.parked:
+                self.touched(key)
             return
         if old is not None:
             indexed.pop(old.uid, None)
@@ -238,14 +237,14 @@ class Derived:
                 self.unmanaged[new.uid] = new
             else:
                 self.by_job.setdefault(key, {})[new.uid] = new
-        if self.dirty:
+        if self.parked:
             if (old is not None and not old.managed) or (new is not None and not new.managed):
-                self.mark(None)
+                self.touched(None)
                 return
             if old is not None:
-                self.mark(job_key_of(old))
+                self.touched(job_key_of(old))
             if new is not None:
-                self.mark(job_key_of(new))
+                self.touched(job_key_of(new))
 
 
 @dataclass
@@ -315,16 +314,16 @@ def _group_changed(state: ClusterState, uid: str, ts: float) -> None:
     pod = state.pods.get(uid)
     if pod is not None:
         state.group_changed[job_key_of(pod)] = ts
-        state.derived.mark(job_key_of(pod))
+        state.derived.touched(job_key_of(pod))
 
 
 def _pod_touched(state: ClusterState, uid: str) -> None:
     """A per-pod record the snapshot reads (assumed, pipelined, evicting) changed."""
     derived = state.derived
-    if derived.dirty:
+    if derived.parked:
         pod = state.pods.get(uid)
         if pod is not None:
-            derived.mark(job_key_of(pod))
+            derived.touched(job_key_of(pod))
 
 
 def _usage(state: ClusterState, uid: str, pod: PodSpec | None) -> None:
@@ -417,8 +416,8 @@ def apply(state: ClusterState, event: AnyEvent, offset: int | None = None) -> bo
             held = state.nodes.get(node.name)
             if held is not None and held.uid != node.uid:
                 state.versions.pop(_node_key(held), None)
-            if derived.dirty and state.nodes.get(node.name) != node:
-                derived.mark(NODE_MARK + node.name)
+            if derived.parked and state.nodes.get(node.name) != node:
+                derived.touched(NODE_MARK + node.name)
             state.nodes[node.name] = node
             state.usage.node_changed(node.name, node, state.now)
         case NodeRemoved(name=name):
@@ -427,10 +426,10 @@ def apply(state: ClusterState, event: AnyEvent, offset: int | None = None) -> bo
             if removed is not None:
                 state.versions.pop(_node_key(removed), None)
             state.gpus.pop(name, None)
-            derived.mark(NODE_MARK + name)
+            derived.touched(NODE_MARK + name)
         case GpuHealthObserved(node=node_name, gpus=gpus):
-            if derived.dirty and _gpu_view(state.gpus.get(node_name)) != _gpu_view(gpus):
-                derived.mark(NODE_MARK + node_name)
+            if derived.parked and _gpu_view(state.gpus.get(node_name)) != _gpu_view(gpus):
+                derived.touched(NODE_MARK + node_name)
             state.gpus[node_name] = gpus
         case PodObserved(pod=pod, resource_version=version):
             if not _newer(state, f"pod/{pod.uid}", version):
@@ -440,27 +439,27 @@ def apply(state: ClusterState, event: AnyEvent, offset: int | None = None) -> bo
             _group_changed(state, uid, event.ts)
             _forget_pod(state, uid)
         case QueueObserved(queue=queue):
-            if derived.dirty and state.queues.get(queue.name) != queue:
-                derived.mark(None)
+            if derived.parked and state.queues.get(queue.name) != queue:
+                derived.touched(None)
             state.queues[queue.name] = queue
         case QueueRemoved(name=name):
             state.queues.pop(name, None)
-            derived.mark(None)
+            derived.touched(None)
         case PodGroupObserved(pod_group=group):
             key = f"{group.namespace}/{group.name}"
-            if derived.dirty and state.pod_groups.get(key) != group:
-                derived.mark(key)
+            if derived.parked and state.pod_groups.get(key) != group:
+                derived.touched(key)
             state.pod_groups[key] = group
         case PodGroupRemoved(namespace=namespace, name=name):
             key = f"{namespace}/{name}"
             state.pod_groups.pop(key, None)
-            derived.mark(key)
+            derived.touched(key)
         case PriorityClassObserved(priority_class=priority_class):
             state.priority_classes[priority_class.name] = priority_class
-            derived.mark(None)
+            derived.touched(None)
         case TopologyObserved(topology=topology):
             state.topologies[topology.name] = topology
-            derived.mark(None)
+            derived.touched(None)
         case Tick():
             pass
         case BindRequested(uid=uid, node=node, gpu_indices=gpu_indices, decision_id=decision_id, ts=ts):

@@ -79,7 +79,7 @@ from kai_stream.core.events import (
 from kai_stream.core.gcpause import paused_gc
 from kai_stream.core.scheduler.cycle import plugins_of, run_actions
 from kai_stream.core.scheduler.framework.info import CPU, GPU, MEM
-from kai_stream.core.scheduler.framework.session import open_tracked_session, park_session
+from kai_stream.core.scheduler.framework.reuse import open_tracked_session, park_session
 from kai_stream.core.scheduler.plugins.aging import steps_crossed
 from kai_stream.core.state import ClusterState, apply
 from kai_stream.history.schema import event_values, write_segment

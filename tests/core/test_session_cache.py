@@ -40,7 +40,7 @@ from kai_stream.core.events import (
 )
 from kai_stream.core.manifests import load_scenario
 from kai_stream.core.scheduler.cycle import fair_shares, run_cycle
-from kai_stream.core.scheduler.framework.session import Snapshot
+from kai_stream.core.scheduler.framework.reuse import Snapshot
 from kai_stream.core.state import ClusterState, apply, fold
 from kai_stream.simulate import outcome_of, simulate
 

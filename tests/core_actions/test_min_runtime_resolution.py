@@ -4,8 +4,8 @@ lowest common ancestor of the two leaves, on the victim's side, up; the pool def
 from __future__ import annotations
 
 from kai_stream.core.events import QueueSpec
+from kai_stream.core.scheduler.framework.builder import queue_info
 from kai_stream.core.scheduler.framework.info import QueueInfo
-from kai_stream.core.scheduler.framework.session import _queue_info
 from kai_stream.core.scheduler.plugins.minruntime import preempt_min_runtime, reclaim_min_runtime, reclaim_origin
 
 
@@ -61,7 +61,7 @@ def test_preempt_limit_walks_from_the_victim_leaf_up() -> None:
 
 
 def test_min_runtime_shorthand_fills_only_the_unset_limit() -> None:
-    info = _queue_info(QueueSpec(name="q", min_runtime_s=600.0, reclaim_min_runtime_s=60.0))
+    info = queue_info(QueueSpec(name="q", min_runtime_s=600.0, reclaim_min_runtime_s=60.0))
     assert (info.preempt_min_runtime_s, info.reclaim_min_runtime_s) == (600.0, 60.0)
-    info = _queue_info(QueueSpec(name="q"))
+    info = queue_info(QueueSpec(name="q"))
     assert (info.preempt_min_runtime_s, info.reclaim_min_runtime_s) == (None, None)

@@ -28,15 +28,16 @@ from kai_stream.core.scheduler.actions import ACTIONS
 from kai_stream.core.scheduler.actions.stalegangeviction import stale
 from kai_stream.core.scheduler.framework.info import CPU, GPU, MEM, UNIT
 from kai_stream.core.scheduler.framework.plugins import Plugin
-from kai_stream.core.scheduler.framework.session import (
-    Session,
+from kai_stream.core.scheduler.framework.reuse import (
     Snapshot,
+    discard,
     kept_snapshot,
     open_session,
     open_tracked_session,
     park_session,
     repark,
 )
+from kai_stream.core.scheduler.framework.session import Session
 from kai_stream.core.scheduler.plugins import build_plugins
 from kai_stream.core.state import ClusterState
 
@@ -71,7 +72,7 @@ def run_cycle(
             decisions = session.close()
             if inspect is not None:
                 inspect(session)
-            session.discard()
+            discard(session)
             return decisions
         snapshot = kept_snapshot(state, config, pool=pool)
         if inspect is None and _idle(snapshot, state, config):

@@ -29,6 +29,10 @@ PIPELINED = "Pipelined"
 RUNNING = "Running"
 RELEASING = "Releasing"
 
+USED, REL, PIPE = 0, 1, 2
+"""The buckets of a node's resources a task is counted in (``NodeInfo.add``): ``USED`` by a bound or running task
+(a releasing one too), ``REL`` by a releasing one besides, ``PIPE`` by a pipelined one."""
+
 JobClass = tuple[tuple[tuple[int, ...], ...], int, int, int, bool]
 """``Session.job_class``: pending task shapes, minMember, pods not releasing, active pods, preemptible."""
 
@@ -80,6 +84,26 @@ class NodeInfo:
 
     def mem_free_future(self) -> int:
         return self.mem_alloc - self.mem_used + self.mem_rel - self.mem_pipe
+
+    def add(self, task: TaskInfo, bucket: int, sign: int) -> None:
+        """Add (``sign`` -1: take back) what ``task`` holds where it is placed (``gpu_portion`` on each of its
+        ``gpus``, its CPU and memory) to one bucket of this node. The one place node resources are counted (KAI
+        ``NodeInfo.AddTask``/``RemoveTask``)."""
+        portion, cpu, mem = sign * task.gpu_portion, sign * task.cpu, sign * task.mem
+        if bucket == USED:
+            gpu = self.gpu_used
+            self.cpu_used += cpu
+            self.mem_used += mem
+        elif bucket == REL:
+            gpu = self.gpu_rel
+            self.cpu_rel += cpu
+            self.mem_rel += mem
+        else:
+            gpu = self.gpu_pipe
+            self.cpu_pipe += cpu
+            self.mem_pipe += mem
+        for g in task.gpus:
+            gpu[g] += portion
 
     def count_free_whole(self) -> int:
         """Healthy GPUs with nothing on them and nothing pipelined onto them (``free_now == UNIT``)."""
@@ -170,14 +194,20 @@ class JobInfo:
     created: float
     tasks: list[TaskInfo] = field(default_factory=list)
     request_cache: tuple[int, int, int] | None = None
+    """The request the queue-order keys read in this cycle (the proportion plugin's ``job_request`` at its first
+    read, or what the solver sets while it orders jobs): unlike the versioned memos below it holds for the whole
+    cycle, whatever the job's tasks do; ``Snapshot.park`` clears it (see there)."""
     topology: TopologyConstraint | None = None
     changed: float = 0.0
     succeeded: int = 0
     group_missing: bool = False
     version: int = 0
-    """Moved by every change of one of the job's tasks in a session (``Session._charge``): the per-job memos below
+    """Moved by every change of one of the job's tasks in a session (``Session.move``): the per-job memos below
     hold while it stands still."""
     key_memo: tuple[Any, ...] = ()
+    """The memos of ``Session.job_key``, ``pending_of``, ``to_allocate``, ``job_class``, ``job_request`` and
+    ``Hooks.queue_key_signature``, each with the version it was computed at (-1: none). They live on the job, so a
+    job the fold left alone keeps them from cycle to cycle in a parked snapshot."""
     key_at: int = -1
     pending_memo: list[TaskInfo] = field(default_factory=list)
     pending_at: int = -1
@@ -194,9 +224,6 @@ class JobInfo:
     sub_groups: tuple[tuple[str, int], ...] = ()
     """(name, minMember) of each subgroup that holds pods (``spec.subGroups`` without children): each one runs
     at least its minMember pods, or the job does not start."""
-    """The memos of ``Session.job_key``, ``pending_of``, ``to_allocate``, ``job_class``, ``job_request`` and
-    ``Hooks.queue_key_signature``, each with the version it was computed at (-1: none). They live on the job, so a
-    job the fold left alone keeps them from cycle to cycle in a parked snapshot."""
 
     def __init__(
         self,
@@ -271,6 +298,28 @@ class QueueInfo:
     reclaim_min_runtime_s: float | None = None
     """This queue's own reclaim min-runtime (``spec.reclaimMinRuntime``, else ``spec.minRuntime``), None: unset."""
     jobs: list[JobInfo] = field(default_factory=list)
+
+    def add_allocated(self, gpu: int, cpu: int, mem: int, np_gpu: int, np_cpu: int, np_mem: int, versions: int) -> None:
+        """Add to what this queue and its ancestors have allocated (``np_``: the non-preemptible part of it), and
+        move their versions by ``versions``. The one place queue allocations are counted."""
+        q: QueueInfo | None = self
+        while q is not None:
+            q.version += versions
+            alloc = q.allocated
+            alloc[GPU] += gpu
+            alloc[CPU] += cpu
+            alloc[MEM] += mem
+            alloc = q.allocated_np
+            alloc[GPU] += np_gpu
+            alloc[CPU] += np_cpu
+            alloc[MEM] += np_mem
+            q = q.parent
+
+    def add_request(self, request: list[int], sign: int) -> None:
+        """Add (``sign`` -1: take back) a pending request to this queue and its ancestors."""
+        for q in self.ancestry():
+            for r in (GPU, CPU, MEM):
+                q.request[r] += sign * request[r]
 
     def ancestry(self) -> list[QueueInfo]:
         """This queue and its ancestors, leaf first."""

@@ -31,7 +31,11 @@ def expressible(case: Case) -> str | None:
     topology = case.topology
     if topology.get("DeleteJobInTest") or any(j.get("DeleteJobInTest") for j in topology.get("Jobs") or []):
         return "deletes a job during the test"
+    if topology.get("Topologies"):
+        return "Topology objects and topology constraints are not written here"
     for job in topology.get("Jobs") or []:
+        if "children" in (job.get("RootSubGroupSet") or {}):
+            return "subgroups are not written here"
         if int(job.get("Priority", 0)) not in PRIORITY_CLASSES:
             return f"priority {job.get('Priority', 0)} has no PriorityClass"
         for field in ("Preemptibility", "RequiredGpuMemory", "JobAgeInMinutes"):

@@ -15,9 +15,9 @@ KAI's test builders (``pkg/scheduler/test_utils``), as learnt from them:
   department ``default`` with unlimited quota; a department's GPU weight is its ``DeservedGPUs``.
 
 A *unit* case runs its action once on the session and compares statuses (``Releasing`` after an eviction,
-``Pipelined`` after a nomination, ``Running`` after a bind), and KAI's cache mock limits: no more binds,
-evictions and pipelines than ``Mocks.CacheRequirements`` allows. An *integration* case follows KAI's
-integration harness: rounds of all actions on a session rebuilt from the test's objects, where after each round
+``Pipelined`` after a nomination, ``Running`` after a bind; ``Binding`` after allocate's, as its tests say), and
+KAI's cache mock limits: no more binds, evictions and pipelines than ``Mocks.CacheRequirements`` allows. An
+*integration* case follows KAI's integration harness: rounds of all actions on a session rebuilt from the test's objects, where after each round
 releasing pods come back pending (or stay releasing for ``DeleteJobInTest``), pipelined pods go back to pending
 and bound pods run; after ``RoundsUntilMatch`` (2) rounds the objects must match, and after each of
 ``RoundsAfterMatch`` (5) more rounds the session must still match. KAI's test sessions leave the staleness grace
@@ -50,6 +50,10 @@ from kai_stream.core.events import (
     QueueResources,
     QueueSpec,
     Resources,
+    SubGroupSpec,
+    TopologyConstraint,
+    TopologyObserved,
+    TopologySpec,
 )
 from kai_stream.core.scheduler.cycle import run_cycle
 from kai_stream.core.state import ClusterState, apply
@@ -197,7 +201,49 @@ def _gang_min(job: dict[str, Any]) -> int:
     root = job.get("RootSubGroupSet")
     if isinstance(root, dict) and "__subgroup_min__" in root:
         return int(root["__subgroup_min__"])
+    pod_sets = [s for s in _sub_groups(root, None) if not any(c.parent == s.name for c in _sub_groups(root, None))]
+    if pod_sets:
+        return sum(s.min_member for s in pod_sets)
     return len(job.get("Tasks") or [])
+
+
+def _constraint(literal: dict[str, Any] | None) -> TopologyConstraint | None:
+    """KAI's ``TopologyConstraintInfo`` (None, or one naming no level: no constraint)."""
+    if not literal or not (literal.get("RequiredLevel") or literal.get("PreferredLevel")):
+        return None
+    return TopologyConstraint(
+        topology=literal.get("Topology") or None,
+        required_level=literal.get("RequiredLevel") or None,
+        preferred_level=literal.get("PreferredLevel") or None,
+    )
+
+
+def _sub_groups(tree: Any, parent: str | None) -> list[SubGroupSpec]:
+    """The subgroups below a KAI ``SubGroupSet`` (``goliteral``'s tree): its sub-sets and pod sets, depth first,
+    each naming its parent (None: the root, the pod group itself)."""
+    if not isinstance(tree, dict) or "children" not in tree:
+        return []
+    found: list[SubGroupSpec] = []
+    for child in tree["children"]:
+        name = child.get("subgroup_set", child.get("pod_set"))
+        member = int(child.get("min", 1)) if "pod_set" in child else 1
+        found.append(
+            SubGroupSpec(
+                name=name, min_member=max(1, member), parent=parent, topology_constraint=_constraint(child["topology"])
+            )
+        )
+        found.extend(_sub_groups(child, name))
+    return found
+
+
+def topology_events(topology: dict[str, Any]) -> list[AnyEvent]:
+    """KAI's ``Topology`` objects: their level labels, widest first."""
+    events: list[AnyEvent] = []
+    for t in topology.get("Topologies") or []:
+        name = t["ObjectMeta"]["Name"]
+        levels = tuple(level["NodeLabel"] for level in t["Spec"]["Levels"])
+        events.append(TopologyObserved(event_id=f"t-{name}", ts=0.0, topology=TopologySpec(name=name, levels=levels)))
+    return events
 
 
 class _Gpus:
@@ -260,6 +306,7 @@ def job_events(topology: dict[str, Any]) -> list[AnyEvent]:
         preemptibility = job.get("Preemptibility") or ""
         preemptible = {"Preemptible": True, "NonPreemptible": False}.get(preemptibility)
         name = job["Name"]
+        root = job.get("RootSubGroupSet")
         group = PodGroupSpec(
             namespace=namespace,
             name=name,
@@ -268,6 +315,8 @@ def job_events(topology: dict[str, Any]) -> list[AnyEvent]:
             min_member=max(1, _gang_min(job)),
             priority=priority,
             preemptible=preemptible,
+            topology_constraint=_constraint(root.get("topology")) if isinstance(root, dict) else None,
+            sub_groups=tuple(_sub_groups(root, None)),
             created=created,
         )
         events.append(PodGroupObserved(event_id=f"g-{name}", ts=0.0, pod_group=group))
@@ -311,6 +360,7 @@ def job_events(topology: dict[str, Any]) -> list[AnyEvent]:
                 preemptible=preemptible,
                 node_name=node if placed else None,
                 gpu_indices=indices,
+                sub_group=task.get("SubGroupName") or None,
                 phase="Running" if placed else "Pending",
                 terminating=state == "Releasing",
                 created=created,
@@ -322,7 +372,7 @@ def job_events(topology: dict[str, Any]) -> list[AnyEvent]:
 
 def fold(topology: dict[str, Any]) -> ClusterState:
     state = ClusterState()
-    for event in queue_events(topology) + node_events(topology) + job_events(topology):
+    for event in queue_events(topology) + topology_events(topology) + node_events(topology) + job_events(topology):
         apply(state, event, state.offset + 1)
     return state
 
@@ -433,7 +483,8 @@ def run_case(case: Case) -> list[str]:
     topology = copy.deepcopy(case.topology)
     if case.kind == "unit":
         out, _ = one_session(topology, (case.action,))
-        return mismatches(topology, out, binding_is_running=True) + cache_limits(topology, out)
+        binding_is_running = case.action != "allocate"
+        return mismatches(topology, out, binding_is_running=binding_is_running) + cache_limits(topology, out)
     for _ in range(case.rounds_until):
         out, _ = one_session(topology, ALL_ACTIONS)
         advance(topology, out)

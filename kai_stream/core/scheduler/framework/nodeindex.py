@@ -22,9 +22,10 @@ without GPUs, then the node order on free CPU. Without a node order the index ta
 from __future__ import annotations
 
 from bisect import bisect_left, insort
+from collections.abc import Callable
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from kai_stream.core.scheduler.framework.hooks import NodeOrder
 from kai_stream.core.scheduler.framework.info import UNIT, NodeInfo, TaskInfo
@@ -106,6 +107,9 @@ class NodeIndex:
         self._static: dict[tuple[int, int], str | None] = {}
         self.allowed: AbstractSet[int] | None = None
         """When set, only these node indices may take a task (a topology domain chosen for the current job)."""
+        self.allowed_for: dict[str, AbstractSet[int]] = {}
+        """Per task uid, the only node indices that task may take (its subgroup's topology domain), in place of
+        ``allowed`` for ``find``, ``find_free`` and ``find_among``."""
 
     # ------------------------------------------------------------------ maintenance
 
@@ -191,8 +195,21 @@ class NodeIndex:
 
     # ------------------------------------------------------------------ search
 
+    def _narrowed(self, search: Callable[..., Placement | None], task: TaskInfo, *args: Any) -> Placement | None:
+        """``search`` for ``task`` with ``allowed`` set to the task's own nodes (``allowed_for``)."""
+        outer, self.allowed = self.allowed, self.allowed_for[task.uid]
+        try:
+            return search(task, *args)
+        finally:
+            self.allowed = outer
+
     def find(self, task: TaskInfo) -> Placement | None:
         """Best placement on free capacity, else on releasing capacity (pipelined), else None."""
+        if self.allowed_for and task.uid in self.allowed_for:
+            return self._narrowed(self._find, task)
+        return self._find(task)
+
+    def _find(self, task: TaskInfo) -> Placement | None:
         if task.prev_pipelined is not None:
             nominated = self.ssn.node_by_name.get(task.prev_pipelined[0])
             if nominated is not None:
@@ -229,6 +246,11 @@ class NodeIndex:
 
     def find_among(self, task: TaskInfo, nodes: list[NodeInfo]) -> Placement | None:
         """Best of ``nodes`` in order: free capacity first, then releasing capacity (pipelined); victim searches."""
+        if self.allowed_for and task.uid in self.allowed_for:
+            return self._narrowed(self._find_among, task, nodes)
+        return self._find_among(task, nodes)
+
+    def _find_among(self, task: TaskInfo, nodes: list[NodeInfo]) -> Placement | None:
         for node in nodes:
             found = self._fit_on(task, node, future=False)
             if found is not None:
@@ -258,6 +280,8 @@ class NodeIndex:
 
     def find_free(self, task: TaskInfo) -> Placement | None:
         """Best placement on free capacity only (no pipelining)."""
+        if self.allowed_for and task.uid in self.allowed_for:
+            return self._narrowed(self._find_now, task)
         return self._find_now(task)
 
     def _find_now(self, task: TaskInfo) -> Placement | None:

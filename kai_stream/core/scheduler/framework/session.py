@@ -23,6 +23,7 @@ from kai_stream.core.events import (
     PodSpec,
     QueueResource,
     QueueSpec,
+    TopologyConstraint,
     stable_id,
 )
 from kai_stream.core.scheduler.framework.backoff import held_jobs
@@ -773,6 +774,10 @@ class _JobBuilder:
         if group is not None and group.sub_groups:
             parents = {s.parent for s in group.sub_groups if s.parent}
             job.sub_groups = tuple((s.name, s.min_member) for s in group.sub_groups if s.name not in parents)
+            if any(s.topology_constraint is not None for s in group.sub_groups):
+                job.sub_group_specs = group.sub_groups
+                if job.topology is None:
+                    job.topology = TopologyConstraint()
         pending = nominated = False
         pipelined = state.pipelined
         evicting = state.evicting

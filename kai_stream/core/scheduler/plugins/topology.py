@@ -17,13 +17,24 @@ clear the restriction.
 
 from __future__ import annotations
 
+from collections.abc import Set as AbstractSet
 from typing import TYPE_CHECKING
 
-from kai_stream.core.events import PendingCode, TopologyConstraint
-from kai_stream.core.scheduler.framework.info import PENDING, UNIT, JobInfo, NodeInfo
+from kai_stream.core.events import PendingCode, SubGroupSpec, TopologyConstraint
+from kai_stream.core.scheduler.framework.info import (
+    ALLOCATED,
+    PENDING,
+    PIPELINED,
+    RUNNING,
+    UNIT,
+    JobInfo,
+    NodeInfo,
+    TaskInfo,
+)
 
 if TYPE_CHECKING:
     from kai_stream.core.scheduler.framework.session import Session
+    from kai_stream.core.scheduler.framework.statement import Statement
 
 Domain = tuple[tuple[str, ...], frozenset[int]]
 
@@ -35,6 +46,7 @@ class TopologyPlugin:
         self.session: Session | None = None
         self.topologies: dict[str, tuple[str, ...]] = {}
         self._domains: dict[tuple[str | None, str], list[Domain]] = {}
+        self._failed: SubGroupSpec | None = None
 
     def on_session_open(self, session: Session) -> None:
         self.session = session
@@ -78,30 +90,138 @@ class TopologyPlugin:
 
     def _fits(self, job: JobInfo) -> tuple[bool, int]:
         """Whether the job's pending tasks reach its gang inside the current restriction (tried, then undone), and
-        how many of them were placed."""
+        how many of them were placed; with subgroup constraints, each subgroup inside a domain of its own
+        (``_place_group``), whose nodes are then kept for its tasks in ``NodeIndex.allowed_for``."""
         assert self.session is not None
         ssn = self.session
         stmt = ssn.statement("allocate")
         active = job.active_count()
+        if job.sub_group_specs:
+            narrowed: dict[str, AbstractSet[int]] = {}
+            offered = ssn.to_allocate(job)
+            placed = self._place_group(job, offered, None, ssn.index.allowed, stmt, narrowed)
+        else:
+            placed = self._place(job.tasks, stmt)
+        ok = placed > 0 and ssn.hooks.ready(job, active + placed)
+        stmt.discard()
+        if ok and job.sub_group_specs:
+            ssn.index.allowed_for = narrowed
+        return ok, placed
+
+    def _place(self, tasks: list[TaskInfo], stmt: Statement) -> int:
+        assert self.session is not None
+        find = self.session.index.find
         placed = 0
-        for task in job.tasks:
+        for task in tasks:
             if task.status != PENDING:
                 continue
-            placement = ssn.index.find(task)
+            placement = find(task)
             if placement is not None:
                 stmt.allocate(task, placement)
                 placed += 1
-        ok = placed > 0 and ssn.hooks.ready(job, active + placed)
-        stmt.discard()
-        return ok, placed
+        return placed
+
+    def _place_group(
+        self,
+        job: JobInfo,
+        offered: list[TaskInfo],
+        spec: SubGroupSpec | None,
+        within: AbstractSet[int] | None,
+        stmt: Statement,
+        narrowed: dict[str, AbstractSet[int]],
+    ) -> int:
+        """Place the tasks the job offers in this pass (``Session.to_allocate``, as KAI picks each subgroup's
+        domain for the tasks it allocates now) of subgroup ``spec`` (None: the whole job) inside ``within``: its child
+        subgroups first, each in a domain of its own constraint inside ``within`` (tried tightest first, the
+        first where the child reaches its minMember kept), then its own pods; how many were placed, or -1 when a
+        child subgroup with a required level fits no domain (the first such failure is kept for the reason)."""
+        assert self.session is not None
+        index = self.session.index
+        name = None if spec is None else spec.name
+        placed = 0
+        for child in job.sub_group_specs:
+            if child.parent != name:
+                continue
+            placed_child = -1
+            for members in self._sub_domains(child, within):
+                checkpoint = stmt.checkpoint()
+                got = self._place_group(job, offered, child, members, stmt, narrowed)
+                if got >= 0 and self._reached(job, child):
+                    placed_child = got
+                    break
+                stmt.rollback(checkpoint)
+            if placed_child < 0:
+                required = child.topology_constraint is not None and child.topology_constraint.required_level
+                if self._failed is None and required:
+                    self._failed = child
+                return -1
+            placed += placed_child
+        own = [t for t in offered if t.status == PENDING and self._leaf_of(job, t) == name]
+        if own:
+            outer, index.allowed = index.allowed, within
+            try:
+                placed += self._place(own, stmt)
+            finally:
+                index.allowed = outer
+            if name is not None and within is not None:
+                for task in own:
+                    narrowed[task.uid] = within
+        return placed
+
+    @staticmethod
+    def _leaf_of(job: JobInfo, task: TaskInfo) -> str | None:
+        """The declared subgroup holding ``task`` (None: the job itself)."""
+        group = task.sub_group
+        if group is None:
+            return None
+        return group if any(s.name == group for s in job.sub_group_specs) else None
+
+    @staticmethod
+    def _reached(job: JobInfo, spec: SubGroupSpec) -> bool:
+        """Whether a leaf subgroup has its minMember active (a parent: its children were checked)."""
+        if any(s.parent == spec.name for s in job.sub_group_specs):
+            return True
+        active = sum(1 for t in job.tasks if t.sub_group == spec.name and t.status in (ALLOCATED, PIPELINED, RUNNING))
+        return active >= spec.min_member
+
+    def _sub_domains(self, spec: SubGroupSpec, within: AbstractSet[int] | None) -> list[AbstractSet[int] | None]:
+        """The node sets subgroup ``spec`` may be tried in, in order: its preferred-level domains, then its
+        required-level ones (each inside ``within``, tightest first); ``within`` itself last unless a required
+        level is given."""
+        constraint = spec.topology_constraint
+        if constraint is None or not (constraint.required_level or constraint.preferred_level):
+            return [within]
+        assert self.session is not None
+        nodes = self.session.nodes
+        found: list[AbstractSet[int] | None] = []
+        for level in (constraint.preferred_level, constraint.required_level):
+            if not level:
+                continue
+            inside = [members if within is None else members & within for _, members in self.domains(constraint, level)]
+            ranked = sorted((self._free_gpu(nodes, m), len(m), sorted(m)) for m in inside if m)
+            found.extend(frozenset(m) for _, _, m in ranked)
+        if not constraint.required_level:
+            found.append(within)
+        return found
 
     def check_job(self, job: JobInfo, request: list[int]) -> tuple[PendingCode, str] | None:
         assert self.session is not None
         index = self.session.index
         index.allowed = None
+        if index.allowed_for:
+            index.allowed_for = {}
         constraint = job.topology
-        if constraint is None or not (constraint.required_level or constraint.preferred_level):
+        if constraint is None:
             return None
+        self._failed = None
+        levelled = bool(constraint.required_level or constraint.preferred_level)
+        if not levelled:
+            if not job.sub_group_specs:
+                return None
+            fits, _ = self._fits(job)
+            if fits or self._failed is None:
+                return None
+            return ("NoNodeFits", self._sub_group_unsatisfied(job, self._failed))
         nodes = self.session.nodes
         best: tuple[int, int, tuple[str, ...]] | None = None
         """At the required level: the most pods a domain could place, its free GPU and its label values."""
@@ -121,7 +241,36 @@ class TopologyPlugin:
             index.allowed = None
         if constraint.required_level:
             return ("NoNodeFits", self._unsatisfied(job, constraint, constraint.required_level, best))
+        if self._failed is not None:
+            return ("NoNodeFits", self._sub_group_unsatisfied(job, self._failed))
         return None
+
+    def _sub_group_unsatisfied(self, job: JobInfo, spec: SubGroupSpec) -> str:
+        """KAI's words for a subgroup whose required level no domain satisfies, with what the subgroup needs."""
+        constraint = spec.topology_constraint
+        assert constraint is not None
+        level = constraint.required_level or constraint.preferred_level or ""
+        names = self._subtree(job, spec.name)
+        pending = [t for t in job.tasks if t.status == PENDING and t.sub_group in names]
+        gpu = sum(t.gpu_whole * UNIT + t.gpu_frac * t.gpu_devices for t in pending)
+        found = len(self.domains(constraint, level))
+        return (
+            f"topology {constraint.topology or '(none named)'}, requirement {level} couldn't be satisfied for job"
+            f" <{job.key}>, subgroup {spec.name}: no {level} domain (of {found}) can place the subgroup's minimum"
+            f" with its {len(pending)} pending pods ({gpu / UNIT:g} GPU)"
+        )
+
+    @staticmethod
+    def _subtree(job: JobInfo, name: str) -> set[str]:
+        names = {name}
+        grew = True
+        while grew:
+            grew = False
+            for s in job.sub_group_specs:
+                if s.parent in names and s.name not in names:
+                    names.add(s.name)
+                    grew = True
+        return names
 
     def _unsatisfied(
         self,

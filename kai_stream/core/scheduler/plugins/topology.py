@@ -13,6 +13,12 @@ be placed (now or on releasing capacity). No domain at the required level fits -
 ``NoNodeFits`` and KAI's words ("topology T, requirement L couldn't be satisfied for job <ns/name>") with what the
 job needs and the most the best domain could place; a preferred level alone never refuses. Unconstrained jobs
 clear the restriction.
+
+Subgroups (``spec.subGroups[].topologyConstraint``, KAI's subgroup sets and pod sets): inside the job's domain,
+each subgroup with a constraint is tried in the domains of its own levels (preferred, then required, tightest
+first, inside its parent's domain) for the tasks the job offers in this pass; the first domain where the subgroup
+reaches its minMember is kept for its tasks (``NodeIndex.allowed_for``). A subgroup whose required level no domain
+satisfies refuses the job with KAI's words naming the subgroup (", subgroup S").
 """
 
 from __future__ import annotations
@@ -213,21 +219,13 @@ class TopologyPlugin:
         constraint = job.topology
         if constraint is None:
             return None
-        self._failed = None
-        levelled = bool(constraint.required_level or constraint.preferred_level)
-        if not levelled:
-            if not job.sub_group_specs:
-                return None
-            fits, _ = self._fits(job)
-            if fits or self._failed is None:
-                return None
-            return ("NoNodeFits", self._sub_group_unsatisfied(job, self._failed))
         nodes = self.session.nodes
         best: tuple[int, int, tuple[str, ...]] | None = None
         """At the required level: the most pods a domain could place, its free GPU and its label values."""
         for level in (constraint.preferred_level, constraint.required_level):
             if not level:
                 continue
+            self._failed = None
             ranked = sorted(
                 (self._free_gpu(nodes, d[1]), len(d[1]), d[0], d[1]) for d in self.domains(constraint, level)
             )
@@ -240,24 +238,32 @@ class TopologyPlugin:
                     best = (placed, free, values)
             index.allowed = None
         if constraint.required_level:
+            if self._failed is not None:
+                return ("NoNodeFits", self._sub_group_unsatisfied(job, self._failed))
             return ("NoNodeFits", self._unsatisfied(job, constraint, constraint.required_level, best))
-        if self._failed is not None:
-            return ("NoNodeFits", self._sub_group_unsatisfied(job, self._failed))
-        return None
+        if not job.sub_group_specs:
+            return None
+        self._failed = None
+        fits, _ = self._fits(job)
+        if fits or self._failed is None:
+            return None
+        return ("NoNodeFits", self._sub_group_unsatisfied(job, self._failed))
 
     def _sub_group_unsatisfied(self, job: JobInfo, spec: SubGroupSpec) -> str:
         """KAI's words for a subgroup whose required level no domain satisfies, with what the subgroup needs."""
         constraint = spec.topology_constraint
         assert constraint is not None
-        level = constraint.required_level or constraint.preferred_level or ""
+        level = constraint.required_level or ""
         names = self._subtree(job, spec.name)
+        parents = {s.parent for s in job.sub_group_specs}
+        need = sum(s.min_member for s in job.sub_group_specs if s.name in names and s.name not in parents)
         pending = [t for t in job.tasks if t.status == PENDING and t.sub_group in names]
         gpu = sum(t.gpu_whole * UNIT + t.gpu_frac * t.gpu_devices for t in pending)
         found = len(self.domains(constraint, level))
         return (
             f"topology {constraint.topology or '(none named)'}, requirement {level} couldn't be satisfied for job"
-            f" <{job.key}>, subgroup {spec.name}: no {level} domain (of {found}) can place the subgroup's minimum"
-            f" with its {len(pending)} pending pods ({gpu / UNIT:g} GPU)"
+            f" <{job.key}>, subgroup {spec.name}: it needs {need} of its {len(pending)} pending pods"
+            f" ({gpu / UNIT:g} GPU) in one {level} domain; none of the {found} domains can hold them"
         )
 
     @staticmethod

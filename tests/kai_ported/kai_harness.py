@@ -17,11 +17,12 @@ KAI's test builders (``pkg/scheduler/test_utils``), as learnt from them:
 A *unit* case runs its action once on the session and compares statuses (``Releasing`` after an eviction,
 ``Pipelined`` after a nomination, ``Running`` after a bind; ``Binding`` after allocate's, as its tests say), and
 KAI's cache mock limits: no more binds, evictions and pipelines than ``Mocks.CacheRequirements`` allows. An
-*integration* case follows KAI's integration harness: rounds of all actions on a session rebuilt from the test's objects, where after each round
-releasing pods come back pending (or stay releasing for ``DeleteJobInTest``), pipelined pods go back to pending
-and bound pods run; after ``RoundsUntilMatch`` (2) rounds the objects must match, and after each of
-``RoundsAfterMatch`` (5) more rounds the session must still match. KAI's test sessions leave the staleness grace
-period at its zero value, so a gang below its minimum is evicted at once (``stale_gang_grace_s`` 0).
+*integration* case follows KAI's integration harness: rounds of all actions on a session rebuilt from the test's
+objects, where after each round releasing pods come back pending (or stay releasing for ``DeleteJobInTest``),
+pipelined pods go back to pending and bound pods run; after ``RoundsUntilMatch`` (2) rounds the objects must match,
+and after each of ``RoundsAfterMatch`` (5) more rounds the session must still match. KAI's test sessions leave the
+staleness grace period at its zero value, so a gang below its minimum is evicted at once (``stale_gang_grace_s``
+0).
 """
 
 from __future__ import annotations

@@ -110,6 +110,9 @@ class NodeIndex:
         self.allowed_for: dict[str, AbstractSet[int]] = {}
         """Per task uid, the only node indices that task may take (its subgroup's topology domain), in place of
         ``allowed`` for ``find``, ``find_free`` and ``find_among``."""
+        self.tiers: list[frozenset[int]] | None = None
+        """When set, ``find`` and ``find_free`` search these node sets in turn (free capacity in every one first):
+        the preferred-level topology scores of the current job."""
 
     # ------------------------------------------------------------------ maintenance
 
@@ -203,8 +206,26 @@ class NodeIndex:
         finally:
             self.allowed = outer
 
+    def _tiered(self, searches: tuple[Callable[[TaskInfo], Placement | None], ...], task: TaskInfo) -> Placement | None:
+        """Each of ``searches`` over the ``tiers`` in turn (inside the task's own nodes), the first placement found."""
+        assert self.tiers is not None
+        outer = self.allowed
+        base = self.allowed_for.get(task.uid, outer)
+        try:
+            for search in searches:
+                for tier in self.tiers:
+                    self.allowed = tier if base is None else frozenset(i for i in tier if i in base)
+                    found = search(task)
+                    if found is not None:
+                        return found
+            return None
+        finally:
+            self.allowed = outer
+
     def find(self, task: TaskInfo) -> Placement | None:
         """Best placement on free capacity, else on releasing capacity (pipelined), else None."""
+        if self.tiers is not None:
+            return self._tiered((self._find_now, self._find), task)
         if self.allowed_for and task.uid in self.allowed_for:
             return self._narrowed(self._find, task)
         return self._find(task)
@@ -280,6 +301,8 @@ class NodeIndex:
 
     def find_free(self, task: TaskInfo) -> Placement | None:
         """Best placement on free capacity only (no pipelining)."""
+        if self.tiers is not None:
+            return self._tiered((self._find_now,), task)
         if self.allowed_for and task.uid in self.allowed_for:
             return self._narrowed(self._find_now, task)
         return self._find_now(task)

@@ -7,16 +7,19 @@ lacking any label of the Topology, deeper levels included, is outside it and bel
 Topology naming the level, the level's label alone defines the domains.
 
 When a constrained job comes up (the job check every action runs before placing a job), the plugin tries the
-domains at the preferred level, then at the required level, each list tightest first (least free GPU, then
-fewest nodes, then label values), and restricts the node index to the first domain where the whole gang can
-be placed (now or on releasing capacity). No domain at the required level fits -> the job is refused with
-``NoNodeFits`` and KAI's words ("topology T, requirement L couldn't be satisfied for job <ns/name>") with what the
-job needs and the most the best domain could place; a preferred level alone never refuses. Unconstrained jobs
-clear the restriction.
+domains of KAI's relevant levels (``relevant_levels``: from the preferred level, else the required one, up to the
+required level, else up to the whole cluster), each level in KAI's order (``ranked``: under their parent's
+domain, the fullest for the job first, then label value), and restricts the node index to the first domain where
+the whole gang can be placed (now or on releasing capacity). A preferred level also orders the nodes the job's
+tasks take (``NodeIndex.tiers``: KAI's preferred-level node scores, which favour the domains last in that order),
+which matters when no preferred domain holds the job. No domain at the required level fits -> the job is refused
+with ``NoNodeFits`` and KAI's words ("topology T, requirement L couldn't be satisfied for job <ns/name>") with
+what the job needs and the most the best domain could place; a preferred level alone never refuses.
+Unconstrained jobs clear the restriction.
 
 Subgroups (``spec.subGroups[].topologyConstraint``, KAI's subgroup sets and pod sets): inside the job's domain,
-each subgroup with a constraint is tried in the domains of its own levels (preferred, then required, tightest
-first, inside its parent's domain) for the tasks the job offers in this pass; the first domain where the subgroup
+each subgroup with a constraint is tried in the domains of its own relevant levels (in KAI's order, inside its
+parent's domain) for the tasks the job offers in this pass; the first domain where the subgroup
 reaches its minMember is kept for its tasks (``NodeIndex.allowed_for``). A subgroup whose required level no domain
 satisfies refuses the job with KAI's words naming the subgroup (", subgroup S").
 """
@@ -86,6 +89,79 @@ class TopologyPlugin:
         self._domains[key] = found
         return found
 
+    def relevant_levels(self, constraint: TopologyConstraint) -> list[str | None]:
+        """KAI's levels a constrained job is tried at, narrowest first: from the preferred level (else the required
+        one) up to the required level, or up to the whole cluster (None) without one. Without a Topology naming
+        the levels: the preferred level, then the required one (or the whole cluster)."""
+        first = constraint.preferred_level or constraint.required_level
+        assert first is not None
+        _, every = self._levels(constraint, first)
+        order: list[str | None] = [*reversed(every), None]
+        last: str | None = constraint.required_level
+        if first not in every or (last is not None and last not in every):
+            named: list[str | None] = [level for level in (constraint.preferred_level, last) if level]
+            return named if last else [*named, None]
+        start = order.index(first)
+        return order[start : order.index(last) + 1]
+
+    def ranked(
+        self, constraint: TopologyConstraint, level: str, within: AbstractSet[int] | None, request: tuple[int, int, int]
+    ) -> list[Domain]:
+        """The domains at ``level`` inside ``within`` in KAI's order (``sortTree``, then level order): each level's
+        domains under their parent's, siblings by the share of their free resources (idle and releasing) the job
+        ``request`` (GPU milli, CPU milli, memory) would take, largest first (the fullest), then label value."""
+        assert self.session is not None
+        nodes = self.session.nodes
+        found = [
+            (values, members if within is None else frozenset(i for i in members if i in within))
+            for values, members in self.domains(constraint, level)
+        ]
+        found = [(values, members) for values, members in found if members]
+        free: dict[tuple[str, ...], list[int]] = {}
+        for values, members in found:
+            own = self._free(nodes, members)
+            for k in range(1, len(values) + 1):
+                total = free.setdefault(values[:k], [0, 0, 0])
+                for r in range(3):
+                    total[r] += own[r]
+
+        def ratio(prefix: tuple[str, ...]) -> float:
+            share = 0.0
+            for need, have in zip(request, free[prefix], strict=True):
+                if need > 0:
+                    share = max(share, need / have if have > 0 else 1000.0)
+            return share
+
+        return sorted(found, key=lambda d: tuple((-ratio(d[0][: k + 1]), d[0][k]) for k in range(len(d[0]))))
+
+    @staticmethod
+    def _free(nodes: list[NodeInfo], members: AbstractSet[int]) -> tuple[int, int, int]:
+        gpu = cpu = mem = 0
+        for i in sorted(members):
+            node = nodes[i]
+            gpu += sum(node.gpu_free_future(g) for g in range(len(node.healthy)) if node.healthy[g])
+            cpu += node.cpu_free_future()
+            mem += node.mem_free_future()
+        return gpu, cpu, mem
+
+    @staticmethod
+    def _request(tasks: list[TaskInfo]) -> tuple[int, int, int]:
+        gpu = sum(t.gpu_whole * UNIT + t.gpu_frac * t.gpu_devices for t in tasks)
+        return gpu, sum(t.cpu for t in tasks), sum(t.mem for t in tasks)
+
+    def _tiers(self, constraint: TopologyConstraint, request: tuple[int, int, int]) -> list[frozenset[int]]:
+        """KAI's preferred-level node scores (``calculateNodeScores``) as node tiers, best first: the i-th of n
+        preferred-level domains in KAI's order scores floor(10 (i + 1) / n), so the last ones (the emptiest) go
+        first; nodes outside the topology last."""
+        assert self.session is not None and constraint.preferred_level
+        ordered = self.ranked(constraint, constraint.preferred_level, None, request)
+        by_score: dict[int, set[int]] = {}
+        for i, (_, members) in enumerate(ordered):
+            by_score.setdefault(10 * (i + 1) // len(ordered), set()).update(members)
+        inside = set().union(*by_score.values()) if by_score else set()
+        rest = frozenset(n.idx for n in self.session.nodes if n.idx not in inside)
+        return [frozenset(by_score[k]) for k in sorted(by_score, reverse=True)] + ([rest] if rest else [])
+
     @staticmethod
     def _free_gpu(nodes: list[NodeInfo], members: frozenset[int]) -> int:
         total = 0
@@ -149,7 +225,7 @@ class TopologyPlugin:
             if child.parent != name:
                 continue
             placed_child = -1
-            for members in self._sub_domains(child, within):
+            for members in self._sub_domains(job, offered, child, within):
                 checkpoint = stmt.checkpoint()
                 got = self._place_group(job, offered, child, members, stmt, narrowed)
                 if got >= 0 and self._reached(job, child):
@@ -190,52 +266,52 @@ class TopologyPlugin:
         active = sum(1 for t in job.tasks if t.sub_group == spec.name and t.status in (ALLOCATED, PIPELINED, RUNNING))
         return active >= spec.min_member
 
-    def _sub_domains(self, spec: SubGroupSpec, within: AbstractSet[int] | None) -> list[AbstractSet[int] | None]:
-        """The node sets subgroup ``spec`` may be tried in, in order: its preferred-level domains, then its
-        required-level ones (each inside ``within``, tightest first); ``within`` itself last unless a required
-        level is given."""
+    def _sub_domains(
+        self, job: JobInfo, offered: list[TaskInfo], spec: SubGroupSpec, within: AbstractSet[int] | None
+    ) -> list[AbstractSet[int] | None]:
+        """The node sets subgroup ``spec`` may be tried in, in order: the domains of its relevant levels inside
+        ``within`` (``relevant_levels``, each level in KAI's order for the subgroup's offered tasks); ``within``
+        itself last unless a required level is given."""
         constraint = spec.topology_constraint
         if constraint is None or not (constraint.required_level or constraint.preferred_level):
             return [within]
         assert self.session is not None
-        nodes = self.session.nodes
+        request = self._request([t for t in offered if t.sub_group in self._subtree(job, spec.name)])
         found: list[AbstractSet[int] | None] = []
-        for level in (constraint.preferred_level, constraint.required_level):
-            if not level:
-                continue
-            inside = [members if within is None else members & within for _, members in self.domains(constraint, level)]
-            ranked = sorted((self._free_gpu(nodes, m), len(m), sorted(m)) for m in inside if m)
-            found.extend(frozenset(m) for _, _, m in ranked)
-        if not constraint.required_level:
-            found.append(within)
+        for level in self.relevant_levels(constraint):
+            if level is None:
+                found.append(within)
+                break
+            found.extend(members for _, members in self.ranked(constraint, level, within, request))
         return found
 
     def check_job(self, job: JobInfo, request: list[int]) -> tuple[PendingCode, str] | None:
         assert self.session is not None
         index = self.session.index
-        index.allowed = None
+        index.allowed = index.tiers = None
         if index.allowed_for:
             index.allowed_for = {}
         constraint = job.topology
         if constraint is None:
             return None
+        needs = self._request(self.session.to_allocate(job))
+        if constraint.preferred_level:
+            index.tiers = self._tiers(constraint, needs)
         nodes = self.session.nodes
         best: tuple[int, int, tuple[str, ...]] | None = None
         """At the required level: the most pods a domain could place, its free GPU and its label values."""
-        for level in (constraint.preferred_level, constraint.required_level):
-            if not level:
-                continue
+        levelled = bool(constraint.required_level or constraint.preferred_level)
+        for level in self.relevant_levels(constraint) if levelled else []:
+            if level is None:
+                break
             self._failed = None
-            ranked = sorted(
-                (self._free_gpu(nodes, d[1]), len(d[1]), d[0], d[1]) for d in self.domains(constraint, level)
-            )
-            for free, _, values, members in ranked:
+            for values, members in self.ranked(constraint, level, None, needs):
                 index.allowed = members
                 fits, placed = self._fits(job)
                 if fits:
                     return None
                 if level == constraint.required_level and (best is None or placed > best[0]):
-                    best = (placed, free, values)
+                    best = (placed, self._free_gpu(nodes, members), values)
             index.allowed = None
         if constraint.required_level:
             if self._failed is not None:

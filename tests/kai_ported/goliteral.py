@@ -2,7 +2,8 @@
 
 ``parse_value`` turns ``pkg.Type{Field: value, ...}`` / ``[]T{...}`` / ``map[K]V{...}`` into dicts and lists
 (type names dropped), and small expressions (numbers, strings, KAI's priority constants, ``a * b``, pointer
-helpers such as ``ptr.To(x)``) into Python values. Anything else raises ``Unsupported`` naming what it met,
+helpers such as ``ptr.To(x)``) into Python values; KAI's subgroup builders and the test helpers of
+``TEST_HELPERS`` are run. Anything else raises ``Unsupported`` naming what it met,
 so that a test that uses it is listed as not ported rather than half-read.
 """
 
@@ -41,6 +42,23 @@ POINTER_HELPERS = {
 }
 SUBGROUP = "jobs_fake.DefaultSubGroup"
 SUBGROUP_CALLS = ("subgroup_info.NewSubGroupSet", "subgroup_info.NewPodSet")
+
+
+def _even_topology_nodes(zones: int, spines: int, racks: int, per_rack: int, gpus: int) -> dict[str, Any]:
+    """KAI's ``buildEvenlyDistributedTopologyNodes`` (allocateTopology_test.go): node0, node1, ... filled zone by
+    zone, spine by spine, rack by rack; spines and racks numbered across the whole cluster from 1."""
+    nodes: dict[str, Any] = {}
+    for z in range(zones):
+        for sp in range(spines):
+            for r in range(racks):
+                rack = 1 + r + racks * (sp + spines * z)
+                for _ in range(per_rack):
+                    labels = {"k8s.io/zone": f"zone{z + 1}", "k8s.io/spine": f"spine{1 + sp + spines * z}"}
+                    nodes[f"node{len(nodes)}"] = {"GPUs": gpus, "Labels": {**labels, "k8s.io/rack": f"rack{rack}"}}
+    return nodes
+
+
+TEST_HELPERS = {"buildEvenlyDistributedTopologyNodes": _even_topology_nodes}
 _TOKEN = re.compile(
     r"\s+|//[^\n]*|/\*.*?\*/|(?P<str>\"(?:\\.|[^\"\\])*\"|`[^`]*`)|(?P<num>\d+\.?\d*(?:[eE][-+]?\d+)?)"
     r"|(?P<id>[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*)|(?P<op>[{}\[\]():,&*+\-/<>=!.])",
@@ -116,6 +134,8 @@ class Parser:
         nxt = self.peek(1)
         if tok.text in SUBGROUP_CALLS and nxt is not None and nxt.text == "(":
             return self.subgroup_call()
+        if tok.text in TEST_HELPERS and nxt is not None and nxt.text == "(":
+            return TEST_HELPERS[tok.text](*self.call_arguments())
         if tok.text == "{":
             return self.composite()
         if (tok.text in ("&", "[", "*") or tok.kind == "id") and self._type_then_brace():
@@ -125,7 +145,17 @@ class Parser:
     def subgroup_call(self) -> dict[str, Any]:
         """``NewSubGroupSet(name, constraint)`` -> ``{"subgroup_set", "topology", "children"}``;
         ``NewPodSet(name, minMember, constraint)`` -> ``{"pod_set", "min", "topology"}``."""
-        fn = self.take().text
+        fn = self.peek().text  # type: ignore[union-attr]
+        args = self.call_arguments()
+        if fn.endswith("NewSubGroupSet") and len(args) == 2:
+            return {"subgroup_set": args[0], "topology": args[1], "children": []}
+        if fn.endswith("NewPodSet") and len(args) == 3:
+            return {"pod_set": args[0], "min": args[1], "topology": args[2]}
+        raise Unsupported(f"call {fn} with {len(args)} arguments")
+
+    def call_arguments(self) -> list[Any]:
+        """The arguments of the call at the cursor (its name, then ``(...)``), each read as a value."""
+        self.take()
         self.take("(")
         args: list[Any] = []
         while self.peek() is not None and self.peek().text != ")":  # type: ignore[union-attr]
@@ -133,11 +163,7 @@ class Parser:
             if self.peek() is not None and self.peek().text == ",":  # type: ignore[union-attr]
                 self.pos += 1
         self.take(")")
-        if fn.endswith("NewSubGroupSet") and len(args) == 2:
-            return {"subgroup_set": args[0], "topology": args[1], "children": []}
-        if fn.endswith("NewPodSet") and len(args) == 3:
-            return {"pod_set": args[0], "min": args[1], "topology": args[2]}
-        raise Unsupported(f"call {fn} with {len(args)} arguments")
+        return args
 
     def subgroup_builder(self) -> dict[str, Any]:
         """A ``func() *subgroup_info.SubGroupSet { x := New...; x.AddPodSet(...); x.AddSubGroup(y); return x }()``

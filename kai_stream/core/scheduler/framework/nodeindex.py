@@ -113,6 +113,8 @@ class NodeIndex:
         self.tiers: list[frozenset[int]] | None = None
         """When set, ``find`` and ``find_free`` search these node sets in turn (free capacity in every one first):
         the preferred-level topology scores of the current job."""
+        self.tiers_for: dict[str, list[frozenset[int]]] = {}
+        """Per task uid, the tiers of its subgroup's preferred level, in place of ``tiers``."""
 
     # ------------------------------------------------------------------ maintenance
 
@@ -207,13 +209,17 @@ class NodeIndex:
             self.allowed = outer
 
     def _tiered(self, searches: tuple[Callable[[TaskInfo], Placement | None], ...], task: TaskInfo) -> Placement | None:
-        """Each of ``searches`` over the ``tiers`` in turn (inside the task's own nodes), the first placement found."""
-        assert self.tiers is not None
+        """Each of ``searches`` over the task's tiers in turn (inside the task's own nodes), the first placement
+        found; without tiers, the last search inside the task's own nodes."""
         outer = self.allowed
         base = self.allowed_for.get(task.uid, outer)
+        tiers = self.tiers_for.get(task.uid, self.tiers)
         try:
+            if tiers is None:
+                self.allowed = base
+                return searches[-1](task)
             for search in searches:
-                for tier in self.tiers:
+                for tier in tiers:
                     self.allowed = tier if base is None else frozenset(i for i in tier if i in base)
                     found = search(task)
                     if found is not None:
@@ -224,10 +230,8 @@ class NodeIndex:
 
     def find(self, task: TaskInfo) -> Placement | None:
         """Best placement on free capacity, else on releasing capacity (pipelined), else None."""
-        if self.tiers is not None:
+        if self.tiers is not None or self.allowed_for or self.tiers_for:
             return self._tiered((self._find_now, self._find), task)
-        if self.allowed_for and task.uid in self.allowed_for:
-            return self._narrowed(self._find, task)
         return self._find(task)
 
     def _find(self, task: TaskInfo) -> Placement | None:
@@ -301,10 +305,8 @@ class NodeIndex:
 
     def find_free(self, task: TaskInfo) -> Placement | None:
         """Best placement on free capacity only (no pipelining)."""
-        if self.tiers is not None:
+        if self.tiers is not None or self.allowed_for or self.tiers_for:
             return self._tiered((self._find_now,), task)
-        if self.allowed_for and task.uid in self.allowed_for:
-            return self._narrowed(self._find_now, task)
         return self._find_now(task)
 
     def _find_now(self, task: TaskInfo) -> Placement | None:

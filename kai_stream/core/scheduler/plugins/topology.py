@@ -149,12 +149,14 @@ class TopologyPlugin:
         gpu = sum(t.gpu_whole * UNIT + t.gpu_frac * t.gpu_devices for t in tasks)
         return gpu, sum(t.cpu for t in tasks), sum(t.mem for t in tasks)
 
-    def _tiers(self, constraint: TopologyConstraint, request: tuple[int, int, int]) -> list[frozenset[int]]:
+    def _tiers(
+        self, constraint: TopologyConstraint, request: tuple[int, int, int], within: AbstractSet[int] | None = None
+    ) -> list[frozenset[int]]:
         """KAI's preferred-level node scores (``calculateNodeScores``) as node tiers, best first: the i-th of n
-        preferred-level domains in KAI's order scores floor(10 (i + 1) / n), so the last ones (the emptiest) go
-        first; nodes outside the topology last."""
+        preferred-level domains (inside ``within``) in KAI's order scores floor(10 (i + 1) / n), so the last ones
+        (the emptiest) go first; the other nodes last."""
         assert self.session is not None and constraint.preferred_level
-        ordered = self.ranked(constraint, constraint.preferred_level, None, request)
+        ordered = self.ranked(constraint, constraint.preferred_level, within, request)
         by_score: dict[int, set[int]] = {}
         for i, (_, members) in enumerate(ordered):
             by_score.setdefault(10 * (i + 1) // len(ordered), set()).update(members)
@@ -211,12 +213,15 @@ class TopologyPlugin:
         within: AbstractSet[int] | None,
         stmt: Statement,
         narrowed: dict[str, AbstractSet[int]],
+        tiers: list[frozenset[int]] | None = None,
     ) -> int:
         """Place the tasks the job offers in this pass (``Session.to_allocate``, as KAI picks each subgroup's
         domain for the tasks it allocates now) of subgroup ``spec`` (None: the whole job) inside ``within``: its child
         subgroups first, each in a domain of its own constraint inside ``within`` (tried tightest first, the
-        first where the child reaches its minMember kept), then its own pods; how many were placed, or -1 when a
-        child subgroup with a required level fits no domain (the first such failure is kept for the reason)."""
+        first where the child reaches its minMember kept), then its own pods, in the node tiers of the nearest
+        subgroup with a preferred level (``tiers``; None: the job's, ``NodeIndex.tiers``); how many were placed, or
+        -1 when a child subgroup with a required level fits no domain (the first such failure is kept for the
+        reason)."""
         assert self.session is not None
         index = self.session.index
         name = None if spec is None else spec.name
@@ -225,9 +230,14 @@ class TopologyPlugin:
             if child.parent != name:
                 continue
             placed_child = -1
+            child_tiers = tiers
+            constraint = child.topology_constraint
+            if constraint is not None and constraint.preferred_level:
+                needs = self._request([t for t in offered if t.sub_group in self._subtree(job, child.name)])
+                child_tiers = self._tiers(constraint, needs, within)
             for members in self._sub_domains(job, offered, child, within):
                 checkpoint = stmt.checkpoint()
-                got = self._place_group(job, offered, child, members, stmt, narrowed)
+                got = self._place_group(job, offered, child, members, stmt, narrowed, child_tiers)
                 if got >= 0 and self._reached(job, child):
                     placed_child = got
                     break
@@ -240,6 +250,9 @@ class TopologyPlugin:
             placed += placed_child
         own = [t for t in offered if t.status == PENDING and self._leaf_of(job, t) == name]
         if own:
+            if tiers is not None:
+                for task in own:
+                    index.tiers_for[task.uid] = tiers
             outer, index.allowed = index.allowed, within
             try:
                 placed += self._place(own, stmt)
@@ -291,6 +304,8 @@ class TopologyPlugin:
         index.allowed = index.tiers = None
         if index.allowed_for:
             index.allowed_for = {}
+        if index.tiers_for:
+            index.tiers_for = {}
         constraint = job.topology
         if constraint is None:
             return None

@@ -43,6 +43,8 @@ def expressible(case: Case) -> str | None:
                 return f"{field} has no manifest field here"
         per_task = float(job.get("RequiredGPUsPerTask", 0) or 0)
         for task in job.get("Tasks") or []:
+            if task.get("NodeAffinityNames"):
+                return "node affinity is not written here"
             state = task.get("State", "Pending")
             if state not in ("Pending", "Running"):
                 return f"a task in state {state}"

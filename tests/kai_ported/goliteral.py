@@ -20,6 +20,7 @@ CONSTANTS: dict[str, Any] = {
     "constants.PriorityInferenceNumber": 125,
     "commonconstants.DefaultQueuePriority": 100,
     "subgroup_info.RootSubGroupSetName": "",
+    "tasks_fake.NodeAffinityKey": "kai.scheduler/type",
     "true": True,
     "false": False,
     "nil": None,
@@ -208,7 +209,7 @@ class Parser:
             assert tok is not None
             if nxt is not None and nxt.text == ":" and tok.kind in ("id", "str", "num"):
                 self.pos += 2
-                key = _literal(tok)
+                key = CONSTANTS.get(tok.text, _literal(tok)) if tok.kind == "id" else _literal(tok)
                 keyed[key] = self.value()
             else:
                 items.append(self.value())

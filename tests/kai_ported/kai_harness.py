@@ -39,7 +39,9 @@ from kai_stream.core.events import (
     BindRequested,
     Decision,
     EvictionRequested,
+    NodeAffinityTerm,
     NodeObserved,
+    NodeSelectorRequirement,
     NodeSpec,
     PodGroupObserved,
     PodGroupSpec,
@@ -71,6 +73,7 @@ CASES = Path(__file__).parent / "cases"
 NOW = 1_000_000.0
 NAMESPACE = "test"
 ALL_ACTIONS = DEFAULT_ACTIONS
+NODE_TYPE_LABEL = "kai.scheduler/type"
 
 
 @dataclass(frozen=True)
@@ -237,6 +240,14 @@ def _sub_groups(tree: Any, parent: str | None) -> list[SubGroupSpec]:
     return found
 
 
+def _node_affinity(names: list[str]) -> tuple[NodeAffinityTerm, ...]:
+    """KAI's ``NodeAffinityNames``: a required node affinity on label ``kai.scheduler/type`` (tasks_fake)."""
+    if not names:
+        return ()
+    requirement = NodeSelectorRequirement(key=NODE_TYPE_LABEL, operator="In", values=tuple(names))
+    return (NodeAffinityTerm(match_expressions=(requirement,)),)
+
+
 def topology_events(topology: dict[str, Any]) -> list[AnyEvent]:
     """KAI's ``Topology`` objects: their level labels, widest first."""
     events: list[AnyEvent] = []
@@ -362,6 +373,7 @@ def job_events(topology: dict[str, Any]) -> list[AnyEvent]:
                 node_name=node if placed else None,
                 gpu_indices=indices,
                 sub_group=task.get("SubGroupName") or None,
+                affinity=_node_affinity(task.get("NodeAffinityNames") or []),
                 phase="Running" if placed else "Pending",
                 terminating=state == "Releasing",
                 created=created,

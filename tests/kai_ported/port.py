@@ -50,8 +50,8 @@ def _inexpressible(topology: dict[str, Any]) -> str:
         for task in job.get("Tasks") or []:
             if task.get("ResourceClaimNames") or task.get("ResourceClaimTemplates"):
                 return "DRA resource claims on pods: the project has no DRA model"
-            if task.get("NodeAffinityNames") or task.get("PodAffinityLabels"):
-                return "pod (anti-)affinity to fake node types: not built by the harness yet"
+            if task.get("PodAffinityLabels"):
+                return "pod (anti-)affinity: not modelled by the project"
             if task.get("Priority") is not None:
                 return "task order label (kai.scheduler/task-order): not modelled by the project"
         if job.get("RequiredMultiFractionDevicesPerTask"):

@@ -54,7 +54,7 @@ spec:
 
 def _pod(name: str, sub_group: str, second: int, node: str | None = None) -> str:
     group = f"annotations: {{pod-group-name: pg}}\n  labels: {{kai.scheduler/subgroup-name: {sub_group}}}"
-    if node is not None:
+    if not sub_group:
         group = "labels: {kai.scheduler/queue: qa}"
     return f"""---
 apiVersion: v1
@@ -141,3 +141,13 @@ def test_the_manifest_carries_each_subgroups_constraint_and_parent() -> None:
 def test_a_subgroup_constraint_that_is_not_a_mapping_is_refused() -> None:
     with pytest.raises(ManifestError, match=r"spec.subGroups\[0\].topologyConstraint"):
         load_scenario(CLUSTER + _group(1, "[{name: a, topologyConstraint: rack}]"))
+
+
+def test_an_elastic_subgroups_next_pod_joins_the_rack_of_its_running_one() -> None:
+    """Subgroup a (minMember 1, required rack) runs a0 on n1 (rack r1, 3 GPUs free there); a1 comes next. Rack r2
+    (1 GPU free: n3 and n4 mostly taken) is the fuller rack, which KAI's order tries first, but a1 must join a0 in
+    r1."""
+    subs = "[{name: a, minMember: 1, topologyConstraint: {topology: dc, requiredTopologyLevel: rack}}]"
+    running = _pod("a0", "a", 5, "n1")
+    placed = _placed(_run(_group(1, subs) + running, [("a1", "a")], busy=("n3", "n4", "n4", "n1")))
+    assert NODES[placed["a1"]][1] == "r1"

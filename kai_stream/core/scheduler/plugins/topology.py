@@ -20,7 +20,8 @@ Unconstrained jobs clear the restriction.
 Subgroups (``spec.subGroups[].topologyConstraint``, KAI's subgroup sets and pod sets): inside the job's domain,
 each subgroup with a constraint is tried in the domains of its own relevant levels (in KAI's order, inside its
 parent's domain) for the tasks the job offers in this pass; the first domain where the subgroup
-reaches its minMember is kept for its tasks (``NodeIndex.allowed_for``). A subgroup whose required level no domain
+reaches its minMember is kept for its tasks (``NodeIndex.allowed_for``). With a required level, a job's or
+subgroup's next pods stay in the required domain of its active ones (``_home``). A subgroup whose required level no domain
 satisfies refuses the job with KAI's words naming the subgroup (", subgroup S").
 """
 
@@ -133,6 +134,21 @@ class TopologyPlugin:
             return share
 
         return sorted(found, key=lambda d: tuple((-ratio(d[0][: k + 1]), d[0][k]) for k in range(len(d[0]))))
+
+    def _home(
+        self, constraint: TopologyConstraint, tasks: list[TaskInfo], within: AbstractSet[int] | None
+    ) -> AbstractSet[int] | None:
+        """``within`` narrowed to the required-level domain that already holds the active pods among ``tasks``
+        (KAI's ``getRelevantDomainsWithAllocatedPods``: an elastic job's or subgroup's next pods join the running
+        ones); ``within`` itself without a required level or active pods."""
+        level = constraint.required_level
+        active = sorted(t.node.idx for t in tasks if t.node is not None and t.status in (RUNNING, ALLOCATED, PIPELINED))
+        if not level or not active:
+            return within
+        for _, members in self.domains(constraint, level):
+            if active[0] in members:
+                return members if within is None else frozenset(i for i in members if i in within)
+        return within
 
     @staticmethod
     def _free(nodes: list[NodeInfo], members: AbstractSet[int]) -> tuple[int, int, int]:
@@ -289,7 +305,9 @@ class TopologyPlugin:
         if constraint is None or not (constraint.required_level or constraint.preferred_level):
             return [within]
         assert self.session is not None
-        request = self._request([t for t in offered if t.sub_group in self._subtree(job, spec.name)])
+        names = self._subtree(job, spec.name)
+        request = self._request([t for t in offered if t.sub_group in names])
+        within = self._home(constraint, [t for t in job.tasks if t.sub_group in names], within)
         found: list[AbstractSet[int] | None] = []
         for level in self.relevant_levels(constraint):
             if level is None:
@@ -320,7 +338,7 @@ class TopologyPlugin:
             if level is None:
                 break
             self._failed = None
-            for values, members in self.ranked(constraint, level, None, needs):
+            for values, members in self.ranked(constraint, level, self._home(constraint, job.tasks, None), needs):
                 index.allowed = members
                 fits, placed = self._fits(job)
                 if fits:

@@ -12,6 +12,7 @@ import pytest
 from kai_stream.core.config import SchedulerConfig
 from kai_stream.core.events import BindRequested, PodGroupObserved, PodPending, TopologyConstraint
 from kai_stream.core.manifests import ManifestError, load_scenario
+from kai_stream.core.scheduler.plugins.topology import TopologyPlugin
 from kai_stream.simulate import SimulationResult, simulate
 
 NODES = {"n1": ("z1", "r1"), "n2": ("z1", "r1"), "n3": ("z1", "r2"), "n4": ("z1", "r2"), "n5": ("z2", "r3")}
@@ -151,3 +152,29 @@ def test_an_elastic_subgroups_next_pod_joins_the_rack_of_its_running_one() -> No
     running = _pod("a0", "a", 5, "n1")
     placed = _placed(_run(_group(1, subs) + running, [("a1", "a")], busy=("n3", "n4", "n4", "n1")))
     assert NODES[placed["a1"]][1] == "r1"
+
+
+DC = ("datacenter", "zone", "rack")
+
+
+@pytest.mark.parametrize(
+    ("levels", "required", "preferred", "expected"),
+    [
+        (DC, "zone", "rack", ["rack", "zone"]),
+        (DC, "zone", None, ["zone"]),
+        (DC, None, "rack", ["rack", "zone", "datacenter", None]),
+        (DC, "rack", None, ["rack"]),
+        (DC, None, "zone", ["zone", "datacenter", None]),
+        (("zone",), None, "zone", ["zone", None]),
+        (("datacenter", "region", "zone", "rack"), "region", "zone", ["zone", "region"]),
+    ],
+)
+def test_relevant_levels_are_kais(
+    levels: tuple[str, ...], required: str | None, preferred: str | None, expected: list[str | None]
+) -> None:
+    """KAI's ``TestTopologyPlugin_calculateRelevantDomainLevels`` (plugins/topology/job_filtering_test.go), the
+    cases with a result; KAI's "root" is None (the whole cluster)."""
+    plugin = TopologyPlugin()
+    plugin.topologies = {"test-topology": levels}
+    constraint = TopologyConstraint(topology="test-topology", required_level=required, preferred_level=preferred)
+    assert plugin.relevant_levels(constraint) == expected

@@ -121,6 +121,60 @@ def ordered_jobs(topology: dict[str, Any]) -> list[dict[str, Any]]:
     return sorted(topology.get("Jobs") or [], key=lambda j: -j.get("Priority", 0))
 
 
+NODE_TYPE_LABEL = "kai.scheduler/type"
+
+
+def constraint(literal: dict[str, Any] | None) -> ev.TopologyConstraint | None:
+    """KAI's ``TopologyConstraintInfo`` (None, or one naming no level: no constraint)."""
+    if not literal or not (literal.get("RequiredLevel") or literal.get("PreferredLevel")):
+        return None
+    return ev.TopologyConstraint(
+        topology=literal.get("Topology") or None,
+        required_level=literal.get("RequiredLevel") or None,
+        preferred_level=literal.get("PreferredLevel") or None,
+    )
+
+
+def sub_group_tree(tree: Any, parent: str | None) -> list[ev.SubGroupSpec]:
+    """The subgroups below a KAI ``SubGroupSet`` as the porter reads it (``{"children": ...}``): its sub-sets and
+    pod sets, depth first, each naming its parent (None: the root, the pod group itself)."""
+    if not isinstance(tree, dict) or "children" not in tree:
+        return []
+    found: list[ev.SubGroupSpec] = []
+    for child in tree["children"]:
+        name = child.get("subgroup_set", child.get("pod_set"))
+        member = int(child.get("min", 1)) if "pod_set" in child else 1
+        found.append(
+            ev.SubGroupSpec(
+                name=name,
+                min_member=max(1, member),
+                parent=parent,
+                topology_constraint=constraint(child.get("topology")),
+            )
+        )
+        found.extend(sub_group_tree(child, name))
+    return found
+
+
+def node_affinity(names: list[str]) -> tuple[ev.NodeAffinityTerm, ...]:
+    """KAI's ``NodeAffinityNames``: a required node affinity on label ``kai.scheduler/type`` (tasks_fake)."""
+    if not names:
+        return ()
+    requirement = ev.NodeSelectorRequirement(key=NODE_TYPE_LABEL, operator="In", values=tuple(names))
+    return (ev.NodeAffinityTerm(match_expressions=(requirement,)),)
+
+
+def topology_events(topology: dict[str, Any], now: float) -> list[ev.AnyEvent]:
+    """KAI's ``Topology`` objects: their level labels, widest first."""
+    events: list[ev.AnyEvent] = []
+    for t in topology.get("Topologies") or []:
+        name = t["ObjectMeta"]["Name"]
+        levels = tuple(level["NodeLabel"] for level in t["Spec"]["Levels"])
+        spec = ev.TopologySpec(name=name, levels=levels)
+        events.append(ev.TopologyObserved(event_id=f"t-{name}", ts=now, topology=spec))
+    return events
+
+
 def sub_groups(job: dict[str, Any]) -> list[tuple[str, int]] | None:
     """(name, minMember) of each pod set of the job's ``RootSubGroupSet`` (``default`` for a plain minimum), or
     None for all of its tasks."""
@@ -129,6 +183,10 @@ def sub_groups(job: dict[str, Any]) -> list[tuple[str, int]] | None:
         return None
     if isinstance(root, dict) and "__subgroup_min__" in root:
         return [("default", int(root["__subgroup_min__"]))]
+    if isinstance(root, dict) and "children" in root:
+        tree = sub_group_tree(root, None)
+        parents = {s.parent for s in tree if s.parent}
+        return [(s.name, s.min_member) for s in tree if s.name not in parents] or None
     text = root["$expr"] if isinstance(root, dict) and "$expr" in root else json.dumps(root)
     if m := re.fullmatch(r"jobs_fake\.DefaultSubGroup \( (\d+) \)", text):
         return [("default", int(m.group(1)))]
@@ -136,6 +194,13 @@ def sub_groups(job: dict[str, Any]) -> list[tuple[str, int]] | None:
     if not found:
         raise ValueError(f"unsupported RootSubGroupSet {text!r}")
     return [(n, int(k)) for n, k in found]
+
+
+def sub_group_specs(root: Any, groups: list[tuple[str, int]] | None) -> tuple[ev.SubGroupSpec, ...]:
+    """The PodGroup's ``spec.subGroups``: the porter's tree as it is, or the named pod sets of the other forms."""
+    if isinstance(root, dict) and "children" in root:
+        return tuple(sub_group_tree(root, None))
+    return tuple(ev.SubGroupSpec(name=n, min_member=k) for n, k in groups or () if n != "default")
 
 
 class _Gpus:
@@ -201,6 +266,7 @@ def job_events(topology: dict[str, Any], now: float) -> list[ev.AnyEvent]:
         name = job["Name"]
         tasks = job.get("Tasks") or []
         groups = sub_groups(job)
+        root = job.get("RootSubGroupSet")
         group = ev.PodGroupSpec(
             namespace=namespace,
             name=name,
@@ -210,7 +276,8 @@ def job_events(topology: dict[str, Any], now: float) -> list[ev.AnyEvent]:
             priority=priority,
             preemptible=preemptible,
             created=created,
-            sub_groups=tuple(ev.SubGroupSpec(name=n, min_member=k) for n, k in groups or () if n != "default"),
+            sub_groups=sub_group_specs(job.get("RootSubGroupSet"), groups),
+            topology_constraint=constraint(root.get("topology")) if isinstance(root, dict) else None,
         )
         events.append(ev.PodGroupObserved(event_id=f"g-{name}", ts=now, pod_group=group))
         per_task = float(job.get("RequiredGPUsPerTask", 0) or 0)
@@ -243,6 +310,7 @@ def job_events(topology: dict[str, Any], now: float) -> list[ev.AnyEvent]:
                 queue=job.get("QueueName", ""),
                 pod_group=name,
                 sub_group=task.get("SubGroupName") or None,
+                affinity=node_affinity(task.get("NodeAffinityNames") or []),
                 requests=ev.Resources(
                     gpu_milli=0 if gpu_memory else round(whole * 1000),
                     cpu_milli=round(cpu * 1000),
@@ -265,5 +333,10 @@ def job_events(topology: dict[str, Any], now: float) -> list[ev.AnyEvent]:
 
 
 def events(topology: dict[str, Any], now: float) -> list[ev.AnyEvent]:
-    """Queues, nodes, then jobs: the whole literal as observed events."""
-    return queue_events(topology, now) + node_events(topology, now) + job_events(topology, now)
+    """Queues, topologies, nodes, then jobs: the whole literal as observed events."""
+    return (
+        queue_events(topology, now)
+        + topology_events(topology, now)
+        + node_events(topology, now)
+        + job_events(topology, now)
+    )

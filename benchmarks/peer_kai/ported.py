@@ -32,7 +32,11 @@ def expressible(case: Case) -> str | None:
     topology = case.topology
     if topology.get("DeleteJobInTest") or any(j.get("DeleteJobInTest") for j in topology.get("Jobs") or []):
         return "deletes a job during the test"
+    if topology.get("Topologies"):
+        return "Topology objects and topology constraints are not written here"
     for job in topology.get("Jobs") or []:
+        if "children" in (job.get("RootSubGroupSet") or {}):
+            return "subgroups are not written here"
         if int(job.get("Priority", 0)) not in PRIORITY_CLASSES:
             return f"priority {job.get('Priority', 0)} has no PriorityClass"
         for field in ("Preemptibility", "RequiredGpuMemory", "JobAgeInMinutes"):
@@ -40,6 +44,8 @@ def expressible(case: Case) -> str | None:
                 return f"{field} has no manifest field here"
         per_task = float(job.get("RequiredGPUsPerTask", 0) or 0)
         for task in job.get("Tasks") or []:
+            if task.get("NodeAffinityNames"):
+                return "node affinity is not written here"
             state = task.get("State", "Pending")
             if state not in ("Pending", "Running"):
                 return f"a task in state {state}"

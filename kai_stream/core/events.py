@@ -214,11 +214,14 @@ class TopologyConstraint(Model):
 
 class SubGroupSpec(Model):
     """One entry of a PodGroup's ``spec.subGroups``: its pods carry label ``kai.scheduler/subgroup-name``; at least
-    ``min_member`` of them run, or none (a subgroup with child subgroups only groups them)."""
+    ``min_member`` of them run, or none (a subgroup with child subgroups only groups them). ``topology_constraint``
+    keeps the pods of the subgroup (its descendants' pods for a parent) inside one domain, within the domain of
+    its parent and of the pod group."""
 
     name: Name
     min_member: Count = 1
     parent: Name | None = None
+    topology_constraint: TopologyConstraint | None = None
 
 
 class PodGroupSpec(Model):

@@ -352,6 +352,17 @@ def _queue(o: _Obj, ts: float) -> list[ObservedEvent]:
     return [QueueObserved(event_id=o.event_id(), ts=ts, pool=ALL_POOLS, queue=spec)]
 
 
+def _topology_constraint(constraint: Mapping[str, Any]) -> TopologyConstraint | None:
+    """A ``topologyConstraint`` (the pod group's or a subgroup's); None when empty."""
+    if not constraint:
+        return None
+    return TopologyConstraint(
+        required_level=constraint.get("requiredTopologyLevel"),
+        preferred_level=constraint.get("preferredTopologyLevel"),
+        topology=constraint.get("topology"),
+    )
+
+
 def _pod_group(o: _Obj, ts: float) -> list[ObservedEvent]:
     labels = o.str_map("metadata.labels")
     queue = o.get("spec.queue") or labels.get(LABEL_QUEUE)
@@ -363,14 +374,7 @@ def _pod_group(o: _Obj, ts: float) -> list[ObservedEvent]:
     preemptibility = o.get("spec.preemptibility")
     if preemptibility not in (None, "preemptible", "non-preemptible"):
         raise o.error("spec.preemptibility", f"expected preemptible | non-preemptible, got {preemptibility!r}")
-    constraint = o.mapping("spec.topologyConstraint")
-    topology = None
-    if constraint:
-        topology = TopologyConstraint(
-            required_level=constraint.get("requiredTopologyLevel"),
-            preferred_level=constraint.get("preferredTopologyLevel"),
-            topology=constraint.get("topology"),
-        )
+    topology = _topology_constraint(o.mapping("spec.topologyConstraint"))
     pool = labels.get(LABEL_NODE_POOL, DEFAULT_POOL)
     raw_subgroups = o.get("spec.subGroups") or []
     if not isinstance(raw_subgroups, list):
@@ -385,7 +389,17 @@ def _pod_group(o: _Obj, ts: float) -> list[ObservedEvent]:
             raise o.error(f"{field}.minMember", f"must be an integer >= 1, got {member!r}")
         parent = entry.get("parent")
         name = str(entry["name"])
-        sub_groups.append(SubGroupSpec(name=name, min_member=member, parent=str(parent) if parent else None))
+        constraint = entry.get("topologyConstraint")
+        if constraint is not None and not isinstance(constraint, Mapping):
+            raise o.error(f"{field}.topologyConstraint", "expected a mapping")
+        sub_groups.append(
+            SubGroupSpec(
+                name=name,
+                min_member=member,
+                parent=str(parent) if parent else None,
+                topology_constraint=_topology_constraint(constraint or {}),
+            )
+        )
     spec = PodGroupSpec(
         namespace=o.namespace,
         name=o.name,

@@ -97,6 +97,10 @@ QUEUE = _crd_root(
         },
     }
 )
+_TOPOLOGY_CONSTRAINT = {
+    "type": "object",
+    "properties": {"topology": STRING, "requiredTopologyLevel": STRING, "preferredTopologyLevel": STRING},
+}
 POD_GROUP = _crd_root(
     {
         "type": "object",
@@ -106,16 +110,18 @@ POD_GROUP = _crd_root(
             "queue": STRING,
             "priorityClassName": STRING,
             "preemptibility": {"type": "string", "enum": ["preemptible", "non-preemptible"]},
-            "topologyConstraint": {
-                "type": "object",
-                "properties": {"topology": STRING, "requiredTopologyLevel": STRING, "preferredTopologyLevel": STRING},
-            },
+            "topologyConstraint": _TOPOLOGY_CONSTRAINT,
             "subGroups": {
                 "type": "array",
                 "items": {
                     "type": "object",
                     PRESERVE: True,
-                    "properties": {"name": STRING, "minMember": {"type": "integer", "format": "int32"}},
+                    "properties": {
+                        "name": STRING,
+                        "minMember": {"type": "integer", "format": "int32"},
+                        "parent": STRING,
+                        "topologyConstraint": _TOPOLOGY_CONSTRAINT,
+                    },
                 },
             },
         },

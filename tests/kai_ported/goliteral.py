@@ -2,7 +2,8 @@
 
 ``parse_value`` turns ``pkg.Type{Field: value, ...}`` / ``[]T{...}`` / ``map[K]V{...}`` into dicts and lists
 (type names dropped), and small expressions (numbers, strings, KAI's priority constants, ``a * b``, pointer
-helpers such as ``ptr.To(x)``) into Python values. Anything else raises ``Unsupported`` naming what it met,
+helpers such as ``ptr.To(x)``) into Python values; KAI's subgroup builders and the test helpers of
+``TEST_HELPERS`` are run. Anything else raises ``Unsupported`` naming what it met,
 so that a test that uses it is listed as not ported rather than half-read.
 """
 
@@ -18,6 +19,8 @@ CONSTANTS: dict[str, Any] = {
     "constants.PriorityBuildNumber": 100,
     "constants.PriorityInferenceNumber": 125,
     "commonconstants.DefaultQueuePriority": 100,
+    "subgroup_info.RootSubGroupSetName": "",
+    "tasks_fake.NodeAffinityKey": "kai.scheduler/type",
     "true": True,
     "false": False,
     "nil": None,
@@ -39,6 +42,24 @@ POINTER_HELPERS = {
     "time.Duration",
 }
 SUBGROUP = "jobs_fake.DefaultSubGroup"
+SUBGROUP_CALLS = ("subgroup_info.NewSubGroupSet", "subgroup_info.NewPodSet")
+
+
+def _even_topology_nodes(zones: int, spines: int, racks: int, per_rack: int, gpus: int) -> dict[str, Any]:
+    """KAI's ``buildEvenlyDistributedTopologyNodes`` (allocateTopology_test.go): node0, node1, ... filled zone by
+    zone, spine by spine, rack by rack; spines and racks numbered across the whole cluster from 1."""
+    nodes: dict[str, Any] = {}
+    for z in range(zones):
+        for sp in range(spines):
+            for r in range(racks):
+                rack = 1 + r + racks * (sp + spines * z)
+                for _ in range(per_rack):
+                    labels = {"k8s.io/zone": f"zone{z + 1}", "k8s.io/spine": f"spine{1 + sp + spines * z}"}
+                    nodes[f"node{len(nodes)}"] = {"GPUs": gpus, "Labels": {**labels, "k8s.io/rack": f"rack{rack}"}}
+    return nodes
+
+
+TEST_HELPERS = {"buildEvenlyDistributedTopologyNodes": _even_topology_nodes}
 _TOKEN = re.compile(
     r"\s+|//[^\n]*|/\*.*?\*/|(?P<str>\"(?:\\.|[^\"\\])*\"|`[^`]*`)|(?P<num>\d+\.?\d*(?:[eE][-+]?\d+)?)"
     r"|(?P<id>[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*)|(?P<op>[{}\[\]():,&*+\-/<>=!.])",
@@ -110,12 +131,73 @@ class Parser:
         if tok is None:
             raise Unsupported("unexpected end")
         if tok.text == "func":
-            raise Unsupported("function literal")
+            return self.subgroup_builder()
+        nxt = self.peek(1)
+        if tok.text in SUBGROUP_CALLS and nxt is not None and nxt.text == "(":
+            return self.subgroup_call()
+        if tok.text in TEST_HELPERS and nxt is not None and nxt.text == "(":
+            return TEST_HELPERS[tok.text](*self.call_arguments())
         if tok.text == "{":
             return self.composite()
         if (tok.text in ("&", "[", "*") or tok.kind == "id") and self._type_then_brace():
             return self.composite()
         return self.expression()
+
+    def subgroup_call(self) -> dict[str, Any]:
+        """``NewSubGroupSet(name, constraint)`` -> ``{"subgroup_set", "topology", "children"}``;
+        ``NewPodSet(name, minMember, constraint)`` -> ``{"pod_set", "min", "topology"}``."""
+        fn = self.peek().text  # type: ignore[union-attr]
+        args = self.call_arguments()
+        if fn.endswith("NewSubGroupSet") and len(args) == 2:
+            return {"subgroup_set": args[0], "topology": args[1], "children": []}
+        if fn.endswith("NewPodSet") and len(args) == 3:
+            return {"pod_set": args[0], "min": args[1], "topology": args[2]}
+        raise Unsupported(f"call {fn} with {len(args)} arguments")
+
+    def call_arguments(self) -> list[Any]:
+        """The arguments of the call at the cursor (its name, then ``(...)``), each read as a value."""
+        self.take()
+        self.take("(")
+        args: list[Any] = []
+        while self.peek() is not None and self.peek().text != ")":  # type: ignore[union-attr]
+            args.append(self.value())
+            if self.peek() is not None and self.peek().text == ",":  # type: ignore[union-attr]
+                self.pos += 1
+        self.take(")")
+        return args
+
+    def subgroup_builder(self) -> dict[str, Any]:
+        """A ``func() *subgroup_info.SubGroupSet { x := New...; x.AddPodSet(...); x.AddSubGroup(y); return x }()``
+        literal, run: the subgroup tree it returns. Any other function literal is ``Unsupported``."""
+        head = [self.take().text for _ in range(5)]
+        if head != ["func", "(", ")", "*", "subgroup_info.SubGroupSet"]:
+            raise Unsupported("function literal")
+        self.take("{")
+        names: dict[str, dict[str, Any]] = {}
+        result: dict[str, Any] | None = None
+        while self.peek() is not None and self.peek().text != "}":  # type: ignore[union-attr]
+            tok = self.take()
+            if tok.text == "return":
+                result = names[self.take().text]
+            elif tok.kind == "id" and self.peek() is not None and self.peek().text == ":":  # type: ignore[union-attr]
+                self.take(":")
+                self.take("=")
+                names[tok.text] = self.value()
+            elif tok.kind == "id" and tok.text.rsplit(".", 1)[-1] in ("AddPodSet", "AddSubGroup"):
+                target = names[tok.text.rsplit(".", 1)[0]]
+                self.take("(")
+                arg = self.peek()
+                child = names[self.take().text] if arg is not None and arg.text in names else self.value()
+                self.take(")")
+                target["children"].append(child)
+            else:
+                raise Unsupported(f"function literal statement {tok.text!r}")
+        self.take("}")
+        self.take("(")
+        self.take(")")
+        if result is None:
+            raise Unsupported("function literal without return")
+        return result
 
     def composite(self) -> Any:
         self.take("{")
@@ -127,7 +209,7 @@ class Parser:
             assert tok is not None
             if nxt is not None and nxt.text == ":" and tok.kind in ("id", "str", "num"):
                 self.pos += 2
-                key = _literal(tok)
+                key = CONSTANTS.get(tok.text, _literal(tok)) if tok.kind == "id" else _literal(tok)
                 keyed[key] = self.value()
             else:
                 items.append(self.value())
@@ -145,7 +227,7 @@ class Parser:
             tok = self.peek()
             if tok is None:
                 break
-            if depth == 0 and tok.text in (",", "}"):
+            if depth == 0 and tok.text in (",", "}", ")"):
                 break
             if tok.text in ("(", "[", "{"):
                 depth += 1

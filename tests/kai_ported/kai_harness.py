@@ -3,11 +3,11 @@
 The test's objects become events through ``tests/kai_builders.py`` (KAI's test builders and their defaults).
 
 A *unit* case runs its action once on the session and compares statuses (``Releasing`` after an eviction,
-``Pipelined`` after a nomination, ``Running`` after a bind), and KAI's cache mock limits: no more binds,
-evictions and pipelines than ``Mocks.CacheRequirements`` allows. An *integration* case follows KAI's
-integration harness: rounds of all actions on a session rebuilt from the test's objects, where after each round
-releasing pods come back pending (or stay releasing for ``DeleteJobInTest``), pipelined pods go back to pending
-and bound pods run; after ``RoundsUntilMatch`` (2) rounds the objects must match, and after each of
+``Pipelined`` after a nomination, ``Running`` after a bind; ``Binding`` after allocate's, as its tests say), and KAI's
+cache mock limits: no more binds, evictions and pipelines than ``Mocks.CacheRequirements`` allows. An *integration*
+case follows KAI's integration harness: rounds of all actions on a session rebuilt from the test's objects, where
+after each round releasing pods come back pending (or stay releasing for ``DeleteJobInTest``), pipelined pods go back
+to pending and bound pods run; after ``RoundsUntilMatch`` (2) rounds the objects must match, and after each of
 ``RoundsAfterMatch`` (5) more rounds the session must still match. KAI's test sessions leave the staleness grace
 period at its zero value, so a gang below its minimum is evicted at once (``stale_gang_grace_s`` 0).
 """
@@ -189,7 +189,8 @@ def run_case(case: Case) -> list[str]:
     topology = copy.deepcopy(case.topology)
     if case.kind == "unit":
         out, _ = one_session(topology, (case.action,))
-        return mismatches(topology, out, binding_is_running=True) + cache_limits(topology, out)
+        binding_is_running = case.action != "allocate"
+        return mismatches(topology, out, binding_is_running=binding_is_running) + cache_limits(topology, out)
     for _ in range(case.rounds_until):
         out, _ = one_session(topology, ALL_ACTIONS)
         advance(topology, out)

@@ -1,9 +1,9 @@
-"""Port KAI Scheduler's reclaim, preempt and consolidation action tests into ``cases/*.json``.
+"""Port KAI Scheduler's reclaim, preempt, consolidation and topology allocate tests into ``cases/*.json``.
 
 Run by hand against a KAI checkout (a git dir): ``python -m tests.kai_ported.port GIT_DIR [COMMIT]``. Every
 ``test_utils.TestTopologyBasic`` literal of the listed test files becomes one case: its literal fields as
 data (``goliteral``), the file, the Go function it sits in and the test's ``Name``. A literal this reader
-cannot translate (MIG strategies, DRA objects, sub-group builders written as functions) is written to the
+cannot translate (MIG strategies, DRA objects, node builders written as functions) is written to the
 file's ``not_ported`` list with the reason. The tests read only the JSON; KAI is not needed to run them.
 """
 
@@ -22,6 +22,8 @@ OUT = Path(__file__).parent / "cases"
 FILES = re.compile(
     r"pkg/scheduler/actions/(reclaim|preempt|consolidation)/[^/]+_test\.go"
     r"|pkg/scheduler/actions/integration_tests/(reclaim|preempt|consolidation|consolidation_and_reclaim|deletion_tests|stalegangeviction)/[^/]+_test\.go"
+    r"|pkg/scheduler/actions/allocate/allocateTopology_test\.go"
+    r"|pkg/scheduler/actions/integration_tests/allocate/allocate_topology_test\.go"
 )
 EXTRA_KEYS = ("RoundsUntilMatch", "RoundsAfterMatch", "SchedulingDuration")
 
@@ -48,8 +50,8 @@ def _inexpressible(topology: dict[str, Any]) -> str:
         for task in job.get("Tasks") or []:
             if task.get("ResourceClaimNames") or task.get("ResourceClaimTemplates"):
                 return "DRA resource claims on pods: the project has no DRA model"
-            if task.get("NodeAffinityNames") or task.get("PodAffinityLabels"):
-                return "pod (anti-)affinity to fake node types: not built by the harness yet"
+            if task.get("PodAffinityLabels"):
+                return "pod (anti-)affinity: not modelled by the project"
             if task.get("Priority") is not None:
                 return "task order label (kai.scheduler/task-order): not modelled by the project"
         if job.get("RequiredMultiFractionDevicesPerTask"):
@@ -126,7 +128,8 @@ def main(git_dir: str, commit: str = "HEAD") -> None:
         "# KAI tests not ported",
         "",
         f"Written by `python -m tests.kai_ported.port` from NVIDIA/KAI-Scheduler@{sha[:7]}: every test literal of",
-        "KAI's reclaim, preempt and consolidation action tests (unit and integration) not in `cases/`, and why.",
+        "KAI's reclaim, preempt, consolidation and topology allocate tests (unit and integration) not in `cases/`,",
+        "and why.",
         "",
     ]
     for path in paths:

@@ -97,7 +97,8 @@ class _Consolidation:
         if awaiting(ssn, job):
             return
         request = ssn.job_request(job)
-        if ssn.hooks.check_job(job, request) is not None:
+        refused = ssn.hooks.check_job(job, request)
+        if refused is not None and not (job.topology is not None and refused[0] == "NoNodeFits"):
             return
         if request[GPU] <= 0:
             return

@@ -9,7 +9,7 @@ task order) is asked of ``framework/jobs.py``. Nothing here mutates the ``Cluste
 from __future__ import annotations
 
 from kai_stream.core.config import SchedulerConfig
-from kai_stream.core.events import DEFAULT_POOL, PodSpec, QueueResource, QueueSpec
+from kai_stream.core.events import DEFAULT_POOL, PodSpec, QueueResource, QueueSpec, TopologyConstraint
 from kai_stream.core.scheduler.framework.info import (
     CPU,
     GPU,
@@ -247,6 +247,10 @@ class JobBuilder:
         )
         if group is not None and group.sub_groups:
             job.sub_groups = sub_groups(group)
+            if any(s.topology_constraint is not None for s in group.sub_groups):
+                job.sub_group_specs = group.sub_groups
+                if job.topology is None:
+                    job.topology = TopologyConstraint()
         pending = nominated = False
         pipelined = state.pipelined
         evicting = state.evicting

@@ -17,7 +17,7 @@ from collections.abc import Hashable
 from dataclasses import dataclass, field
 from typing import Any
 
-from kai_stream.core.events import NodeAffinityTerm, Taint, Toleration, TopologyConstraint
+from kai_stream.core.events import NodeAffinityTerm, SubGroupSpec, Taint, Toleration, TopologyConstraint
 
 GPU, CPU, MEM = 0, 1, 2
 RESOURCES = ("gpu", "cpu", "memory")
@@ -224,6 +224,8 @@ class JobInfo:
     sub_groups: tuple[tuple[str, int], ...] = ()
     """(name, minMember) of each subgroup that holds pods (``spec.subGroups`` without children): each one runs
     at least its minMember pods, or the job does not start."""
+    sub_group_specs: tuple[SubGroupSpec, ...] = ()
+    """The PodGroup's ``spec.subGroups`` when one of them has a topology constraint (read by the topology plugin)."""
 
     def __init__(
         self,
@@ -251,7 +253,7 @@ class JobInfo:
         self.created, self.tasks = created, [] if tasks is None else tasks
         self.request_cache, self.topology, self.changed = request_cache, topology, changed
         self.succeeded, self.group_missing, self.version = succeeded, group_missing, version
-        self.sub_groups, self.refused = sub_groups, None
+        self.sub_groups, self.refused, self.sub_group_specs = sub_groups, None, ()
         self.key_memo, self.key_at, self.pending_memo, self.pending_at = (), -1, [], -1
         self.to_allocate_memo, self.to_allocate_at = [], -1
         self.class_memo, self.class_at, self.request_memo, self.request_at = None, -1, [], -1

@@ -22,9 +22,10 @@ without GPUs, then the node order on free CPU. Without a node order the index ta
 from __future__ import annotations
 
 from bisect import bisect_left, insort
+from collections.abc import Callable
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from kai_stream.core.scheduler.framework.hooks import NodeOrder
 from kai_stream.core.scheduler.framework.info import UNIT, NodeInfo, TaskInfo
@@ -106,6 +107,14 @@ class NodeIndex:
         self._static: dict[tuple[int, int], str | None] = {}
         self.allowed: AbstractSet[int] | None = None
         """When set, only these node indices may take a task (a topology domain chosen for the current job)."""
+        self.allowed_for: dict[str, AbstractSet[int]] = {}
+        """Per task uid, the only node indices that task may take (its subgroup's topology domain), in place of
+        ``allowed`` for ``find``, ``find_free`` and ``find_among``."""
+        self.tiers: list[frozenset[int]] | None = None
+        """When set, ``find`` and ``find_free`` search these node sets in turn (free capacity in every one first):
+        the preferred-level topology scores of the current job."""
+        self.tiers_for: dict[str, list[frozenset[int]]] = {}
+        """Per task uid, the tiers of its subgroup's preferred level, in place of ``tiers``."""
 
     # ------------------------------------------------------------------ maintenance
 
@@ -191,8 +200,41 @@ class NodeIndex:
 
     # ------------------------------------------------------------------ search
 
+    def _narrowed(self, search: Callable[..., Placement | None], task: TaskInfo, *args: Any) -> Placement | None:
+        """``search`` for ``task`` with ``allowed`` set to the task's own nodes (``allowed_for``)."""
+        outer, self.allowed = self.allowed, self.allowed_for[task.uid]
+        try:
+            return search(task, *args)
+        finally:
+            self.allowed = outer
+
+    def _tiered(self, searches: tuple[Callable[[TaskInfo], Placement | None], ...], task: TaskInfo) -> Placement | None:
+        """Each of ``searches`` over the task's tiers in turn (inside the task's own nodes), the first placement
+        found; without tiers, the last search inside the task's own nodes."""
+        outer = self.allowed
+        base = self.allowed_for.get(task.uid, outer)
+        tiers = self.tiers_for.get(task.uid, self.tiers)
+        try:
+            if tiers is None:
+                self.allowed = base
+                return searches[-1](task)
+            for search in searches:
+                for tier in tiers:
+                    self.allowed = tier if base is None else frozenset(i for i in tier if i in base)
+                    found = search(task)
+                    if found is not None:
+                        return found
+            return None
+        finally:
+            self.allowed = outer
+
     def find(self, task: TaskInfo) -> Placement | None:
         """Best placement on free capacity, else on releasing capacity (pipelined), else None."""
+        if self.tiers is not None or self.allowed_for or self.tiers_for:
+            return self._tiered((self._find_now, self._find), task)
+        return self._find(task)
+
+    def _find(self, task: TaskInfo) -> Placement | None:
         if task.prev_pipelined is not None:
             nominated = self.ssn.node_by_name.get(task.prev_pipelined[0])
             if nominated is not None:
@@ -229,6 +271,11 @@ class NodeIndex:
 
     def find_among(self, task: TaskInfo, nodes: list[NodeInfo]) -> Placement | None:
         """Best of ``nodes`` in order: free capacity first, then releasing capacity (pipelined); victim searches."""
+        if self.allowed_for and task.uid in self.allowed_for:
+            return self._narrowed(self._find_among, task, nodes)
+        return self._find_among(task, nodes)
+
+    def _find_among(self, task: TaskInfo, nodes: list[NodeInfo]) -> Placement | None:
         for node in nodes:
             found = self._fit_on(task, node, future=False)
             if found is not None:
@@ -258,6 +305,8 @@ class NodeIndex:
 
     def find_free(self, task: TaskInfo) -> Placement | None:
         """Best placement on free capacity only (no pipelining)."""
+        if self.tiers is not None or self.allowed_for or self.tiers_for:
+            return self._tiered((self._find_now,), task)
         return self._find_now(task)
 
     def _find_now(self, task: TaskInfo) -> Placement | None:

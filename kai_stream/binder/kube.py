@@ -305,7 +305,7 @@ class KubeApplier:
         return lacks_room(decision, node, on_node, own, slices) if slices else refused
 
     async def _slices(self, node: str) -> list[dict[str, Any]]:
-        """The node's DRA ResourceSlices (count-only DRA: their GPU devices count as the node's GPUs), read only when
+        """The node's DRA ResourceSlices (their GPU devices count as the node's GPUs), read only when
         the node lacks room without them; none where the API does not serve ``resource.k8s.io/v1`` or this account
         may not list them."""
         try:

@@ -8,6 +8,9 @@ Idempotent: a claim already holding exactly these devices gets only the pod adde
 is there), so a re-delivered decision allocates nothing twice. A claim allocated to other devices, reserved for
 another pod, or missing refuses the bind (``ClaimWriter.allocate`` returns why; the binder reports ``BindFailed``).
 
+``ClaimWriter.release`` undoes it when the binding is then refused: the pod leaves ``reservedFor`` and, with no
+consumer left, the claim loses the decision's allocation.
+
 A claim from a ResourceClaimTemplate is the one the pod's ``status.resourceClaimStatuses`` names. Where no controller
 made it yet (the simulated cluster, an API server without kube-controller-manager), it is made here as the
 resourceclaim controller would: from the template, owned by the pod, annotated with the pod's claim name, and named
@@ -16,6 +19,7 @@ in the pod's status.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
@@ -23,6 +27,8 @@ import orjson
 from kubernetes_asyncio import client
 
 from kai_stream.core.events import BindRequested, DraAllocation
+
+log = logging.getLogger(__name__)
 
 GROUP, VERSION, PLURAL = "resource.k8s.io", "v1", "resourceclaims"
 ANNOTATION_POD_CLAIM = "resource.kubernetes.io/pod-claim-name"
@@ -44,6 +50,10 @@ def _status_code(exc: BaseException) -> int | None:
 
 def results(devices: list[DraAllocation]) -> list[dict[str, str]]:
     return [{"request": d.request, "driver": d.driver, "pool": d.pool, "device": d.device} for d in devices]
+
+
+def _key(result: Mapping[str, Any]) -> tuple[str, str, str, str]:
+    return str(result.get("request")), str(result.get("driver")), str(result.get("pool")), str(result.get("device"))
 
 
 def _devices_text(found: Sequence[Mapping[str, Any]]) -> str:
@@ -70,8 +80,7 @@ def allocated_status(
     allocation = status.get("allocation")
     if allocation:
         found = list((allocation.get("devices") or {}).get("results") or [])
-        key = lambda r: (str(r.get("request")), str(r.get("driver")), str(r.get("pool")), str(r.get("device")))  # noqa: E731
-        if sorted(map(key, found)) != sorted(map(key, wanted)):
+        if sorted(map(_key, found)) != sorted(map(_key, wanted)):
             raise ClaimRefused(
                 f"{where} is already allocated to {_devices_text(found)}, not {_devices_text(wanted)}"
             )
@@ -89,6 +98,26 @@ def allocated_status(
         ]},
     }
     status["reservedFor"] = [{"resource": "pods", "name": decision.name, "uid": decision.uid}]
+    return status
+
+
+def released_status(
+    claim: Mapping[str, Any], decision: BindRequested, devices: list[DraAllocation]
+) -> dict[str, Any] | None:
+    """The claim's status without the decision's pod in ``reservedFor`` (and, with no consumer left, without the
+    decision's allocation), or None when there is nothing of the decision's to undo."""
+    status = dict(claim.get("status") or {})
+    reserved = list(status.get("reservedFor") or [])
+    kept = [r for r in reserved if r.get("uid") != decision.uid]
+    if len(kept) == len(reserved):
+        return None
+    if kept:
+        status["reservedFor"] = kept
+        return status
+    status.pop("reservedFor", None)
+    found = ((status.get("allocation") or {}).get("devices") or {}).get("results") or []
+    if sorted(map(_key, found)) == sorted(map(_key, results(devices))):
+        status.pop("allocation", None)
     return status
 
 
@@ -138,6 +167,34 @@ class ClaimWriter:
                 if _status_code(exc) != 409:
                     raise
         raise ClaimRefused(f"ResourceClaim {decision.namespace}/{name} kept changing ({CONFLICT_TRIES} conflicts)")
+
+    async def release(self, decision: BindRequested) -> None:
+        """Give back what ``allocate`` wrote for ``decision`` (its binding was refused); failures are logged."""
+        for devices in by_claim(decision).values():
+            name = devices[0].resource_claim
+            pod = None if name is not None else await self.read_pod(decision.namespace, decision.name)
+            if name is None:
+                name = next((str(e.get("resourceClaimName")) for e in ((pod or {}).get("status") or {}).get(
+                    "resourceClaimStatuses") or [] if e.get("name") == devices[0].claim), None)
+            if name is None:
+                continue
+            try:
+                await self._release_one(decision, name, devices)
+            except Exception as exc:
+                log.warning("could not release ResourceClaim %s/%s: %s", decision.namespace, name, exc)
+
+    async def _release_one(self, decision: BindRequested, name: str, devices: list[DraAllocation]) -> None:
+        for _ in range(CONFLICT_TRIES):
+            claim = await self._get(decision.namespace, name)
+            status = released_status(claim, decision, devices)
+            if status is None:
+                return
+            try:
+                await self._put_status(decision.namespace, name, {**claim, "status": status})
+                return
+            except Exception as exc:
+                if _status_code(exc) != 409:
+                    raise
 
     async def _put_status(self, namespace: str, name: str, body: dict[str, Any]) -> None:
         await self.raw("claim", lambda: self.custom.replace_namespaced_custom_object_status(

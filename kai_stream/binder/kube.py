@@ -15,7 +15,8 @@
   looks like no group there and is cleared only if this binder marked it.
 * A bind carrying DRA devices (``BindRequested.dra_devices``) first writes them to the pod's ResourceClaims
   (``binder.dra``: ``status.allocation`` and ``reservedFor``, idempotently); a claim that cannot take them makes the
-  bind ``BindFailed`` with the reason, and the binding is not POSTed.
+  bind ``BindFailed`` with the reason, and the binding is not POSTed. A binding refused after the claims took the
+  devices (the pod was bound elsewhere or went away meanwhile) gives them back (``ClaimWriter.release``).
 * Before any binding POST the node is checked by the binder's own view (``room.py``: the node's allocatable and
   every pod on it, terminating ones included): a bind onto a node without the room is not POSTed but becomes
   ``BindFailed`` naming what is missing, so a scheduler's mistake cannot over-commit a GPU. With a ``RoomView``
@@ -343,7 +344,10 @@ class KubeApplier:
                 if self.view is not None:
                     self.view.release(decision.uid)
                 return _bind_failed(decision, refused)
-            return await self._post_binding(decision, group)
+            outcome = await self._post_binding(decision, group)
+            if decision.dra_devices and isinstance(outcome, BindFailed):
+                await self.claims.release(decision)
+            return outcome
         except BaseException:
             if self.view is not None:
                 self.view.release(decision.uid)

@@ -95,7 +95,8 @@ def _identity(pod: client.V1Pod) -> dict[str, Any]:
 async def test_the_binder_allocates_the_devices_to_the_claims(server: Server) -> None:
     """The binder's DRA allocation (``binder.dra``) as each server validates it: ``status.allocation`` and
     ``reservedFor`` written before the binding, a re-delivered decision writes nothing, a claim allocated to other
-    devices fails the bind, and a template's claim is made, named in the pod's status and allocated."""
+    devices fails the bind, a template's claim is made, named in the pod's status and allocated, and a binding refused
+    after the allocation gives the devices back."""
     custom, ns = server.custom, server.namespace
     node = await server.add_node("alloc")
     device_class = server.name("gpu")
@@ -107,19 +108,21 @@ async def test_the_binder_allocates_the_devices_to_the_claims(server: Server) ->
         "spec": {"nodeName": node, "driver": "gpu.nvidia.com",
                  "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
                  "devices": [{"name": f"gpu-{i}"} for i in range(3)]}})
-    for name in ("one", "taken"):
+    for name in ("one", "taken", "moved"):
         await send(custom.create_namespaced_custom_object, GROUP, VERSION, ns, "resourceclaims", {
             "apiVersion": f"{GROUP}/{VERSION}", "kind": "ResourceClaim", "metadata": {"name": name},
             "spec": _claim_spec(deviceClassName=device_class, count=1)})
     await send(custom.create_namespaced_custom_object, GROUP, VERSION, ns, "resourceclaimtemplates", {
         "apiVersion": f"{GROUP}/{VERSION}", "kind": "ResourceClaimTemplate", "metadata": {"name": "two"},
         "spec": {"spec": _claim_spec(deviceClassName=device_class, count=2)}})
+    elsewhere = await server.add_node("elsewhere")
     pods: dict[str, client.V1Pod] = {}
     for name, ref in (("first", {"resourceClaimName": "one"}), ("other", {"resourceClaimName": "taken"}),
-                      ("templated", {"resourceClaimTemplateName": "two"})):
+                      ("templated", {"resourceClaimTemplateName": "two"}), ("moved", {"resourceClaimName": "moved"})):
         pods[name] = await send(server.v1.create_namespaced_pod, ns, {
             "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": ns},
             "spec": {"schedulerName": "kai-scheduler", "resourceClaims": [{"name": "gpu", **ref}],
+                     **({"nodeName": elsewhere} if name == "moved" else {}),
                      "containers": [{"name": "main", "image": "busybox",
                                      "resources": {"claims": [{"name": "gpu"}]}}]}})
 
@@ -167,6 +170,15 @@ async def test_the_binder_allocates_the_devices_to_the_claims(server: Server) ->
         status = (await pod("templated")).status
         [made] = [s.resource_claim_name for s in status.resource_claim_statuses if s.name == "gpu"]
         assert devices_of(await claim_of(made)) == ["gpu-0", "gpu-2"]
+
+        # bound elsewhere meanwhile: the binding is refused and the claim given back (written twice)
+        before = (await claim_of("moved"))["metadata"]["resourceVersion"]
+        moved = await applier.bind(decided("moved", 4, "moved", 1), check_first=False)
+        assert isinstance(moved, BindFailed) and f"already bound to node {elsewhere}" in moved.error, moved
+        back = await claim_of("moved")
+        assert back["metadata"]["resourceVersion"] != before, "the claim was never allocated"
+        assert not (back.get("status") or {}).get("allocation")
+        assert not (back.get("status") or {}).get("reservedFor")
     finally:
         if api is not server.api:
             await api.close()

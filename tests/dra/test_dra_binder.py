@@ -153,3 +153,25 @@ async def test_a_deleted_pods_claims_are_released_for_the_next_pod() -> None:
             second = await sim.create(claiming_pod("second", resourceClaimName="one"))
             bound = await applier.bind(with_devices(bind(second, "n1", offset=2, gpus=(1,)), "one", "gpu-1"))
             assert isinstance(bound, PodBound), bound
+
+
+async def test_a_refused_binding_gives_the_devices_back() -> None:
+    """The claim took the devices, then the binding was refused (the pod was bound elsewhere meanwhile): the claim
+    is left as it was before."""
+    async with SimCluster(time_scale=0.01) as sim:
+        assert sim.url is not None
+        for obj in (node("n1", gpus=0), node("n2", gpus=0), device_class(), slice_("n1", 2), claim("one")):
+            await sim.create(obj)
+        elsewhere = claiming_pod("p", resourceClaimName="one")
+        elsewhere["spec"]["nodeName"] = "n2"
+        p = await sim.create(elsewhere)
+        allocated: list[bool] = []
+        sim.store.add_listener(lambda change, obj, old: allocated.append(
+            "allocation" in (obj.get("status") or {})) if change.resource.plural == "resourceclaims" else None)
+        async with api_client(sim.url) as api:
+            refused = await KubeApplier(api, FAST).bind(
+                with_devices(bind(p, "n1", gpus=(0,)), "one", "gpu-0"), check_first=False)
+        assert isinstance(refused, BindFailed) and "already bound to node n2" in refused.error
+        status = sim.get("resourceclaims", NS, "one").get("status") or {}
+        assert "allocation" not in status and "reservedFor" not in status, status
+        assert allocated == [True, False], "the claim was not allocated and then given back"

@@ -8,7 +8,7 @@
   Queue, PriorityClass, Topology) go to every partition, so each pool's partition is a complete log.
 * Resume: on start the catalog is rebuilt from the log, so a re-list after a restart publishes only what
   changed in content (see ``catalog``) and the removals of what vanished meanwhile.
-* DRA (``resource.k8s.io``, count-only, ``kai_stream.core.dra``): DeviceClasses, ResourceClaims,
+* DRA (``resource.k8s.io``, ``kai_stream.core.dra``): DeviceClasses, ResourceClaims,
   ResourceClaimTemplates and ResourceSlices are kept in a ``DraIndex``, listed before any other kind is; a change
   to one translates again the pods that name claims (or, for a slice, the nodes), and only what changed is sent.
 * A Tick per known pool every ``tick_interval_s`` advances event time and triggers scheduling cycles.

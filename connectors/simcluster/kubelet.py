@@ -38,10 +38,13 @@ def _condition(type_: str, status: str, at: str, reason: str = "") -> dict[str, 
 
 
 def running_status(pod: Obj, at: str) -> dict[str, Any]:
+    """The status of a started pod; the claims the resourceclaim controller named stay (a kubelet never sets them)."""
     spec = pod.get("spec", {})
     old = pod.get("status", {})
     node = spec.get("nodeName", "")
+    kept = {"resourceClaimStatuses": old["resourceClaimStatuses"]} if old.get("resourceClaimStatuses") else {}
     return {
+        **kept,
         "phase": "Running",
         "conditions": [
             _condition("PodScheduled", "True", at),

@@ -14,6 +14,7 @@ from typing import Any
 from aiohttp import web
 
 from connectors.simcluster import scenario
+from connectors.simcluster.claims import ClaimReleaser
 from connectors.simcluster.controller import WorkloadController
 from connectors.simcluster.kubelet import SimKubelets
 from connectors.simcluster.records import BindingRecord, EvictionRecord, Recorder
@@ -36,7 +37,8 @@ class SimCluster:
     watch_timeout: how long a watch without timeoutSeconds stays open.
     enforce_capacity: kubelets reject a pod that does not fit in its node's allocatable next to the pods
         running there (phase Failed, reason OutOf<resource>), as a real kubelet does.
-    Evicted pods that a controller owns come back pending (``controller.py``).
+    Evicted pods that a controller owns come back pending (``controller.py``); a deleted pod's ResourceClaims are
+    released (``claims.py``).
     freeze_gc: on start, move everything alive into the garbage collector's permanent generation
         (`settle_heap`, process-wide). Full collections then scan only what came later; without it, each one
         rescans the imported modules, which shows up as watch-latency tails (figures: benchmarks/README.md).
@@ -64,6 +66,7 @@ class SimCluster:
         self.store.add_listener(self.recorder.on_change)
         self.store.add_listener(self._notify)
         self.controller = WorkloadController(self.store)
+        self.claims = ClaimReleaser(self.store)
         self.routes = ApiRoutes(self.store, self.kubelets, self.recorder, bookmark_interval=bookmark_interval,
                                 watch_timeout=watch_timeout, controller=self.controller)
         self._changed: asyncio.Event | None = None

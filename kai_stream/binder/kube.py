@@ -13,6 +13,10 @@
   only then is the pod read, giving the same outcomes as above with one API call per bind instead of two.
   The PodGroup comes from the decision's job (``namespace/group``); a group named exactly like its only pod
   looks like no group there and is cleared only if this binder marked it.
+* A bind carrying DRA devices (``BindRequested.dra_devices``) first writes them to the pod's ResourceClaims
+  (``binder.dra``: ``status.allocation`` and ``reservedFor``, idempotently); a claim that cannot take them makes the
+  bind ``BindFailed`` with the reason, and the binding is not POSTed. A binding refused after the claims took the
+  devices (the pod was bound elsewhere or went away meanwhile) gives them back (``ClaimWriter.release``).
 * Before any binding POST the node is checked by the binder's own view (``room.py``: the node's allocatable and
   every pod on it, terminating ones included): a bind onto a node without the room is not POSTed but becomes
   ``BindFailed`` naming what is missing, so a scheduler's mistake cannot over-commit a GPU. With a ``RoomView``
@@ -53,6 +57,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt, wait_exponential
 from yarl import URL
 
+from kai_stream.binder.dra import ClaimWriter
 from kai_stream.binder.plan import Action, Bind, Evict, MarkUnschedulable
 from kai_stream.binder.room import lacks_room
 from kai_stream.binder.view import RoomView
@@ -189,6 +194,7 @@ class KubeApplier:
         self.retry = retry
         self.view = view
         self._marked_groups: dict[tuple[str, str], bool] = {}
+        self.claims = ClaimWriter(api, self._raw, self._read_pod_raw)
 
     async def apply(self, action: Action, *, fresh: bool = False) -> Outcome | None:
         """Apply one action; return the outcome to publish (None for autoscaler marks). ``fresh``: no one can have
@@ -252,6 +258,10 @@ class KubeApplier:
             raise
         return Pod(orjson.loads(body))
 
+    async def _read_pod_raw(self, namespace: str, name: str) -> dict[str, Any] | None:
+        pod = await self._read_pod(namespace, name)
+        return pod.raw if pod is not None else None
+
     # ------------------------------------------------------------------ bind
 
     async def bind(self, decision: BindRequested, *, check_first: bool = True) -> Outcome:
@@ -296,7 +306,7 @@ class KubeApplier:
         return lacks_room(decision, node, on_node, own, slices) if slices else refused
 
     async def _slices(self, node: str) -> list[dict[str, Any]]:
-        """The node's DRA ResourceSlices (count-only DRA: their GPU devices count as the node's GPUs), read only when
+        """The node's DRA ResourceSlices (their GPU devices count as the node's GPUs), read only when
         the node lacks room without them; none where the API does not serve ``resource.k8s.io/v1`` or this account
         may not list them."""
         try:
@@ -329,7 +339,15 @@ class KubeApplier:
         if refused is not None:
             return _bind_failed(decision, refused)
         try:
-            return await self._post_binding(decision, group)
+            refused = await self.claims.allocate(decision, own) if decision.dra_devices else _unallocated(decision, own)
+            if refused is not None:
+                if self.view is not None:
+                    self.view.release(decision.uid)
+                return _bind_failed(decision, refused)
+            outcome = await self._post_binding(decision, group)
+            if decision.dra_devices and isinstance(outcome, BindFailed):
+                await self.claims.release(decision)
+            return outcome
         except BaseException:
             if self.view is not None:
                 self.view.release(decision.uid)
@@ -632,6 +650,15 @@ def _bound(decision: BindRequested, *, already: bool) -> PodBound:
 
 def _bind_failed(decision: BindRequested, error: str, *, pod_gone: bool = False) -> BindFailed:
     return BindFailed(**_outcome_fields(decision, "BindFailed"), node=decision.node, error=error, pod_gone=pod_gone)
+
+
+def _unallocated(decision: BindRequested, pod: dict[str, Any] | None) -> str | None:
+    """Why a bind without DRA devices must not bind a pod known to have DRA claims (None when it may)."""
+    claims = ((pod or {}).get("spec") or {}).get("resourceClaims")
+    if claims and decision.gpu_indices:
+        return (f"pod {decision.namespace}/{decision.name} has DRA claims but the decision allocates no devices to "
+                f"them (GPUs {','.join(map(str, decision.gpu_indices))} of {decision.node} are not DRA devices)")
+    return None
 
 
 def _check_bindable(decision: BindRequested, pod: Pod | None) -> Outcome | None:

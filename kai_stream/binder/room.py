@@ -84,7 +84,7 @@ def lacks_room(
     slices: Iterable[Mapping[str, Any]] = (),
 ) -> str | None:
     """Why ``decision`` must not be bound onto ``node`` given the pods ``on_node`` (raw objects), or None. The node's
-    DRA ``slices`` add their GPU devices to its allocatable count (``core.dra``, count-only)."""
+    DRA ``slices`` add their GPU devices to its allocatable count (``core.dra``)."""
     dra = DraIndex()
     for item in slices:
         dra.upsert(item)

@@ -1,29 +1,46 @@
-"""Dynamic Resource Allocation (``resource.k8s.io``), count-only: how many GPUs a pod's ResourceClaims ask for and
-how many GPU devices a node's ResourceSlices publish.
+"""Dynamic Resource Allocation (``resource.k8s.io``): how many GPUs a pod's ResourceClaims ask for, which GPU devices a
+node's ResourceSlices publish, and which of them a bind allocates to the claims.
 
 ``DraIndex`` holds the DRA objects seen (DeviceClass, ResourceClaim, ResourceClaimTemplate, ResourceSlice) and which
-pods reference each ResourceClaim by name. From it, ``pod_gpus`` answers a pod's GPU count, or why it cannot be
-scheduled here, and ``node_gpus`` a node's published GPU devices. The manifests layer folds these into the events
-(``manifests.object_to_events(dra=…)``): a node's DRA GPUs are added to its GPU count and labelled
-``LABEL_DRA_GPUS``; a pod's claimed GPUs are added to its request, with a required node affinity on that label, so
-it is never placed on a node without published devices; a pod of device-plugin GPUs gets the opposite affinity once
-any node publishes GPU devices (a DRA node's GPUs are not the device plugin's); a pod that cannot be served carries
-``PodSpec.refused`` and stays pending with code ``ResourceClaimUnusable``.
+pods reference each ResourceClaim by name. From it, ``pod_requests`` answers a pod's claim requests, or why it cannot
+be scheduled here, and ``node_devices`` a node's published GPU devices. The manifests layer folds these into the
+events (``manifests.object_to_events(dra=…)``): a node's DRA GPUs are its first GPU indices (``NodeSpec.dra_devices``,
+added to its GPU count and labelled ``LABEL_DRA_GPUS``); a pod's claimed GPUs are added to its request
+(``PodSpec.dra_requests`` says which), with a required node affinity on that label, so it is never placed on a node
+without published devices; a bound pod's claims already allocated (``status.allocation``) give its GPU indices
+(``allocated_indices``), so those devices are counted as taken; a pod of device-plugin GPUs gets the opposite
+affinity once any node publishes GPU devices (a DRA node's GPUs are not the device plugin's); a pod that cannot be
+served carries ``PodSpec.refused`` and stays pending with code ``ResourceClaimUnusable``.
 
 A device class is a GPU class when its CEL selectors name the GPU driver (``device.driver == "gpu.nvidia.com"``) or
 when it is named after it. Supported: claims by name (one pod per claim) or from a template, requests for
 ``ExactCount`` devices of a GPU class. Refused with the reason: device attribute selectors and claim constraints
 (placement by attributes is not modelled), ``All`` allocation mode, admin access, prioritized lists
-(``firstAvailable``), classes that are not GPU classes, and a claim shared by several pods. Devices are counted,
-not allocated: the claim's ``status.allocation`` is not written.
+(``firstAvailable``), classes that are not GPU classes, and a claim shared by several pods.
+
+Allocation (``allocate``, pure): the core picks the pod's GPU indices on the node as for any whole-GPU pod (so no
+index, hence no device, is given twice); index ``i`` is the node's ``dra_devices[i]``, handed to the pod's claim
+requests in order. The binder writes the result to the claims (``binder.dra``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["API_VERSIONS", "DRA_KINDS", "GPU_DRIVER", "LABEL_DRA_GPUS", "NAMESPACED", "DraIndex", "object_key"]
+from kai_stream.core.events import DraAllocation, DraDevice, DraRequest, NodeSpec, PodSpec
+
+__all__ = [
+    "API_VERSIONS",
+    "DRA_KINDS",
+    "GPU_DRIVER",
+    "LABEL_DRA_GPUS",
+    "NAMESPACED",
+    "DraIndex",
+    "allocate",
+    "claim_name",
+    "object_key",
+]
 
 GPU_DRIVER = "gpu.nvidia.com"
 LABEL_DRA_GPUS = "dra.kai-stream.io/gpu-devices"
@@ -108,73 +125,144 @@ class DraIndex:
             for (kind, _, _), obj in self.objects.items()
         )
 
-    def node_gpus(self, node: str) -> int:
-        """GPU devices the ResourceSlices of ``node`` publish for the GPU driver."""
-        total = 0
-        for (kind, _, _), obj in sorted(self.objects.items()):
+    def node_devices(self, node: str) -> tuple[DraDevice, ...]:
+        """The GPU devices the ResourceSlices of ``node`` publish for the GPU driver: slices by (pool, name), each
+        slice's devices in its order."""
+        slices = []
+        for (kind, _, name), obj in self.objects.items():
             spec = obj.get("spec") or {}
             if kind == "ResourceSlice" and spec.get("nodeName") == node and spec.get("driver") == GPU_DRIVER:
-                total += len(_items(spec.get("devices")))
-        return total
+                pool = str((spec.get("pool") or {}).get("name") or node)
+                slices.append((pool, name, spec))
+        return tuple(
+            DraDevice(driver=GPU_DRIVER, pool=pool, device=str(device.get("name", "")))
+            for pool, _, spec in sorted(slices, key=lambda s: (s[0], s[1]))
+            for device in _items(spec.get("devices"))
+        )
+
+    def node_gpus(self, node: str) -> int:
+        """GPU devices the ResourceSlices of ``node`` publish for the GPU driver."""
+        return len(self.node_devices(node))
 
     def pod_gpus(self, pod: Obj) -> tuple[int, str | None]:
-        """(GPUs the pod's claims ask for, None) or (0, why it cannot be scheduled by counting)."""
+        """(GPUs the pod's claims ask for, None) or (0, why it cannot be scheduled)."""
+        requests, refused = self.pod_requests(pod)
+        return sum(r.count for r in requests), refused
+
+    def pod_requests(self, pod: Obj) -> tuple[tuple[DraRequest, ...], str | None]:
+        """(The pod's claim requests, in its order, None) or ((), why it cannot be scheduled)."""
         spec = pod.get("spec") or {}
         namespace = str(_meta(pod).get("namespace") or "default")
-        total = 0
+        out: list[DraRequest] = []
         for i, ref in enumerate(_items(spec.get("resourceClaims"))):
             where = f"spec.resourceClaims[{i}] ({ref.get('name')})"
+            resource_claim: str | None = None
             if ref.get("resourceClaimName"):
-                name = str(ref["resourceClaimName"])
+                name = resource_claim = str(ref["resourceClaimName"])
                 claim = self.objects.get(("ResourceClaim", namespace, name))
                 if claim is None:
-                    return 0, f"{where}: ResourceClaim {namespace}/{name} not observed"
+                    return (), f"{where}: ResourceClaim {namespace}/{name} not observed"
                 users = self.claim_users.get((namespace, name), set())
                 if len(users) > 1:
-                    return 0, (f"{where}: ResourceClaim {namespace}/{name} is shared by {len(users)} pods "
-                               f"({', '.join(sorted(users))}); shared claims are not supported")
+                    return (), (f"{where}: ResourceClaim {namespace}/{name} is shared by {len(users)} pods "
+                                f"({', '.join(sorted(users))}); shared claims are not supported")
                 claim_spec = claim.get("spec") or {}
             elif ref.get("resourceClaimTemplateName"):
                 name = str(ref["resourceClaimTemplateName"])
                 template = self.objects.get(("ResourceClaimTemplate", namespace, name))
                 if template is None:
-                    return 0, f"{where}: ResourceClaimTemplate {namespace}/{name} not observed"
+                    return (), f"{where}: ResourceClaimTemplate {namespace}/{name} not observed"
                 claim_spec = ((template.get("spec") or {}).get("spec")) or {}
             else:
-                return 0, f"{where}: names neither a resourceClaimName nor a resourceClaimTemplateName"
-            gpus, refused = self._claim_gpus(claim_spec, where)
+                return (), f"{where}: names neither a resourceClaimName nor a resourceClaimTemplateName"
+            counts, refused = self._claim_gpus(claim_spec, where)
             if refused is not None:
-                return 0, refused
-            total += gpus
-        return total, None
+                return (), refused
+            out.extend(
+                DraRequest(claim=str(ref.get("name", "")), resource_claim=resource_claim, request=request, count=n)
+                for request, n in counts
+            )
+        return tuple(out), None
 
-    def _claim_gpus(self, claim_spec: Mapping[str, Any], where: str) -> tuple[int, str | None]:
+    def allocated_indices(self, pod: Obj, requests: Sequence[DraRequest], node: str) -> tuple[int, ...] | None:
+        """The GPU indices on ``node`` of the devices the pod's claims are allocated (``status.allocation``), or None
+        when some claim is not allocated or names a device the node does not publish."""
+        devices = {(d.driver, d.pool, d.device): i for i, d in enumerate(self.node_devices(node))}
+        namespace = str(_meta(pod).get("namespace") or "default")
+        indices: list[int] = []
+        for claim in sorted({claim_name(pod, r) or "" for r in requests}):
+            obj = self.objects.get(("ResourceClaim", namespace, claim))
+            allocation = ((obj or {}).get("status") or {}).get("allocation")
+            if not isinstance(allocation, Mapping):
+                return None
+            for result in _items((allocation.get("devices") or {}).get("results")):
+                index = devices.get((str(result.get("driver")), str(result.get("pool")), str(result.get("device"))))
+                if index is None:
+                    return None
+                indices.append(index)
+        return tuple(sorted(indices))
+
+    def _claim_gpus(self, claim_spec: Mapping[str, Any], where: str) -> tuple[list[tuple[str, int]], str | None]:
         devices = claim_spec.get("devices") or {}
         if _items(devices.get("constraints")):
-            return 0, f"{where}: device constraints (matchAttribute) are not supported (DRA is count-only here)"
-        total = 0
+            return [], f"{where}: device constraints (matchAttribute) are not supported (placement by attributes " \
+                "is not modelled)"
+        counts: list[tuple[str, int]] = []
         for request in _items(devices.get("requests")):
             name = request.get("name")
             if request.get("firstAvailable"):
-                return 0, f"{where}: request {name}: prioritized lists (firstAvailable) are not supported"
+                return [], f"{where}: request {name}: prioritized lists (firstAvailable) are not supported"
             nested = request.get("exactly")
             exact: Mapping[str, Any] = nested if isinstance(nested, Mapping) else request
             if _items(exact.get("selectors")):
-                return 0, (f"{where}: request {name}: selectors on device attributes are not supported "
-                           f"(DRA is count-only here)")
+                return [], (f"{where}: request {name}: selectors on device attributes are not supported "
+                            f"(placement by attributes is not modelled)")
             if exact.get("adminAccess"):
-                return 0, f"{where}: request {name}: admin access is not supported"
+                return [], f"{where}: request {name}: admin access is not supported"
             mode = exact.get("allocationMode") or "ExactCount"
             if mode != "ExactCount":
-                return 0, f"{where}: request {name}: allocationMode {mode} is not supported (ExactCount only)"
+                return [], f"{where}: request {name}: allocationMode {mode} is not supported (ExactCount only)"
             cls = str(exact.get("deviceClassName") or "")
             gpu = self.is_gpu_class(cls)
             if gpu is None:
-                return 0, f"{where}: request {name}: DeviceClass {cls!r} not observed"
+                return [], f"{where}: request {name}: DeviceClass {cls!r} not observed"
             if not gpu:
-                return 0, f"{where}: request {name}: DeviceClass {cls!r} is not a GPU class ({GPU_DRIVER})"
+                return [], f"{where}: request {name}: DeviceClass {cls!r} is not a GPU class ({GPU_DRIVER})"
             count = exact.get("count", 1)
-            if isinstance(count, bool) or not isinstance(count, int) or count < 1:
-                return 0, f"{where}: request {name}: count must be a whole number >= 1, got {count!r}"
-            total += count
-        return total, None
+            if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= 1024:
+                return [], f"{where}: request {name}: count must be a whole number in [1, 1024], got {count!r}"
+            counts.append((str(name), count))
+        return counts, None
+
+
+def claim_name(pod: Obj, request: DraRequest) -> str | None:
+    """The ResourceClaim serving ``request`` of ``pod``: named by the pod, or made from a template and named in the
+    pod's ``status.resourceClaimStatuses`` (None until the claim is made)."""
+    if request.resource_claim is not None:
+        return request.resource_claim
+    for status in _items((pod.get("status") or {}).get("resourceClaimStatuses")):
+        if status.get("name") == request.claim and status.get("resourceClaimName"):
+            return str(status["resourceClaimName"])
+    return None
+
+
+def allocate(pod: PodSpec, node: NodeSpec, gpu_indices: Sequence[int]) -> tuple[DraAllocation, ...]:
+    """The node's devices for the pod's claim requests: ``gpu_indices`` (the core's choice of the node's GPUs) in
+    ascending order, index ``i`` being ``node.dra_devices[i]``, handed to the requests in order. Empty when the pod
+    has no claim requests, or when an index is not a published device (a device-plugin GPU of the node): the
+    binder then refuses the bind rather than leave a claim short."""
+    indices = sorted(gpu_indices)
+    if not pod.dra_requests or any(i >= len(node.dra_devices) for i in indices):
+        return ()
+    if len(indices) != sum(r.count for r in pod.dra_requests):
+        return ()
+    out: list[DraAllocation] = []
+    taken = iter(indices)
+    for request in pod.dra_requests:
+        for _ in range(request.count):
+            device = node.dra_devices[next(taken)]
+            out.append(DraAllocation(
+                claim=request.claim, resource_claim=request.resource_claim, request=request.request,
+                driver=device.driver, pool=device.pool, device=device.device,
+            ))
+    return tuple(out)

@@ -163,10 +163,44 @@ class GpuDevice(Model):
     xids: Annotated[tuple[Int64, ...], Field(max_length=MAX_ITEMS)] = ()
 
 
+class DraDevice(Model):
+    """One GPU device a node's ``resource.k8s.io`` ResourceSlices publish, named as a claim allocation names it."""
+
+    driver: Name
+    pool: Name
+    device: Name
+
+
+class DraRequest(Model):
+    """``count`` devices for request ``request`` of the pod's claim reference ``claim``
+    (``spec.resourceClaims[].name``): of ResourceClaim ``resource_claim``, or, when None, of the claim made from a
+    template (named in the pod's ``status.resourceClaimStatuses``)."""
+
+    claim: Name
+    resource_claim: Name | None = None
+    request: Name
+    count: Annotated[int, Field(ge=1, le=MAX_ITEMS)]
+
+
+class DraAllocation(Model):
+    """One device the scheduler allocates to one request of a pod's claim (a ``status.allocation.devices.results``
+    entry of the ResourceClaim)."""
+
+    claim: Name
+    resource_claim: Name | None = None
+    request: Name
+    driver: Name
+    pool: Name
+    device: Name
+
+
 # --------------------------------------------------------------------------- object specs
 
 
 class NodeSpec(Model):
+    """A node. ``dra_devices``: the GPU devices its ResourceSlices publish, in the order of its GPU indices (they are
+    its first GPUs, device-plugin GPUs follow them)."""
+
     name: Name
     uid: Name = ""
     pool: Name = DEFAULT_POOL
@@ -177,6 +211,7 @@ class NodeSpec(Model):
     unschedulable: bool = False
     taints: Annotated[tuple[Taint, ...], Field(max_length=MAX_ITEMS)] = ()
     created: Ts = 0.0
+    dra_devices: Annotated[tuple[DraDevice, ...], Field(max_length=MAX_ITEMS)] = ()
 
     @field_validator("allocatable")
     @classmethod
@@ -254,9 +289,10 @@ class PodSpec(Model):
       ``requests.gpu_milli`` 0: its fraction depends on the node (memory per GPU).
     * ``duration_s`` (annotation ``kai.scheduler/duration-seconds``): how long it runs once bound (simulated
       kubelet and trace simulation only).
-    * GPUs from DRA ResourceClaims (``kai_stream.core.dra``, count-only) are in ``requests.gpu_milli`` with a
-      required node affinity on nodes that publish GPU devices; ``refused`` says why its claims cannot be served
-      (the pod then stays pending with code ``ResourceClaimUnusable``).
+    * GPUs from DRA ResourceClaims (``kai_stream.core.dra``) are in ``requests.gpu_milli`` with a required node
+      affinity on nodes that publish GPU devices, and ``dra_requests`` says which claim requests they serve (the
+      core allocates a node's devices to them, ``BindRequested.dra_devices``); ``refused`` says why its claims
+      cannot be served (the pod then stays pending with code ``ResourceClaimUnusable``).
     """
 
     namespace: Name
@@ -286,6 +322,7 @@ class PodSpec(Model):
     started: Ts | None = None
     managed: bool = True
     refused: Text | None = None
+    dra_requests: Annotated[tuple[DraRequest, ...], Field(max_length=MAX_ITEMS)] = ()
 
     @property
     def key(self) -> str:
@@ -420,10 +457,14 @@ class DecisionBase(Model):
 
 
 class BindRequested(DecisionBase):
+    """A bind; ``dra_devices``: the node's devices allocated to the pod's DRA claims (the binder writes them to the
+    claims' ``status.allocation`` before the binding)."""
+
     type: Literal["BindRequested"] = "BindRequested"
     node: Name
     gpu_indices: GpuIndices = ()
     gpu_fraction_milli: Count | None = None
+    dra_devices: Annotated[tuple[DraAllocation, ...], Field(max_length=MAX_ITEMS)] = ()
 
 
 class EvictionRequested(DecisionBase):

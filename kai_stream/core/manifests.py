@@ -29,7 +29,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Mapping
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 import yaml
@@ -38,6 +38,7 @@ from kai_stream.core.dra import API_VERSIONS, DRA_KINDS, LABEL_DRA_GPUS, NAMESPA
 from kai_stream.core.events import (
     ALL_POOLS,
     DEFAULT_POOL,
+    DraRequest,
     NodeAffinityTerm,
     NodeObserved,
     NodeSelectorRequirement,
@@ -237,10 +238,10 @@ def _node(o: _Obj, ts: float, dra: DraIndex | None) -> list[ObservedEvent]:
     resources = _resources(o, path, allocatable)
     if resources.gpu_milli % 1000:
         raise o.error(f"{path}.{GPU_RESOURCE}", "must be a whole number of devices")
-    dra_gpus = dra.node_gpus(o.name) if dra is not None else 0
-    if dra_gpus:
-        resources = resources.model_copy(update={"gpu_milli": resources.gpu_milli + dra_gpus * 1000})
-        labels = {**labels, LABEL_DRA_GPUS: str(dra_gpus)}
+    dra_devices = dra.node_devices(o.name) if dra is not None else ()
+    if dra_devices:
+        resources = resources.model_copy(update={"gpu_milli": resources.gpu_milli + len(dra_devices) * 1000})
+        labels = {**labels, LABEL_DRA_GPUS: str(len(dra_devices))}
     gpu_memory = 0
     if LABEL_GPU_MEMORY in labels:
         gpu_memory = int(o.number(f"metadata.labels.{LABEL_GPU_MEMORY}", labels[LABEL_GPU_MEMORY]))
@@ -271,6 +272,7 @@ def _node(o: _Obj, ts: float, dra: DraIndex | None) -> list[ObservedEvent]:
         unschedulable=bool(o.get("spec.unschedulable", False)),
         taints=tuple(taints),
         created=o.created(ts),
+        dra_devices=dra_devices,
     )
     return [NodeObserved(event_id=o.event_id(), ts=ts, pool=pool, node=spec, resource_version=o.resource_version())]
 
@@ -522,24 +524,32 @@ def _requiring(affinity: tuple[NodeAffinityTerm, ...], operator: str) -> tuple[N
     return terms or (NodeAffinityTerm(match_expressions=(needs,)),)
 
 
+class _Claims(NamedTuple):
+    requests: Resources
+    affinity: tuple[NodeAffinityTerm, ...]
+    refused: str | None = None
+    dra: tuple[DraRequest, ...] = ()
+
+
 def _dra_claims(
     o: _Obj, dra: DraIndex | None, requests: Resources, affinity: tuple[NodeAffinityTerm, ...], plugin_gpu: bool
-) -> tuple[Resources, tuple[NodeAffinityTerm, ...], str | None]:
-    """The pod's DRA GPUs added to its request, with a required affinity on nodes that publish GPU devices; or
-    why its claims cannot be served. A pod of device-plugin GPUs (``plugin_gpu``) keeps off those nodes once any
-    node publishes GPU devices: the devices of a DRA node are not the device plugin's."""
+) -> _Claims:
+    """The pod's DRA GPUs added to its request, with a required affinity on nodes that publish GPU devices, and its
+    claim requests; or why its claims cannot be served. A pod of device-plugin GPUs (``plugin_gpu``) keeps off those
+    nodes once any node publishes GPU devices: the devices of a DRA node are not the device plugin's."""
     if not o.items("spec.resourceClaims"):
         if plugin_gpu and dra is not None and dra.has_gpu_slices():
-            return requests, _requiring(affinity, "DoesNotExist"), None
-        return requests, affinity, None
+            return _Claims(requests, _requiring(affinity, "DoesNotExist"))
+        return _Claims(requests, affinity)
     if plugin_gpu:
-        return requests, affinity, "DRA claims and device-plugin GPUs (nvidia.com/gpu, gpu-fraction, gpu-memory) " \
-            "in one pod are not supported"
-    gpus, refused = (dra or DraIndex()).pod_gpus(o.obj)
+        return _Claims(requests, affinity, "DRA claims and device-plugin GPUs (nvidia.com/gpu, gpu-fraction, "
+                       "gpu-memory) in one pod are not supported")
+    claimed, refused = (dra or DraIndex()).pod_requests(o.obj)
+    gpus = sum(r.count for r in claimed)
     if refused is not None or not gpus:
-        return requests, affinity, refused
-    return requests.model_copy(update={"gpu_milli": requests.gpu_milli + gpus * 1000}), _requiring(
-        affinity, "Exists"), None
+        return _Claims(requests, affinity, refused)
+    return _Claims(requests.model_copy(update={"gpu_milli": requests.gpu_milli + gpus * 1000}),
+                   _requiring(affinity, "Exists"), None, claimed)
 
 
 def _pod(o: _Obj, ts: float, scheduler_name: str, dra: DraIndex | None = None) -> list[ObservedEvent]:
@@ -599,7 +609,9 @@ def _pod(o: _Obj, ts: float, scheduler_name: str, dra: DraIndex | None = None) -
     node_selector = o.str_map("spec.nodeSelector")
     pool = labels.get(LABEL_NODE_POOL) or node_selector.get(LABEL_NODE_POOL) or DEFAULT_POOL
     plugin_gpu = requests.gpu_milli > 0 or gpu_memory is not None
-    requests, affinity, refused = _dra_claims(o, dra, requests, _affinity(o), plugin_gpu)
+    requests, affinity, refused, claimed = _dra_claims(o, dra, requests, _affinity(o), plugin_gpu)
+    if node_name and claimed and gpu_indices is None and dra is not None:
+        gpu_indices = dra.allocated_indices(o.obj, claimed, str(node_name))
     spec = PodSpec(
         namespace=o.namespace,
         name=o.name,
@@ -627,6 +639,7 @@ def _pod(o: _Obj, ts: float, scheduler_name: str, dra: DraIndex | None = None) -
         started=_start_time(o) if node_name else None,
         managed=managed,
         refused=refused if managed else None,
+        dra_requests=claimed,
     )
     return [PodObserved(event_id=o.event_id(), ts=ts, pool=pool, pod=spec, resource_version=o.resource_version())]
 

@@ -21,7 +21,7 @@ def test_actionable_decisions_map_to_actions_in_log_order() -> None:
     records: list[DecisionsRecord] = [
         ConfigRecorded(ts=0, config_hash="c", code_version="v", config="{}"),
         bind(A, "n1", offset=1),
-        PodPipelined(**bind(B, "n2").model_dump(exclude={"type", "gpu_indices", "gpu_fraction_milli"})),
+        PodPipelined(**bind(B, "n2").model_dump(exclude={"type", "gpu_indices", "gpu_fraction_milli", "dra_devices"})),
         evict(B, offset=3),
     ]
     actions = plan(records)

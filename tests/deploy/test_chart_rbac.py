@@ -37,6 +37,10 @@ BINDER: set[Grant] = {
     ("", "nodes", "list"),
     ("", "nodes", "watch"),
     ("resource.k8s.io", "resourceslices", "list"),  # the node's DRA GPU devices (room check)
+    ("resource.k8s.io", "resourceclaims", "get"),  # DRA allocation before a bind (binder/dra.py)
+    ("resource.k8s.io", "resourceclaims/status", "update"),  # status.allocation and reservedFor
+    ("resource.k8s.io", "resourceclaimtemplates", "get"),  # a template's claim, made when no controller did
+    ("resource.k8s.io", "resourceclaims", "create"),
     ("", "pods/status", "patch"),  # PodScheduled=False, DisruptionTarget
     ("", "events", "create"),  # an Event on each evicted pod and its PodGroup
     ("scheduling.run.ai", "podgroups", "get"),  # read-modify-write of status.schedulingConditions

@@ -11,6 +11,9 @@ trigger would keep rescanning that state (what it cost: benchmarks/README.md). D
 The cycle builds the configured plugins (``scheduler.plugins``) for each session it opens and runs the configured
 actions (``scheduler.actions``) by name; the config admits only registered names.
 
+A bind of a pod with DRA claim requests carries the node's devices for them (``core.dra.allocate``, from the GPU
+indices the actions chose).
+
 A cycle on the pool's kept snapshot opens no session when it provably decides nothing (``_idle``: no pending task,
 no stale gang): the streaming processor runs a cycle for every batch, most of them on feedback events (binds
 confirmed, pods running) with nothing pending.
@@ -22,7 +25,8 @@ from collections.abc import Callable
 
 import kai_stream
 from kai_stream.core.config import SchedulerConfig
-from kai_stream.core.events import Decision
+from kai_stream.core.dra import allocate
+from kai_stream.core.events import BindRequested, Decision
 from kai_stream.core.gcpause import paused_gc
 from kai_stream.core.scheduler.actions import ACTIONS
 from kai_stream.core.scheduler.actions.stalegangeviction import stale
@@ -69,7 +73,7 @@ def run_cycle(
                 state, config, plugins_of(config), pool=pool, input_offset=input_offset, code_version=code_version
             )
             run_actions(session, config)
-            decisions = session.close()
+            decisions = _with_devices(state, session.close())
             if inspect is not None:
                 inspect(session)
             discard(session)
@@ -82,11 +86,25 @@ def run_cycle(
             state, config, plugins_of(config), input_offset=input_offset, code_version=code_version, track=True
         )
         run_actions(session, config)
-        decisions = session.close()
+        decisions = _with_devices(state, session.close())
         if inspect is not None:
             inspect(session)
         park_session(state, session, snapshot)
         return decisions
+
+
+def _with_devices(state: ClusterState, decisions: list[Decision]) -> list[Decision]:
+    """``decisions`` with each bind of a pod with DRA claim requests carrying the devices allocated to them."""
+    out: list[Decision] = []
+    for decision in decisions:
+        if isinstance(decision, BindRequested):
+            pod = state.pods.get(decision.uid)
+            node = state.nodes.get(decision.node)
+            if pod is not None and pod.dra_requests and node is not None:
+                devices = allocate(pod, node, decision.gpu_indices)
+                decision = decision.model_copy(update={"dra_devices": devices})
+        out.append(decision)
+    return out
 
 
 def _idle(snapshot: Snapshot, state: ClusterState, config: SchedulerConfig) -> bool:

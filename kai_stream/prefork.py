@@ -5,8 +5,11 @@ from this one, after everything the worker needs was imported here, and forks it
 The supervisor does nothing but wait: no event loop, no thread, no connection is made before the fork (the
 modules imported here make none), so each worker starts as a fresh process would, with its imports done.
 SIGTERM or SIGINT to the supervisor is passed on to the worker, and the supervisor exits with the worker's code
-once it stopped. A worker that keeps dying soon after its start is forked again after a back-off (doubling up
-to ``max_backoff_s``), so a crash loop does not spin; a worker that lived ``stable_s`` resets it.
+once it stopped. A worker that dies soon after its start (within ``stable_s``) is forked again at once the first
+time (a kill of a worker that had just come back is not a crash loop), then after a back-off from
+``initial_backoff_s`` doubling up to ``max_backoff_s``, so a crash loop does not spin; a worker that lived
+``stable_s`` resets it (3 s by default: its imports are done before the fork, so a worker that cannot start
+fails within a second or two, and kills seconds apart are not a crash loop).
 """
 
 from __future__ import annotations
@@ -63,7 +66,7 @@ def supervise(
     run: Callable[[], object],
     *,
     stop_with_parent: bool = False,
-    stable_s: float = 5.0,
+    stable_s: float = 3.0,
     initial_backoff_s: float = 0.5,
     max_backoff_s: float = 30.0,
 ) -> int:
@@ -87,7 +90,7 @@ def supervise(
     state_dir = tempfile.mkdtemp(prefix=f"kai-stream-{component}-")
     gc.collect()
     gc.freeze()  # the imported modules' objects stay shared with the workers (copy-on-write pages untouched)
-    backoff = 0.0
+    quick_deaths = 0
     try:
         while True:
             sys.stdout.flush()
@@ -108,7 +111,8 @@ def supervise(
             if stopping or code == 0:
                 return code
             lived = time.monotonic() - started
-            backoff = 0.0 if lived >= stable_s else min(max(backoff * 2, initial_backoff_s), max_backoff_s)
+            quick_deaths = 0 if lived >= stable_s else quick_deaths + 1
+            backoff = 0.0 if quick_deaths <= 1 else min(initial_backoff_s * 2 ** (quick_deaths - 2), max_backoff_s)
             print(f"{component}: worker exited with {code} after {lived:.1f}s; forked again in {backoff:.1f}s",
                   file=sys.stderr, flush=True)
             deadline = time.monotonic() + backoff

@@ -3,7 +3,10 @@ from this one, after everything the worker needs was imported here, and forks it
 (SIGKILL, a crash, an exit with an error), instead of a fresh interpreter importing for seconds first.
 
 The supervisor does nothing but wait: no event loop, no thread, no connection is made before the fork (the
-modules imported here make none), so each worker starts as a fresh process would, with its imports done.
+modules imported here make none), so each worker starts as a fresh process would, with its imports done. What
+the imports made is frozen out of the garbage collector (``gc.freeze``) before the fork and stays so in the
+worker: no collection of the worker scans it (nor copies its shared pages), so the first full collection of a
+worker that just started (the processor's, after its rebuild) does not pay for the imports.
 SIGTERM or SIGINT to the supervisor is passed on to the worker, and the supervisor exits with the worker's code
 once it stopped. A worker that dies soon after its start (within ``stable_s``) is forked again at once the first
 time (a kill of a worker that had just come back is not a crash loop), then after a back-off from
@@ -43,7 +46,6 @@ def _worker(run: Callable[[], object]) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGCHLD):
         signal.signal(sig, signal.SIG_DFL)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGCHLD})
-    gc.unfreeze()
     try:
         run()
     except SystemExit as exc:

@@ -199,6 +199,21 @@ class SchedulerRuntime:
         finally:
             await consumer.stop()
 
+    async def _read_from_start(self, tps: Collection[tuple[str, int]]) -> dict[tuple[str, int], list[Any]]:
+        """Each (topic, partition) of ``tps`` from its beginning to its end, all read by one consumer."""
+        read: dict[tuple[str, int], list[Any]] = {tp: [] for tp in tps}
+        consumer = make_consumer(self.kafka, group_id=None, fetch_max_wait_ms=READ_TO_END_WAIT_MS)
+        await consumer.start()
+        try:
+            assigned = [TopicPartition(topic, partition) for topic, partition in sorted(read)]
+            consumer.assign(assigned)
+            await consumer.seek_to_beginning(*assigned)
+            for record in await read_to_end(consumer, timeout_s=60.0):
+                read[(record.topic, record.partition)].append(record)
+        finally:
+            await consumer.stop()
+        return read
+
     async def _read_through(self, partition: int, needed: int, timeout_s: float = 60.0, start: int = 0) -> list[Any]:
         """Cluster-events of ``partition`` from ``start`` to its end, and at least through offset ``needed`` (the
         last one an earlier instance consumed: never delivered to this one). A read that ends short of it (the
@@ -225,8 +240,12 @@ class SchedulerRuntime:
         reached waits in the engine's ``awaiting``)."""
         return self._install(await self._build(partition, before - 1), before)
 
-    async def _build(self, partition: int, needed: int) -> _Built:
-        """The rebuilt engine of ``partition``, having folded its log at least through offset ``needed``."""
+    async def _build(
+        self, partition: int, needed: int, reading: asyncio.Future[dict[tuple[str, int], list[Any]]] | None = None
+    ) -> _Built:
+        """The rebuilt engine of ``partition``, having folded its log at least through offset ``needed``; from
+        both logs as ``reading`` read them from the start for several partitions at once, when given (no snapshot
+        topic then)."""
         started = time.monotonic()
         engine = self._new_engine(partition)
         decisions_from = 0
@@ -237,10 +256,14 @@ class SchedulerRuntime:
                 engine, decisions_from = snapshot.engine, snapshot.decisions_from
                 resumed = f" after its snapshot at offset {engine.offset}"
         decisions_end = decisions_from
-        published, logged = await asyncio.gather(
-            self._read_partition(self.names.decisions, partition, decisions_from),
-            self._read_through(partition, needed, start=engine.offset + 1),
-        )
+        if reading is not None:
+            read = await asyncio.shield(reading)  # shared: a partition revoked meanwhile leaves the others' read
+            published, logged = read[(self.names.decisions, partition)], read[(self.names.cluster_events, partition)]
+        else:
+            published, logged = await asyncio.gather(
+                self._read_partition(self.names.decisions, partition, decisions_from),
+                self._read_through(partition, needed, start=engine.offset + 1),
+            )
         recorded: list[DecisionsRecord] = []
         for record in published:
             decisions_end = record.offset + 1
@@ -289,9 +312,18 @@ class SchedulerRuntime:
         return engine
 
     def _build_ahead(self, partitions: Collection[int]) -> None:
-        """Start rebuilding ``partitions`` now, before their first record is delivered (``ahead``)."""
+        """Start rebuilding ``partitions`` now, before their first record is delivered (``ahead``); without a
+        snapshot topic, both logs of them all are read by one consumer."""
+        if not partitions:
+            return
+        loop = asyncio.get_running_loop()
+        reading = None
+        if self.state_topic is None:
+            topics = (self.names.decisions, self.names.cluster_events)
+            reading = loop.create_task(self._read_from_start([(t, p) for t in topics for p in partitions]))
+            reading.add_done_callback(_retrieved)
         for partition in sorted(partitions):
-            task = asyncio.get_running_loop().create_task(self._build(partition, -1))
+            task = loop.create_task(self._build(partition, -1, reading))
             task.add_done_callback(_retrieved)
             self._ahead[partition] = task
 

@@ -1,7 +1,7 @@
 """A partition assigned with ``ahead`` is rebuilt at once, before its first record is delivered, and that state is
 used when the record comes only if it has folded everything before it (records an earlier owner consumed are not
-delivered again); otherwise the partition is rebuilt then, as without ``ahead``. A partition revoked while it is
-being built ahead is dropped, build and all."""
+delivered again); otherwise the partition is rebuilt then, as without ``ahead``. The partitions built ahead
+together are read by one consumer. A partition revoked while it is being built ahead is dropped, build and all."""
 
 from __future__ import annotations
 
@@ -46,6 +46,7 @@ class _Log:
         ]
         self.end = len(self.events)
         self.reads: list[int] = []
+        self.bulk_reads: list[list[tuple[str, int]]] = []
         self.gate = asyncio.Event()
         self.gate.set()
 
@@ -55,6 +56,12 @@ class _Log:
         self.reads.append(start)
         await self.gate.wait()
         return [_Record(i, dumps(e)) for i, e in enumerate(self.events[: self.end]) if i >= start]
+
+    async def read_from_start(
+        self, runtime: SchedulerRuntime, tps: list[tuple[str, int]]
+    ) -> dict[tuple[str, int], list[Any]]:
+        self.bulk_reads.append(sorted(tps))
+        return {(topic, partition): await self.read(runtime, topic, partition) for topic, partition in tps}
 
     def batch(self, first: int) -> list[InRecord]:
         return [InRecord(0, i, b"default", dumps(self.events[i]), 0) for i in range(first, len(self.events))]
@@ -71,7 +78,11 @@ def _runtime(monkeypatch: pytest.MonkeyPatch, log: _Log) -> SchedulerRuntime:
     async def read(self: SchedulerRuntime, topic: str, partition: int, start: int = 0) -> list[Any]:
         return await log.read(self, topic, partition, start)
 
+    async def read_from_start(self: SchedulerRuntime, tps: list[tuple[str, int]]) -> dict[tuple[str, int], list[Any]]:
+        return await log.read_from_start(self, tps)
+
     monkeypatch.setattr(SchedulerRuntime, "_read_partition", read)
+    monkeypatch.setattr(SchedulerRuntime, "_read_from_start", read_from_start)
     return SchedulerRuntime(KafkaSettings(), TOPICS, SchedulerConfig(), _send, partitions=1, code_version=CODE)
 
 
@@ -88,6 +99,7 @@ async def test_a_partition_built_ahead_is_used_when_its_first_record_comes(monke
     runtime.assigned([0], generation=1, ahead=True)
     await asyncio.sleep(0.05)
     assert log.reads == [0]  # read before any record was delivered
+    assert log.bulk_reads == [[(TOPICS.cluster_events, 0), (TOPICS.decisions, 0)]]
     log.events.append(_tick(9.0))
     published = await runtime.process(log.batch(len(log.events) - 3))
     assert log.reads == [0], "rebuilt again although the state built ahead covered the batch's start"

@@ -1,4 +1,4 @@
-"""``kafka.expedite`` on the real broker: held records wait out a long linger unless expedited, and an expedited
+"""``internals.expedite`` on the real broker: held records wait out a long linger unless expedited, and an expedited
 record takes the ones held before it along, in order."""
 
 from __future__ import annotations

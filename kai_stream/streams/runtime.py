@@ -138,6 +138,7 @@ class SchedulerRuntime:
         self._fair_share_stale: dict[int, set[str]] = defaultdict(set)
         self._rebuilt_ticks: dict[int, set[str]] = {}
         self._ahead: dict[int, asyncio.Task[_Built]] = {}
+        self._letting_out: set[asyncio.Task[None]] = set()
         self._fair_share_at: dict[tuple[int, str], float] = {}
         self._frozen_at = time.monotonic()
         self.metrics_interval_s = metrics_interval_s
@@ -281,7 +282,11 @@ class SchedulerRuntime:
                 events.append((record.offset, self.decode(raw)))
             except MalformedEvent as exc:
                 malformed.append((raw, str(exc)))
-        if malformed:
+        if malformed and reading is not None:
+            # off the rebuild's path (it reads the whole dead-letter topic); a build ahead is in no transaction
+            self._letting_out.add(task := asyncio.get_running_loop().create_task(self._dead_letter_missing(malformed)))
+            task.add_done_callback(self._let_out)
+        elif malformed:
             await self._dead_letter_missing(malformed)
         engine.rebuild(events, recorded)
         engine.offset = max(engine.offset, last)
@@ -343,6 +348,11 @@ class SchedulerRuntime:
                 log.info("processor: partition %d was built ahead to offset %d, its records start at %d; rebuilding",
                          partition, built.engine.offset, before)
         return await self.rebuild(partition, before)
+
+    def _let_out(self, task: asyncio.Task[None]) -> None:
+        self._letting_out.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.warning("processor: dead-lettering records found in a rebuild failed: %r", task.exception())
 
     def settle_heap(self) -> None:
         """Collect young garbage, then freeze every surviving object (the state) out of later collections."""

@@ -1,7 +1,8 @@
 """A partition assigned with ``ahead`` is rebuilt at once, before its first record is delivered, and that state is
 used when the record comes only if it has folded everything before it (records an earlier owner consumed are not
 delivered again); otherwise the partition is rebuilt then, as without ``ahead``. The partitions built ahead
-together are read by one consumer. A partition revoked while it is being built ahead is dropped, build and all."""
+together are read by one consumer, and the malformed records they hold are dead-lettered off the build's path. A
+partition revoked while it is being built ahead is dropped, build and all."""
 
 from __future__ import annotations
 
@@ -49,13 +50,16 @@ class _Log:
         self.bulk_reads: list[list[tuple[str, int]]] = []
         self.gate = asyncio.Event()
         self.gate.set()
+        self.garbage: list[int] = []
+        """Offsets (after the events) holding undecodable bytes."""
 
     async def read(self, runtime: SchedulerRuntime, topic: str, partition: int, start: int = 0) -> list[Any]:
         if topic == TOPICS.decisions:
             return []
         self.reads.append(start)
         await self.gate.wait()
-        return [_Record(i, dumps(e)) for i, e in enumerate(self.events[: self.end]) if i >= start]
+        records = [_Record(i, dumps(e)) for i, e in enumerate(self.events[: self.end]) if i >= start]
+        return records + [_Record(i, b"\xff garbage") for i in self.garbage if i >= start]
 
     async def read_from_start(
         self, runtime: SchedulerRuntime, tps: list[tuple[str, int]]
@@ -139,3 +143,25 @@ async def test_a_partition_revoked_while_built_ahead_is_dropped(monkeypatch: pyt
     await runtime.process(log.batch(0))  # assigned again later: rebuilt from the log, not from the dropped build
     assert log.reads == [0, 0]
     assert runtime.engines[0].offset == len(log.events) - 1
+
+
+async def test_malformed_records_found_ahead_are_dead_lettered_off_the_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    log = _Log()
+    log.garbage = [len(log.events)]
+    runtime = _runtime(monkeypatch, log)
+    letting_out = asyncio.Event()
+    lettered: list[list[int]] = []
+
+    async def dead_letter_missing(self: SchedulerRuntime, malformed: list[tuple[InRecord, str]]) -> None:
+        await letting_out.wait()
+        lettered.append([record.offset for record, _ in malformed])
+
+    monkeypatch.setattr(SchedulerRuntime, "_dead_letter_missing", dead_letter_missing)
+    runtime.assigned([0], generation=1, ahead=True)
+    await asyncio.sleep(0.05)
+    await asyncio.wait_for(runtime.process([InRecord(0, log.garbage[0], b"default", b"\xff garbage", 0)]), 5.0)
+    assert runtime.engines[0].offset == log.garbage[0]  # built and used while the letter still waits
+    assert lettered == []
+    letting_out.set()
+    await asyncio.sleep(0.05)
+    assert lettered == [[log.garbage[0]]]

@@ -4,7 +4,8 @@
 Rule: everywhere else kai-stream uses these libraries' public API only (aiokafka's ``commit``, ``committed``,
 ``highwater``, constructor settings; faust's app settings and documented hooks). What is here has no public
 equivalent, and each function says why; the libraries are pinned to a minor version in pyproject.toml and each
-function is exercised by ``tests/broker`` or ``tests/streams`` against the pinned version. A new private access
+function runs against the pinned versions in the tests (``tests/broker``, and the processor and binder end to end
+in ``tests/e2e``, ``tests/binder``). A new private access
 goes here, with its reason, or nowhere. (Overriding faust's consumer-thread and table-manager hooks in
 ``streams/app.py`` is subclassing, not attribute access, and stays there.)
 """

@@ -139,7 +139,7 @@ async def schedule(stream: Any) -> AsyncIterator[None]:
             await runtime.process([_record(event) for event in batch], _backlog)
         except Exception as exc:
             # state may hold decisions that never reached the topic: rebuild from the log on the next record
-            runtime.forget(sorted(runtime.engines))
+            runtime.forget_all()
             health.failed(repr(exc)[:500])
             raise
         committer.add(batch)

@@ -179,6 +179,10 @@ class SchedulerRuntime:
             self._fair_share_stale.pop(partition, None)
             self.decisions_end.pop(partition, None)
 
+    def forget_all(self) -> None:
+        """Drop every partition's state, and every build ahead."""
+        self.forget(sorted(set(self.engines) | set(self._ahead)))
+
     def deferred(self, partition: int) -> bool:
         """Whether pools of ``partition`` folded records whose cycle was put off."""
         return bool(self._deferred.get(partition))

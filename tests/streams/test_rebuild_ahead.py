@@ -165,3 +165,15 @@ async def test_malformed_records_found_ahead_are_dead_lettered_off_the_path(monk
     letting_out.set()
     await asyncio.sleep(0.05)
     assert lettered == [[log.garbage[0]]]
+
+
+async def test_forgetting_everything_drops_the_builds_ahead_too(monkeypatch: pytest.MonkeyPatch) -> None:
+    log = _Log()
+    log.gate.clear()
+    runtime = _runtime(monkeypatch, log)
+    runtime.assigned([0], generation=1, ahead=True)
+    await asyncio.sleep(0.05)
+    runtime.forget_all()  # a failed batch: whatever is held or being built may not be used
+    log.gate.set()
+    await runtime.process(log.batch(0))
+    assert log.reads == [0, 0]

@@ -16,7 +16,9 @@ round the bench waits ``--settle`` seconds for the restarted process to join the
 
 ``--supervise``: each component runs its worker under ``kai_stream/prefork.py``; the kill is of the worker and its
 supervisor forks another at once from a process that has imported everything, so the restart skips the
-interpreter's start and the imports (a supervisor itself killed is a cold restart, as without the option).
+interpreter's start and the imports (a supervisor itself killed is a cold restart, as without the option). A
+worker is killed only once it has lived ``prefork.STABLE_S``: one killed sooner is a crash loop to its supervisor,
+which forks it again after a back-off, and that is not what this measures.
 
 ``--timeline``: the processor logs at INFO, and each processor round prints where its time went, from its log:
 the new worker's start, the dead member's removal from the group, the join request, the join, the first and the
@@ -47,6 +49,7 @@ from typing import Any
 from kubernetes_asyncio import client
 
 from connectors.simcluster.client import api_client
+from kai_stream import prefork
 from kai_stream.engines import ENGINES, Engine
 from kai_stream.kafka import partition_for
 from kai_stream.pipeline import Pipeline, PipelineOptions
@@ -158,6 +161,7 @@ async def run(
 ) -> dict[str, list[float]]:
     times: dict[str, list[float]] = {"processor": [], "binder": []}
     kills: list[tuple[int, float, float]] = []
+    forked: dict[str, float] = {}
     with tempfile.TemporaryDirectory() as tmp:
         scenario = Path(tmp) / "cluster.yaml"
         scenario.write_text(cluster_yaml())
@@ -176,10 +180,13 @@ async def run(
                 await _wave(pipeline, core, "warm-up-2")
             for i in range(rounds):
                 for component in ("processor", "binder"):
+                    if supervise and component in forked:
+                        await asyncio.sleep(max(0.0, forked[component] + prefork.STABLE_S + 0.1 - time.monotonic()))
                     started = time.monotonic()
                     killed_at = time.time()
                     if supervise:
                         await pipeline.kill_worker(component)
+                        forked[component] = started
                     elif component == "processor":
                         pipeline.stop_processor(kill=True)
                         pipeline.start_processor()

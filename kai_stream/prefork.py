@@ -29,6 +29,8 @@ import traceback
 from collections.abc import Callable
 from types import FrameType
 
+STABLE_S = 3.0
+"""How long a worker must have lived for its death not to count towards a crash loop (``supervise``)."""
 supervised = False
 """True in a worker forked by ``supervise`` (its parent is the supervisor, which watches its own parent)."""
 supervisor_pid: int | None = None
@@ -68,7 +70,7 @@ def supervise(
     run: Callable[[], object],
     *,
     stop_with_parent: bool = False,
-    stable_s: float = 3.0,
+    stable_s: float = STABLE_S,
     initial_backoff_s: float = 0.5,
     max_backoff_s: float = 30.0,
 ) -> int:

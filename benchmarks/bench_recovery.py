@@ -16,19 +16,27 @@ round the bench waits ``--settle`` seconds for the restarted process to join the
 
 ``--supervise``: each component runs its worker under ``kai_stream/prefork.py``; the kill is of the worker and its
 supervisor forks another at once from a process that has imported everything, so the restart skips the
-interpreter's start and the imports (a supervisor itself killed is a cold restart, as without the option).
+interpreter's start and the imports (a supervisor itself killed is a cold restart, as without the option). A
+worker is killed only once it has lived ``prefork.STABLE_S``: one killed sooner is a crash loop to its supervisor,
+which forks it again after a back-off, and that is not what this measures.
+
+``--timeline``: the processor logs at INFO, and each processor round prints where its time went, from its log:
+the new worker's start, the dead member's removal from the group, the join request, the join, the first and the
+last partition rebuilt, then the binding (seconds after the kill).
 
 Also printed: the machine's load average at the start and end, and the CPU seconds the interpreter takes to
 import each component (what a cold restart costs before its first record).
 
-Usage: ``python benchmarks/bench_recovery.py [--rounds 3] [--standby] [--supervise] [--engine tansu]``.
+Usage: ``python benchmarks/bench_recovery.py [--rounds 3] [--standby] [--supervise] [--engine tansu] [--timeline]``.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import datetime
 import os
+import re
 import resource
 import statistics
 import subprocess
@@ -41,6 +49,7 @@ from typing import Any
 from kubernetes_asyncio import client
 
 from connectors.simcluster.client import api_client
+from kai_stream import prefork
 from kai_stream.engines import ENGINES, Engine
 from kai_stream.kafka import partition_for
 from kai_stream.pipeline import Pipeline, PipelineOptions
@@ -106,6 +115,39 @@ async def _wave(pipeline: Pipeline, core: client.CoreV1Api, prefix: str, timeout
         await asyncio.sleep(0.02)
 
 
+MILESTONES = (
+    ("worker started", "[^Worker]: Starting..."),
+    ("predecessor removed", "removed dead predecessor"),
+    ("join asked", "(Re-)joining group"),
+    ("joined", "Joined group"),
+    ("first rebuilt", "processor: rebuilt partition"),
+)
+_STAMP = re.compile(r"\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3})\]")
+
+
+def timeline(log: str, killed_at: float, bound_at: float) -> str:
+    """Where a processor round's time went: each milestone's first log line after the kill (and the last
+    rebuild), in seconds after it."""
+    seen: dict[str, float] = {}
+    last_rebuild = None
+    for line in log.splitlines():
+        stamp = _STAMP.match(line)
+        if stamp is None:
+            continue
+        at = datetime.datetime.strptime(stamp.group(1), "%Y-%m-%d %H:%M:%S,%f").timestamp()
+        if not killed_at <= at <= bound_at:
+            continue
+        for name, text in MILESTONES:
+            if text in line:
+                seen.setdefault(name, at)
+                if name == "first rebuilt":
+                    last_rebuild = at
+    if last_rebuild is not None:
+        seen["last rebuilt"] = last_rebuild
+    seen["bound"] = bound_at
+    return ", ".join(f"{name} {at - killed_at:.2f}" for name, at in sorted(seen.items(), key=lambda item: item[1]))
+
+
 def import_cpu_s(module: str) -> float:
     """CPU seconds (user + system) a fresh interpreter takes to import ``module``."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -115,14 +157,17 @@ def import_cpu_s(module: str) -> float:
 
 
 async def run(
-    rounds: int, engine: Engine, standby: bool, settle_s: float, supervise: bool = False
+    rounds: int, engine: Engine, standby: bool, settle_s: float, supervise: bool = False, show_timeline: bool = False
 ) -> dict[str, list[float]]:
     times: dict[str, list[float]] = {"processor": [], "binder": []}
+    kills: list[tuple[int, float, float]] = []
+    forked: dict[str, float] = {}
     with tempfile.TemporaryDirectory() as tmp:
         scenario = Path(tmp) / "cluster.yaml"
         scenario.write_text(cluster_yaml())
         options = PipelineOptions(
-            scenario=scenario, engine=engine, tick_interval_s=0.5, binder_subprocess=True, supervise=supervise
+            scenario=scenario, engine=engine, tick_interval_s=0.5, binder_subprocess=True, supervise=supervise,
+            processor_env={"KAI_STREAM_PROCESSOR_LOG_LEVEL": "INFO"} if show_timeline else {},
         )
         async with Pipeline(options) as pipeline, api_client(pipeline.cluster.url or "") as api:
             core = client.CoreV1Api(api)
@@ -135,9 +180,13 @@ async def run(
                 await _wave(pipeline, core, "warm-up-2")
             for i in range(rounds):
                 for component in ("processor", "binder"):
+                    if supervise and component in forked:
+                        await asyncio.sleep(max(0.0, forked[component] + prefork.STABLE_S + 0.1 - time.monotonic()))
                     started = time.monotonic()
+                    killed_at = time.time()
                     if supervise:
                         await pipeline.kill_worker(component)
+                        forked[component] = started
                     elif component == "processor":
                         pipeline.stop_processor(kill=True)
                         pipeline.start_processor()
@@ -148,8 +197,14 @@ async def run(
                     times[component].append(time.monotonic() - started)
                     took = times[component][-1]
                     print(f"{component} kill {i}: every pool bound again after {took:.2f} s", flush=True)
+                    if component == "processor":
+                        kills.append((i, killed_at, time.time()))
                     if standby:
                         await asyncio.sleep(settle_s)
+            if show_timeline:
+                log = pipeline.processor_output(None)
+                for i, killed_at, bound_at in kills:
+                    print(f"processor kill {i} timeline (s after the kill): {timeline(log, killed_at, bound_at)}")
     return times
 
 
@@ -159,10 +214,11 @@ def main() -> None:
     parser.add_argument("--engine", choices=ENGINES, default="tansu")
     parser.add_argument("--standby", action="store_true", help="a second processor and binder in the groups")
     parser.add_argument("--supervise", action="store_true", help="kill the components' workers; supervisors fork")
+    parser.add_argument("--timeline", action="store_true", help="print where each processor recovery's time went")
     parser.add_argument("--settle", type=float, default=20.0, help="seconds for a restarted standby to rejoin")
     args = parser.parse_args()
     load_before = os.getloadavg()[0]
-    times = asyncio.run(run(args.rounds, args.engine, args.standby, args.settle, args.supervise))
+    times = asyncio.run(run(args.rounds, args.engine, args.standby, args.settle, args.supervise, args.timeline))
     load_after = os.getloadavg()[0]
     mode = "with a standby" if args.standby else "single instances, restarted"
     mode += ", supervised (worker killed, forked again)" if args.supervise else ""

@@ -26,6 +26,8 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer
 from aiokafka.protocol.fetch import FetchRequest
 
+from kai_stream.internals import kafka_client
+
 log = logging.getLogger(__name__)
 
 DEFAULT_PATIENCE_S = 30.0
@@ -87,7 +89,7 @@ class FetchGapGuard:
 
     def attach(self, consumer: AIOKafkaConsumer) -> AIOKafkaConsumer:
         """Guard ``consumer``'s fetch answers from now on (before or after it is started)."""
-        client = consumer._client
+        client = kafka_client(consumer)
         send: Callable[..., Awaitable[Any]] = client.send
 
         async def guarded_send(node_id: int, request: Any, **kwargs: Any) -> Any:

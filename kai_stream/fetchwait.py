@@ -32,6 +32,7 @@ from aiokafka import AIOKafkaConsumer
 from aiokafka.protocol.fetch import FetchRequest
 
 from kai_stream.fetchgaps import records_end
+from kai_stream.internals import kafka_client, set_fetch_wait
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +61,7 @@ class FetchWaitGovernor:
 
     def attach(self, consumer: AIOKafkaConsumer) -> AIOKafkaConsumer:
         """Watch ``consumer``'s fetch responses from now on (before or after it is started)."""
-        client = consumer._client
+        client = kafka_client(consumer)
         send: Callable[..., Awaitable[Any]] = client.send
 
         async def watched_send(node_id: int, request: Any, **kwargs: Any) -> Any:
@@ -128,10 +129,7 @@ class FetchWaitGovernor:
         consumer = self._consumer
         if consumer is None:
             return
-        consumer._fetch_max_wait_ms = wait_ms
-        fetcher = getattr(consumer, "_fetcher", None)
-        if fetcher is not None:
-            fetcher._fetch_max_wait_ms = wait_ms
+        set_fetch_wait(consumer, wait_ms)
 
 
 def governed(consumer: AIOKafkaConsumer, base_ms: int, max_ms: int = DEFAULT_MAX_MS) -> AIOKafkaConsumer:

@@ -30,6 +30,7 @@ from aiokafka.partitioner import murmur2
 from kai_stream.core.events import Model, dumps
 from kai_stream.fetchgaps import gap_guarded
 from kai_stream.fetchwait import governed
+from kai_stream.internals import expedite, kafka_client
 from kai_stream.quirks import tansu_workarounds
 from kai_stream.settings import KafkaSettings
 
@@ -59,23 +60,6 @@ def make_producer(settings: KafkaSettings, **overrides: Any) -> AIOKafkaProducer
     }
     kwargs.update(overrides)
     return AIOKafkaProducer(**kwargs)
-
-
-def expedite(producer: AIOKafkaProducer, topic: str, partition: int) -> None:
-    """Send what ``producer`` holds for the partition now instead of when its linger runs out.
-
-    The held batch stays open: records appended before the sender takes it (while a request to the broker is in
-    flight) still join it. Relies on aiokafka's accumulator (``MessageBatch`` linger, the sender's waiter), pinned
-    with aiokafka in pyproject.toml and checked by ``tests/broker/test_expedite.py``.
-    """
-    accumulator: Any = producer._message_accumulator
-    if accumulator._linger_time == 0:
-        return  # nothing is held without a linger (on Apache Kafka, quirks.feedback_linger_ms)
-    for batch in accumulator._batches.get(TopicPartition(topic, partition), ()):
-        batch._linger_time = 0.0
-    waiter = accumulator._waiter_future
-    if not waiter.done():
-        waiter.set_result(None)
 
 
 def make_consumer(
@@ -215,7 +199,7 @@ async def topic_partitions(consumer: AIOKafkaConsumer, topic: str) -> list[int]:
 
     ``consumer.topics()`` alone does not do: it leaves the consumer's own metadata as its subscription had it,
     which on Apache Kafka holds no topic for an unsubscribed consumer (Tansu answers every topic)."""
-    cluster: Any = await consumer._client.fetch_all_metadata()
+    cluster: Any = await kafka_client(consumer).fetch_all_metadata()
     return sorted(cluster.partitions_for_topic(topic) or ())
 
 

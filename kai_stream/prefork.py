@@ -3,10 +3,16 @@ from this one, after everything the worker needs was imported here, and forks it
 (SIGKILL, a crash, an exit with an error), instead of a fresh interpreter importing for seconds first.
 
 The supervisor does nothing but wait: no event loop, no thread, no connection is made before the fork (the
-modules imported here make none), so each worker starts as a fresh process would, with its imports done.
+modules imported here make none), so each worker starts as a fresh process would, with its imports done. What
+the imports made is frozen out of the garbage collector (``gc.freeze``) before the fork and stays so in the
+worker: no collection of the worker scans it (nor copies its shared pages), so the first full collection of a
+worker that just started (the processor's, after its rebuild) does not pay for the imports.
 SIGTERM or SIGINT to the supervisor is passed on to the worker, and the supervisor exits with the worker's code
-once it stopped. A worker that keeps dying soon after its start is forked again after a back-off (doubling up
-to ``max_backoff_s``), so a crash loop does not spin; a worker that lived ``stable_s`` resets it.
+once it stopped. A worker that dies soon after its start (within ``stable_s``) is forked again at once the first
+time (a kill of a worker that had just come back is not a crash loop), then after a back-off from
+``initial_backoff_s`` doubling up to ``max_backoff_s``, so a crash loop does not spin; a worker that lived
+``stable_s`` resets it (3 s by default: its imports are done before the fork, so a worker that cannot start
+fails within a second or two, and kills seconds apart are not a crash loop).
 """
 
 from __future__ import annotations
@@ -22,8 +28,10 @@ import traceback
 from collections.abc import Callable
 from types import FrameType
 
-from kai_stream.core.gcpause import settle_heap, thaw_heap
+from kai_stream.core.gcpause import settle_heap
 
+STABLE_S = 3.0
+"""How long a worker must have lived for its death not to count towards a crash loop (``supervise``)."""
 supervised = False
 """True in a worker forked by ``supervise`` (its parent is the supervisor, which watches its own parent)."""
 supervisor_pid: int | None = None
@@ -41,7 +49,6 @@ def _worker(run: Callable[[], object]) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGCHLD):
         signal.signal(sig, signal.SIG_DFL)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGCHLD})
-    thaw_heap()
     try:
         run()
     except SystemExit as exc:
@@ -64,7 +71,7 @@ def supervise(
     run: Callable[[], object],
     *,
     stop_with_parent: bool = False,
-    stable_s: float = 5.0,
+    stable_s: float = STABLE_S,
     initial_backoff_s: float = 0.5,
     max_backoff_s: float = 30.0,
 ) -> int:
@@ -87,7 +94,7 @@ def supervise(
     global state_dir
     state_dir = tempfile.mkdtemp(prefix=f"kai-stream-{component}-")
     settle_heap()  # the imported modules' objects stay shared with the workers (copy-on-write pages untouched)
-    backoff = 0.0
+    quick_deaths = 0
     try:
         while True:
             sys.stdout.flush()
@@ -108,7 +115,8 @@ def supervise(
             if stopping or code == 0:
                 return code
             lived = time.monotonic() - started
-            backoff = 0.0 if lived >= stable_s else min(max(backoff * 2, initial_backoff_s), max_backoff_s)
+            quick_deaths = 0 if lived >= stable_s else quick_deaths + 1
+            backoff = 0.0 if quick_deaths <= 1 else min(initial_backoff_s * 2 ** (quick_deaths - 2), max_backoff_s)
             print(f"{component}: worker exited with {code} after {lived:.1f}s; forked again in {backoff:.1f}s",
                   file=sys.stderr, flush=True)
             deadline = time.monotonic() + backoff

@@ -1,7 +1,7 @@
 """Which broker engine a client talks to, and so whether the Tansu workarounds apply.
 
 The workarounds exist for Tansu alone: the fetch-wait governor (``fetchwait.py``), the fetch-hole guard
-(``fetchgaps.py``), the feedback linger with ``kafka.expedite`` (``urgency.py``) and the faust changelog ends read
+(``fetchgaps.py``), the feedback linger with ``internals.expedite`` (``urgency.py``) and the faust changelog ends read
 from fetches (``streams/app.py``). On Apache Kafka none of them runs.
 
 ``KafkaSettings.engine`` names the engine (``KAI_STREAM_KAFKA_ENGINE=kafka|tansu``); ``auto`` (the default) asks

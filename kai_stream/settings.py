@@ -50,7 +50,7 @@ class KafkaSettings(BaseSettings):
     feedback_linger_ms: int = Field(default=25, ge=0)
     """How long the connector's and the binder's producers hold a record that cannot change a scheduling decision
     (a bound pod's status, a successful bind) to send it in one batch with others; a record that can (a new
-    pending pod, a freed node, a failed bind) is sent at once with whatever is held (``kafka.expedite``). Fewer
+    pending pod, a freed node, a failed bind) is sent at once with whatever is held (``internals.expedite``). Fewer
     batches matter on Tansu, whose fetch lists every stored batch of the partition."""
     fetch_hole_patience_s: float = Field(default=30.0, ge=0)
     """How long a consumer waits for a missing offset that a fetch answer skipped before it goes on past it

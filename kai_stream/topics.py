@@ -24,6 +24,7 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import TopicAlreadyExistsError
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
+from kai_stream.internals import kafka_client
 from kai_stream.kafka import make_admin
 from kai_stream.settings import KafkaSettings
 
@@ -181,7 +182,7 @@ async def _until_led(admin: AIOKafkaAdminClient, partitions: dict[str, int], tim
     CreateTopics before its metadata cache has them, and a client that looks then sees no such topic."""
     deadline = time.monotonic() + timeout_s
     while partitions:
-        cluster: Any = await admin._client.fetch_all_metadata()
+        cluster: Any = await kafka_client(admin).fetch_all_metadata()
         led = {
             name
             for name, count in partitions.items()

@@ -5,7 +5,7 @@ decision already put the same fact into its state: one of our pods observed boun
 or running there (not terminating), or a successful bind. Producers hold feedback for up to
 ``KafkaSettings.feedback_linger_ms`` so it travels in one batch with other records; everything else (a new
 pending pod, a pod that finished or is going away, nodes, queues, pod groups, ticks, failed binds, evictions) is
-sent at once, taking the held feedback along (``kafka.expedite``). Holding feedback never reorders a partition:
+sent at once, taking the held feedback along (``internals.expedite``). Holding feedback never reorders a partition:
 one producer, one batch queue per partition. On Apache Kafka nothing is held (``quirks.feedback_linger_ms``): its
 fetch does not grow with the number of batches.
 """

@@ -48,7 +48,8 @@ from kai_stream.core.events import (
     stable_id,
 )
 from kai_stream.core.manifests import ManifestError, object_to_events
-from kai_stream.kafka import expedite, make_producer, partition_for, read_topic, send_keyed
+from kai_stream.internals import expedite
+from kai_stream.kafka import make_producer, partition_for, read_topic, send_keyed
 from kai_stream.quirks import feedback_linger_ms
 from kai_stream.settings import KafkaSettings
 from kai_stream.topics import TopicNames

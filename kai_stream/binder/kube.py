@@ -73,6 +73,7 @@ from kai_stream.core.events import (
     stable_id,
 )
 from kai_stream.core.manifests import ANNOTATION_GPU_INDICES, ANNOTATION_POD_GROUP
+from kai_stream.internals import disable_env_lookups
 from kai_stream.observability import BINDER_RETRIES
 
 log = logging.getLogger(__name__)
@@ -103,7 +104,7 @@ def api_client(configuration: client.Configuration) -> client.ApiClient:
         get_env_proxy_for_url(URL(configuration.host or ""))
     except LookupError:
         if netrc_from_env() is None:
-            session._trust_env = False
+            disable_env_lookups(session)
     return api
 
 

@@ -44,6 +44,7 @@ from kai_stream.core.events import (
     dumps,
     loads_decisions_record,
 )
+from kai_stream.internals import member_id
 from kai_stream.kafka import Record, make_consumer, make_producer, send_keyed
 from kai_stream.observability import (
     BINDER_OUTCOMES,
@@ -363,8 +364,7 @@ class _CommitOnRevoke(ConsumerRebalanceListener):  # type: ignore[misc]
             await self.binder.on_revoked(revoked)
 
     async def on_partitions_assigned(self, assigned: Collection[TopicPartition]) -> None:
-        coordinator = getattr(self.consumer, "_coordinator", None)
-        succession.record(self.group_id, str(getattr(coordinator, "member_id", "")))
+        succession.record(self.group_id, member_id(self.consumer))
 
 
 async def run_binder(

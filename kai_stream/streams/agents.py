@@ -4,7 +4,8 @@ On Apache Kafka the batches come from ``exactly_once.TransactionalLoop`` (bulk r
 run as an app task instead of the faust agent; what follows describes the agent (Tansu).
 
 Partitions revoked in a rebalance and assigned again in the next generation keep their state; the others drop
-it, and the next record from a newly assigned partition rebuilds it from the log (``runtime.py``). A batch's
+it and are rebuilt from the log at once, all concurrently, while the consumer starts fetching (``runtime.py``,
+``assigned(ahead=True)``). A batch's
 offsets are committed by a background task once its decisions are on the broker, so the agent goes on to the next
 batch without waiting for the commit's round trip.
 """
@@ -24,6 +25,7 @@ from mode.types.signals import BaseSignalT
 
 from kai_stream import prefork, succession
 from kai_stream.core.events import Model, dumps
+from kai_stream.internals import faust_commit, faust_kafka_consumer, faust_kafka_producer, member_id
 from kai_stream.kafka import send_unit
 from kai_stream.observability import Health, HealthSettings, serve_health
 from kai_stream.streams import tables, topics
@@ -45,7 +47,7 @@ async def _send_unit(topic: str, partition: int, key: bytes, records: Sequence[M
     """Hand one cycle's records of a pool to faust's producer as one record batch (appended whole or not at all)."""
     producer = app.producer
     assert isinstance(producer, faust_aiokafka.Producer)
-    return await send_unit(producer._ensure_producer(), topic, partition, key, [dumps(r) for r in records])
+    return await send_unit(faust_kafka_producer(producer), topic, partition, key, [dumps(r) for r in records])
 
 
 runtime = SchedulerRuntime(
@@ -115,11 +117,7 @@ class _Committer:
 
     @staticmethod
     async def _commit(offsets: dict[TP, int]) -> None:
-        consumer: Any = app.consumer
-        if await consumer._commit(offsets):
-            for tp, offset in offsets.items():
-                if (consumer._committed_offset.get(tp) or -1) < offset:
-                    consumer._committed_offset[tp] = offset
+        await faust_commit(app.consumer, offsets)
 
 
 committer = _Committer()
@@ -141,7 +139,7 @@ async def schedule(stream: Any) -> AsyncIterator[None]:
             await runtime.process([_record(event) for event in batch], _backlog)
         except Exception as exc:
             # state may hold decisions that never reached the topic: rebuild from the log on the next record
-            runtime.forget(sorted(runtime.engines))
+            runtime.forget_all()
             health.failed(repr(exc)[:500])
             raise
         committer.add(batch)
@@ -207,9 +205,10 @@ async def _parent_alive() -> None:
 async def _assigned(sender: Any, /, *args: Any, signal: BaseSignalT[Any], **kwargs: Any) -> None:
     assigned: set[TP] = args[0] if args else kwargs.get("assigned", set())
     if not BULK:
-        member = getattr(getattr(getattr(app.consumer, "_thread", None), "_consumer", None), "_coordinator", None)
-        succession.record(settings.app_id, str(getattr(member, "member_id", "")))
-    runtime.assigned([tp.partition for tp in assigned if tp.topic == names.cluster_events], app.consumer_generation_id)
+        succession.record(settings.app_id, member_id(faust_kafka_consumer(app.consumer)))
+    runtime.assigned(
+        [tp.partition for tp in assigned if tp.topic == names.cluster_events], app.consumer_generation_id, ahead=True
+    )
     health.set_condition("assigned", True)
 
 

@@ -37,6 +37,7 @@ from faust.types import TP
 from kai_stream import succession
 from kai_stream.fetchgaps import gap_guarded
 from kai_stream.fetchwait import governed
+from kai_stream.internals import set_fetch_wait
 from kai_stream.kafka import READ_TO_END_WAIT_MS, UNIT_MAX_BYTES, make_consumer
 from kai_stream.quirks import tansu_workarounds
 from kai_stream.settings import KafkaSettings
@@ -55,7 +56,7 @@ class _ConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
         if not tansu_workarounds(kafka):
             return consumer
         succession.fence_now(kafka, settings.app_id)  # a dynamic member: a dead predecessor leaves the group first
-        consumer._fetch_max_wait_ms = settings.fetch_max_wait_ms
+        set_fetch_wait(consumer, settings.fetch_max_wait_ms)
         governed(consumer, settings.fetch_max_wait_ms, kafka.fetch_max_wait_limit_ms)
         return gap_guarded(consumer, kafka.fetch_hole_patience_s)
 

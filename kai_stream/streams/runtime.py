@@ -83,6 +83,22 @@ def load_scheduler_config(path: str | None) -> SchedulerConfig:
     return load_config(path) if path else SchedulerConfig()
 
 
+@dataclass(frozen=True)
+class _Built:
+    """A partition's engine rebuilt from the logs, not yet the runtime's: where its decisions read ended, and the
+    pools each folded Tick touched (by offset)."""
+
+    engine: PartitionEngine
+    decisions_end: int
+    ticks: list[tuple[int, set[str]]]
+
+
+def _retrieved(task: asyncio.Task[Any]) -> None:
+    """Mark a background task's failure as seen (it is reported where the task is awaited, if ever)."""
+    if not task.cancelled():
+        task.exception()
+
+
 class SchedulerRuntime:
     """Per-partition engines of one processor instance, and how they meet the topics."""
 
@@ -121,6 +137,8 @@ class SchedulerRuntime:
         self.gc_freeze_interval_s = gc_freeze_interval_s
         self._fair_share_stale: dict[int, set[str]] = defaultdict(set)
         self._rebuilt_ticks: dict[int, set[str]] = {}
+        self._ahead: dict[int, asyncio.Task[_Built]] = {}
+        self._letting_out: set[asyncio.Task[None]] = set()
         self._fair_share_at: dict[tuple[int, str], float] = {}
         self._frozen_at = time.monotonic()
         self.metrics_interval_s = metrics_interval_s
@@ -137,22 +155,33 @@ class SchedulerRuntime:
         that ends the rebalance says whether they come back (``assigned``)."""
         self._held = (generation, {p for p in partitions if p in self.engines})
 
-    def assigned(self, partitions: Collection[int], generation: int) -> None:
+    def assigned(self, partitions: Collection[int], generation: int, *, ahead: bool = False) -> None:
         """The rebalance's new assignment (group ``generation``): keep the state of a partition revoked in the
         generation just before and assigned again, as nobody else can have owned it in between (faust's eager
-        rebalance revokes everything, then assigns); drop every other (a later record of it rebuilds it)."""
+        rebalance revokes everything, then assigns); drop every other (a later record of it rebuilds it).
+        ``ahead``: start rebuilding the assigned partitions without state now, concurrently, instead of when each
+        one's first record arrives (used when called from within the event loop)."""
         held_generation, held = self._held
         keep = held & set(partitions) if generation == held_generation + 1 else set()
         self._held = (-1, set())
-        self.forget([p for p in sorted(self.engines) if p not in keep])
+        self.forget([p for p in sorted(set(self.engines) | set(self._ahead)) if p not in keep])
+        if ahead:
+            self._build_ahead(set(partitions) - set(self.engines))
 
     def forget(self, partitions: Sequence[int]) -> None:
         """Drop the state of revoked partitions; a later assignment rebuilds it."""
         for partition in partitions:
             self.engines.pop(partition, None)
+            building = self._ahead.pop(partition, None)
+            if building is not None:
+                building.cancel()
             self._deferred.pop(partition, None)
             self._fair_share_stale.pop(partition, None)
             self.decisions_end.pop(partition, None)
+
+    def forget_all(self) -> None:
+        """Drop every partition's state, and every build ahead."""
+        self.forget(sorted(set(self.engines) | set(self._ahead)))
 
     def deferred(self, partition: int) -> bool:
         """Whether pools of ``partition`` folded records whose cycle was put off."""
@@ -174,6 +203,21 @@ class SchedulerRuntime:
             return await read_to_end(consumer, timeout_s=60.0)
         finally:
             await consumer.stop()
+
+    async def _read_from_start(self, tps: Collection[tuple[str, int]]) -> dict[tuple[str, int], list[Any]]:
+        """Each (topic, partition) of ``tps`` from its beginning to its end, all read by one consumer."""
+        read: dict[tuple[str, int], list[Any]] = {tp: [] for tp in tps}
+        consumer = make_consumer(self.kafka, group_id=None, fetch_max_wait_ms=READ_TO_END_WAIT_MS)
+        await consumer.start()
+        try:
+            assigned = [TopicPartition(topic, partition) for topic, partition in sorted(read)]
+            consumer.assign(assigned)
+            await consumer.seek_to_beginning(*assigned)
+            for record in await read_to_end(consumer, timeout_s=60.0):
+                read[(record.topic, record.partition)].append(record)
+        finally:
+            await consumer.stop()
+        return read
 
     async def _read_through(self, partition: int, needed: int, timeout_s: float = 60.0, start: int = 0) -> list[Any]:
         """Cluster-events of ``partition`` from ``start`` to its end, and at least through offset ``needed`` (the
@@ -199,6 +243,14 @@ class SchedulerRuntime:
         once on the current state instead of once per historical batch. The partition is this processor's, so no
         decision of it is published while they are read (a recorded decision whose input event the read has not
         reached waits in the engine's ``awaiting``)."""
+        return self._install(await self._build(partition, before - 1), before)
+
+    async def _build(
+        self, partition: int, needed: int, reading: asyncio.Future[dict[tuple[str, int], list[Any]]] | None = None
+    ) -> _Built:
+        """The rebuilt engine of ``partition``, having folded its log at least through offset ``needed``; from
+        both logs as ``reading`` read them from the start for several partitions at once, when given (no snapshot
+        topic then)."""
         started = time.monotonic()
         engine = self._new_engine(partition)
         decisions_from = 0
@@ -208,14 +260,18 @@ class SchedulerRuntime:
             if snapshot is not None:
                 engine, decisions_from = snapshot.engine, snapshot.decisions_from
                 resumed = f" after its snapshot at offset {engine.offset}"
-        self.decisions_end[partition] = decisions_from
-        published, logged = await asyncio.gather(
-            self._read_partition(self.names.decisions, partition, decisions_from),
-            self._read_through(partition, before - 1, start=engine.offset + 1),
-        )
+        decisions_end = decisions_from
+        if reading is not None:
+            read = await asyncio.shield(reading)  # shared: a partition revoked meanwhile leaves the others' read
+            published, logged = read[(self.names.decisions, partition)], read[(self.names.cluster_events, partition)]
+        else:
+            published, logged = await asyncio.gather(
+                self._read_partition(self.names.decisions, partition, decisions_from),
+                self._read_through(partition, needed, start=engine.offset + 1),
+            )
         recorded: list[DecisionsRecord] = []
         for record in published:
-            self.decisions_end[partition] = record.offset + 1
+            decisions_end = record.offset + 1
             try:
                 recorded.append(loads_decisions_record(record.value or b""))
             except MalformedEvent:
@@ -230,26 +286,77 @@ class SchedulerRuntime:
                 events.append((record.offset, self.decode(raw)))
             except MalformedEvent as exc:
                 malformed.append((raw, str(exc)))
-        if malformed:
+        if malformed and reading is not None:
+            # off the rebuild's path (it reads the whole dead-letter topic); a build ahead is in no transaction
+            self._letting_out.add(task := asyncio.get_running_loop().create_task(self._dead_letter_missing(malformed)))
+            task.add_done_callback(self._let_out)
+        elif malformed:
             await self._dead_letter_missing(malformed)
         engine.rebuild(events, recorded)
-        engine.offset = max(engine.offset, last, before - 1)
-        self._rebuilt_ticks[partition] = {
-            pool
+        engine.offset = max(engine.offset, last)
+        ticks = [
+            (offset, set(engine.pools) if event.pool == ALL_POOLS else {event.pool})
             for offset, event in events
-            if isinstance(event, Tick) and offset >= before
-            for pool in (engine.pools if event.pool == ALL_POOLS else (event.pool,))
-        }
+            if isinstance(event, Tick)
+        ]
         log.info(
             "processor: rebuilt partition %d to offset %d (%d events, %d decisions%s) in %.2fs",
             partition, engine.offset, len(events), len(recorded),
             resumed, time.monotonic() - started,
         )
+        return _Built(engine, decisions_end, ticks)
+
+    def _install(self, built: _Built, before: int) -> PartitionEngine:
+        """Make a rebuilt engine the partition's, whose first record delivered by the group is at ``before``:
+        the ticks folded from there on count as ticked (their pools' fair shares are refreshed)."""
+        engine = built.engine
+        partition = engine.partition
+        engine.offset = max(engine.offset, before - 1)
+        self.decisions_end[partition] = built.decisions_end
+        self._rebuilt_ticks[partition] = {pool for offset, pools in built.ticks if offset >= before for pool in pools}
         self.engines[partition] = engine
         self._fair_share_stale[partition].update(engine.pools)
         if self.gc_freeze_interval_s is not None:
             self.settle_heap()
         return engine
+
+    def _build_ahead(self, partitions: Collection[int]) -> None:
+        """Start rebuilding ``partitions`` now, before their first record is delivered (``ahead``); without a
+        snapshot topic, both logs of them all are read by one consumer."""
+        if not partitions:
+            return
+        loop = asyncio.get_running_loop()
+        reading = None
+        if self.state_topic is None:
+            topics = (self.names.decisions, self.names.cluster_events)
+            reading = loop.create_task(self._read_from_start([(t, p) for t in topics for p in partitions]))
+            reading.add_done_callback(_retrieved)
+        for partition in sorted(partitions):
+            task = loop.create_task(self._build(partition, -1, reading))
+            task.add_done_callback(_retrieved)
+            self._ahead[partition] = task
+
+    async def _rebuilt(self, partition: int, before: int) -> PartitionEngine:
+        """The engine of ``partition`` whose first delivered record is at ``before``: the one built ahead when it
+        has folded everything before that offset (records an earlier owner consumed are never delivered again),
+        else one rebuilt now."""
+        ahead = self._ahead.pop(partition, None)
+        if ahead is not None:
+            try:
+                built = await ahead
+            except Exception as exc:
+                log.warning("processor: building partition %d ahead failed: %r; rebuilding", partition, exc)
+            else:
+                if built.engine.offset >= before - 1:
+                    return self._install(built, before)
+                log.info("processor: partition %d was built ahead to offset %d, its records start at %d; rebuilding",
+                         partition, built.engine.offset, before)
+        return await self.rebuild(partition, before)
+
+    def _let_out(self, task: asyncio.Task[None]) -> None:
+        self._letting_out.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.warning("processor: dead-lettering records found in a rebuild failed: %r", task.exception())
 
     def settle_heap(self) -> None:
         """Collect young garbage, then freeze every surviving object (the state) out of later collections."""
@@ -348,7 +455,7 @@ class SchedulerRuntime:
             if record.partition not in self.engines:
                 missing.setdefault(record.partition, record.offset)
         if missing:
-            rebuilt = await asyncio.gather(*(self.rebuild(p, first) for p, first in sorted(missing.items())))
+            rebuilt = await asyncio.gather(*(self._rebuilt(p, first) for p, first in sorted(missing.items())))
             for partition, engine in zip(sorted(missing), rebuilt, strict=True):
                 touched[partition].update(engine.pools)
                 ticked[partition].update(self._rebuilt_ticks.pop(partition, set()))

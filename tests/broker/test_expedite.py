@@ -1,4 +1,4 @@
-"""``kafka.expedite`` on the real broker: held records wait out a long linger unless expedited, and an expedited
+"""``internals.expedite`` on the real broker: held records wait out a long linger unless expedited, and an expedited
 record takes the ones held before it along, in order."""
 
 from __future__ import annotations
@@ -6,7 +6,8 @@ from __future__ import annotations
 import asyncio
 import time
 
-from kai_stream.kafka import expedite, make_producer, read_topic
+from kai_stream.internals import expedite
+from kai_stream.kafka import make_producer, read_topic
 from kai_stream.settings import KafkaSettings
 
 LINGER_MS = 3000

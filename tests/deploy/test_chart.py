@@ -151,7 +151,23 @@ def test_every_component_runs_its_command_with_probes_resources_and_scrape_annot
     assert seen == {"connector", "processor", "binder", "history-sink", "gpu-agent"}
     connector = by_kind(render("--set", "schedulerName=kai-stream"), "Deployment")["kai-stream-connector"]
     args = connector["spec"]["template"]["spec"]["containers"][0]["args"]
-    assert args == ["connector", "--scheduler-name", "kai-stream", "--tick-interval", "1"]
+    assert args == ["connector", "--scheduler-name", "kai-stream", "--tick-interval", "1", "--supervise"]
+
+
+def test_connector_processor_and_binder_run_supervised_unless_turned_off() -> None:
+    def supervised(*args: str) -> dict[str, bool]:
+        found = {}
+        for component, _template, container in _containers(render(*args)):
+            if component in ("connector", "processor", "binder"):
+                env = _env(container)
+                found[component] = "--supervise" in container["args"] or env.get(
+                    "KAI_STREAM_PROCESSOR_SUPERVISE") == "true"
+        return found
+
+    assert supervised() == {"connector": True, "processor": True, "binder": True}
+    off = [arg for c in ("connector", "processor", "binder") for arg in ("--set", f"{c}.supervise=false")]
+    assert supervised(*off) == {"connector": False, "processor": False, "binder": False}
+    assert supervised("--set", "binder.supervise=false") == {"connector": True, "processor": True, "binder": False}
 
 
 def test_gpu_agent_runs_on_gpu_nodes_only_and_per_pool_when_asked() -> None:

@@ -10,8 +10,8 @@ here, so the rules below stay in one place.
   where it also keeps the imported modules' pages shared copy-on-write with the workers).
 * ``frozen_heap``: the same for the length of a ``with`` block, thawed after it (a replay over its decoded
   history, a benchmark's measured phase).
-* ``thaw_heap``: back to normal collections (a forked worker, which must not inherit its parent's frozen set as
-  never collectable).
+* ``thaw_heap``: back to normal collections (the end of ``frozen_heap``). A forked worker keeps its supervisor's
+  frozen set: the imports stay out of its first collections and their pages stay shared.
 
 Nothing any of them does changes what the code computes; only when memory is scanned.
 """

@@ -47,7 +47,7 @@ from kai_stream.core.events import (
 )
 from kai_stream.core.scheduler.cycle import run_cycle
 from kai_stream.core.state import ClusterState, apply
-from kai_stream.simulate import outcome_of
+from kai_stream.emulation import outcome_of
 
 GIB = 2**30
 GPUS_PER_NODE = 8

@@ -42,7 +42,8 @@ from kai_stream.core.manifests import load_scenario
 from kai_stream.core.scheduler.cycle import fair_shares, run_cycle
 from kai_stream.core.scheduler.framework.session import Snapshot
 from kai_stream.core.state import ClusterState, apply, fold
-from kai_stream.simulate import outcome_of, simulate
+from kai_stream.emulation import outcome_of
+from kai_stream.simulate import simulate
 
 EXAMPLES = sorted((Path(__file__).resolve().parents[2] / "examples").glob("*.yaml"))
 GIB = 2**30

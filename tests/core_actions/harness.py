@@ -107,7 +107,7 @@ def settle_with_restarts(events: list[ObservedEvent], config: SchedulerConfig, c
     under the same name; returns the number of cycles until one decided nothing (``cycles`` + 1 if never)."""
     from kai_stream.core.events import PodEvicted, PodObserved
     from kai_stream.core.state import ClusterState, apply
-    from kai_stream.simulate import outcome_of
+    from kai_stream.emulation import outcome_of
 
     state = ClusterState()
     for event in events:

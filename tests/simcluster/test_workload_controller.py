@@ -9,7 +9,7 @@ from kubernetes_asyncio import client
 
 from connectors.simcluster import SimCluster
 from connectors.simcluster.controller import LABEL_RECREATE, recreated_uid
-from kai_stream.simulate import recreated_uid as simulated_uid
+from kai_stream.emulation import recreated_uid as simulated_uid
 
 from .manifests import node, pod
 

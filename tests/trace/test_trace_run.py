@@ -144,7 +144,7 @@ def test_gangs_and_restart_after_eviction(cluster: Path) -> None:
     assert restarted["type"] == PodObserved.model_fields["type"].default and restarted["node"] is None
     sim.cycle(10.0)
     assert sim.pods[small].running
-    finishes = sorted((t, uid) for t, _, uid, gen in sim.finishing if uid == small and gen == 1)
+    finishes = sorted((t, uid) for t, _, uid, gen, _ in sim.finishing if uid == small and gen == 1)
     assert finishes == [(60.0, small)]
 
 

@@ -32,6 +32,7 @@ from typing import Any
 from kai_stream.core.config import SchedulerConfig
 from kai_stream.core.events import (
     AnyEvent,
+    Decision,
     NodeObserved,
     NodeSpec,
     PodGroupObserved,
@@ -180,7 +181,11 @@ def timed(state: ClusterState, config: SchedulerConfig, repeat: int) -> tuple[fl
 
 def settle(state: ClusterState) -> None:
     """Apply one full cycle's decisions and the emulated cluster's answers (binds done, evicted pods gone)."""
-    decisions = run_cycle(state, SchedulerConfig(), pool="default", input_offset=state.offset, code_version="bench")
+    answer(state, run_cycle(state, SchedulerConfig(), pool="default", input_offset=state.offset, code_version="bench"))
+
+
+def answer(state: ClusterState, decisions: list[Decision]) -> None:
+    """Fold ``decisions``, then the emulated cluster's outcome of each."""
     for decision in decisions:
         apply(state, decision, state.offset + 1)
     for decision in decisions:
@@ -268,12 +273,7 @@ def steady(cycles: int, churn: int = 5) -> tuple[float, float]:
         decisions = run_cycle(state, config, pool="default", input_offset=state.offset, code_version="bench")
         if cycle > 0:
             warm.append(time.process_time() - c0)
-        for decision in decisions:
-            apply(state, decision, state.offset + 1)
-        for decision in decisions:
-            outcome = outcome_of(decision)
-            if outcome is not None:
-                apply(state, outcome, state.offset + 1)
+        answer(state, decisions)
     return statistics.median(warm), statistics.median(cold)
 
 

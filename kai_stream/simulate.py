@@ -3,28 +3,18 @@
 The model keeps the cluster-events log the way the live partitions hold it and decides the way the processor
 does (``kai_stream/streams/engine.py``):
 
-* the scenario's observed events come first; the log has ``partitions`` partitions (the cluster-events topic
-  spec), a pool's events go to ``partition_for(pool)``, cluster-wide ones (pool ``*``) to every partition,
-  and offsets count per partition as the broker's do;
-* a round starts with a barrier: one ``Tick`` for every pool (``ALL_POOLS``, so one record in every partition,
-  event id ``stable_id("round-barrier", str(round))``, the latest event time), which is what
-  ``simulate --live`` publishes once the log holds the previous round's whole reaction (its processor runs
-  cycles only on a Tick, ``KAI_STREAM_PROCESSOR_CYCLE_ON=tick``);
-* a round runs, per pool (sorted), ``run_cycle`` with ``input_offset`` = the offset of the last event in that
-  pool's partition (the barrier) and ``ts`` = the latest event time; its decisions are chained after the pool's
-  head hash and folded *without* an offset (they live in the decisions topic, not in cluster-events);
+* the scenario's observed events come first, into ``kai_stream.emulation.EmulatedCluster``'s log (per-partition
+  offsets as the broker's; cluster-wide events, pool ``*``, in every partition);
+* a round starts with a barrier (``round_barrier``: one ``Tick`` in every partition, the latest event time), which
+  is what ``simulate --live`` publishes once the log holds the previous round's whole reaction (its processor
+  runs cycles only on a Tick, ``KAI_STREAM_PROCESSOR_CYCLE_ON=tick``);
+* a round steps, per pool (sorted), ``core.decide`` with ``input_offset`` = the offset of the last event in that
+  pool's partition (the barrier): cycle, chain after the pool's head hash, fold *without* an offset (decisions
+  live in the decisions topic, not in cluster-events);
 * then the cluster reacts, all of it before the next round (``simulate --live`` only lets the processor
   decide once the binder and the connector are done, so rounds are the same on both sides): per decision, in
-  order, what the binder and the connector publish into cluster-events (``follow_ups``):
-  ``BindRequested`` -> ``PodBound`` then the pod observed on its node, ``Running``;
-  ``EvictionRequested`` -> the pod observed again (the binder's ``DisruptionTarget`` condition), ``PodEvicted``,
-  then the pod observed terminating (``deletionTimestamp``); with a termination grace of 0 instead ``PodRemoved``
-  at once, then, for a pod that comes back
-  (``recreated_after_eviction``), its replacement observed pending: same name, uid
-  ``stable_id("recreated", old uid)``; ``PodPending`` -> the pod observed again when the binder's
-  ``PodScheduled=False`` message for it changes, and its PodGroup observed when the group's
-  ``UnschedulableOnNodePool`` message changes (a bind that follows clears the group's mark: observed again);
-  ``PodPipelined`` -> nothing;
+  order, ``kai_stream.emulation.react`` under the default policy (every intermediate observation, re-created
+  pods by label or consolidation move, evicted pods on a node observed terminating);
 * the clock: rounds take no time. After a round that decides nothing, if evicted pods are still terminating,
   the clock jumps by the termination grace (``termination_grace``, default 30 s as Kubernetes'): each of them
   is removed (``PodRemoved`` at the new time, pods by uid) and its replacement, if any, observed; the next
@@ -60,8 +50,7 @@ from kai_stream.core.scheduler.cycle import plugins_of
 from kai_stream.core.scheduler.framework.info import CPU, GPU, MEM, UNIT
 from kai_stream.core.scheduler.framework.session import open_session
 from kai_stream.core.state import ClusterState
-from kai_stream.emulation import ClusterLog, EmulatedCluster, recreated_after_eviction
-from kai_stream.topicspecs import cluster_events_partitions
+from kai_stream.emulation import DEFAULT_TERMINATION_GRACE_S, EmulatedCluster, recreated_after_eviction
 
 __all__ = ["DEFAULT_TERMINATION_GRACE_S", "SimulationResult", "pools_of", "simulate"]
 
@@ -150,10 +139,6 @@ def pools_of(state: ClusterState) -> list[str]:
     return sorted(pools)
 
 
-DEFAULT_TERMINATION_GRACE_S = 30.0
-"""Kubernetes' default ``terminationGracePeriodSeconds``."""
-
-
 def simulate(
     events: list[ObservedEvent],
     config: SchedulerConfig,
@@ -163,13 +148,8 @@ def simulate(
     termination_grace: float = DEFAULT_TERMINATION_GRACE_S,
 ) -> SimulationResult:
     """Fold ``events``, then run rounds with the emulated cluster until nothing changes (see module doc)."""
-    cluster = EmulatedCluster(
-        ClusterLog(partitions if partitions is not None else cluster_events_partitions()),
-        termination_grace=termination_grace,
-    )
+    cluster = EmulatedCluster.of(events, partitions=partitions, termination_grace=termination_grace)
     state = cluster.state
-    for event in events:
-        cluster.observe(event)
     heads: dict[str, str] = {}
     last_input: dict[str, int] = {}
     result = SimulationResult(state=state, config=config, decisions=[])

@@ -29,14 +29,14 @@ from kai_stream.core.config import SchedulerConfig, config_hash
 from kai_stream.core.decide import decide
 from kai_stream.core.events import BindRequested, ClusterEvent, ConfigRecorded, GpuHealthObserved, ObservedEvent, Tick
 from kai_stream.core.state import ClusterState, apply
-from kai_stream.emulation import Policy, finished, react
+from kai_stream.emulation import Policy, finished, finishes_at, react
 from kai_stream.history.reader import PoolLog
 
 __all__ = ["CODE_VERSION", "EngineRun", "run_engine"]
 
 CODE_VERSION = kai_stream.__version__
-POLICY = Policy(recreate="never", steps=False)
-"""The cluster the engine emulates: a bound pod runs at once, an evicted one is gone for good."""
+POLICY = Policy(recreate="never", steps=False, durations=True)
+"""The cluster the engine emulates: a bound pod runs at once for its duration, an evicted one is gone for good."""
 
 
 @dataclass
@@ -99,10 +99,10 @@ class _Loop:
                 pod = self.state.pods.get(decision.uid)
                 for event in react(decision, self.state, POLICY):
                     self.emit(event)
-                if isinstance(decision, BindRequested) and pod is not None and pod.duration_s is not None:
+                at = finishes_at(decision, pod, POLICY) if isinstance(decision, BindRequested) else None
+                if at is not None:
                     self.seq += 1
-                    finish = _Finish(decision.ts + pod.duration_s, self.seq, decision.uid, decision.decision_id)
-                    heapq.heappush(self.finishing, finish)
+                    heapq.heappush(self.finishing, _Finish(at, self.seq, decision.uid, decision.decision_id))
             if self.state.offset == offset:
                 return
         self.stopped_early = True

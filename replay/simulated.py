@@ -18,9 +18,7 @@ from collections.abc import Sequence
 from kai_stream.core.config import SchedulerConfig
 from kai_stream.core.events import ClusterEvent, Decision, ObservedEvent, decision_hash, dumps
 from kai_stream.core.scheduler.cycle import run_cycle
-from kai_stream.emulation import ClusterLog, EmulatedCluster
-from kai_stream.simulate import DEFAULT_TERMINATION_GRACE_S
-from kai_stream.topicspecs import cluster_events_partitions
+from kai_stream.emulation import DEFAULT_TERMINATION_GRACE_S, EmulatedCluster
 from replay.diff import Divergence
 from replay.runner import PoolReplay, ReplayReport
 
@@ -51,13 +49,8 @@ def replay_simulation(
     termination_grace: float = DEFAULT_TERMINATION_GRACE_S,
 ) -> ReplayReport:
     """Rebuild every decision of ``simulate(events, config)`` from ``events`` and compare bytes."""
-    cluster = EmulatedCluster(
-        ClusterLog(partitions if partitions is not None else cluster_events_partitions()),
-        termination_grace=termination_grace,
-    )
+    cluster = EmulatedCluster.of(events, partitions=partitions, termination_grace=termination_grace)
     state = cluster.state
-    for event in events:
-        cluster.observe(event)
     results: dict[str, PoolReplay] = {}
     heads: dict[str, str] = {}
     for d in decisions:

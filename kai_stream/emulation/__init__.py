@@ -8,7 +8,7 @@ keeps the cluster-events log with per-partition offsets as ``simulate`` models i
 things happen; each steps the scheduler with ``kai_stream.core.decide``.
 """
 
-from kai_stream.emulation.cluster import ClusterLog, EmulatedCluster, round_barrier
+from kai_stream.emulation.cluster import DEFAULT_TERMINATION_GRACE_S, ClusterLog, EmulatedCluster, round_barrier
 from kai_stream.emulation.outcomes import (
     bind_failed,
     eviction_failed,
@@ -22,6 +22,7 @@ from kai_stream.emulation.react import (
     Marks,
     Policy,
     finished,
+    finishes_at,
     pending_message,
     pod_removed,
     react,
@@ -31,6 +32,7 @@ from kai_stream.emulation.react import (
 )
 
 __all__ = [
+    "DEFAULT_TERMINATION_GRACE_S",
     "LABEL_RECREATE",
     "ClusterLog",
     "EmulatedCluster",
@@ -39,6 +41,7 @@ __all__ = [
     "bind_failed",
     "eviction_failed",
     "finished",
+    "finishes_at",
     "outcome_id",
     "outcome_of",
     "pending_message",

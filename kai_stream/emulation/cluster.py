@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from kai_stream.core.events import (
@@ -21,6 +22,7 @@ from kai_stream.core.events import (
     NodeRemoved,
     ObjectKey,
     ObservedBase,
+    ObservedEvent,
     PodGroupRemoved,
     PodRemoved,
     PodSpec,
@@ -32,9 +34,12 @@ from kai_stream.core.events import (
 )
 from kai_stream.core.state import ClusterState, apply
 from kai_stream.emulation.react import Marks, Policy, react, removal
-from kai_stream.topicspecs import partition_for
+from kai_stream.topicspecs import cluster_events_partitions, partition_for
 
-__all__ = ["ClusterLog", "EmulatedCluster", "round_barrier"]
+__all__ = ["DEFAULT_TERMINATION_GRACE_S", "ClusterLog", "EmulatedCluster", "round_barrier"]
+
+DEFAULT_TERMINATION_GRACE_S = 30.0
+"""Kubernetes' default ``terminationGracePeriodSeconds``."""
 
 
 @dataclass
@@ -76,6 +81,21 @@ class EmulatedCluster:
 
     def __post_init__(self) -> None:
         self.policy = Policy(termination_grace=self.termination_grace)
+
+    @classmethod
+    def of(
+        cls,
+        events: Iterable[ObservedEvent],
+        *,
+        partitions: int | None = None,
+        termination_grace: float = DEFAULT_TERMINATION_GRACE_S,
+    ) -> EmulatedCluster:
+        """A cluster whose log starts with ``events`` (``partitions``: by default the cluster-events topic's)."""
+        log = ClusterLog(partitions if partitions is not None else cluster_events_partitions())
+        cluster = cls(log, termination_grace=termination_grace)
+        for event in events:
+            cluster.observe(event)
+        return cluster
 
     def observe(self, event: ClusterEvent) -> None:
         """Append ``event`` to cluster-events and fold it, unless it observes an object unchanged."""

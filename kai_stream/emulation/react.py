@@ -15,10 +15,11 @@ asks for it:
   for it changes, and its PodGroup when the group's ``UnschedulableOnNodePool`` message changes (``Marks``).
 * ``PodPipelined`` -> nothing.
 
-Observations made for decision ``d`` have ids ``stable_id(why, d.decision_id)``; ``finished`` (a pod whose
-``duration_s`` ran out) is keyed by the decision that bound it. Re-created pods: same name, uid
-``recreated_uid(old uid)``. The state given is the one the decision was made on: the decisions of its cycle
-may be folded already (they change no pod), their reactions not.
+With ``durations`` a bound pod's ``duration_s`` is played out: the clock asks ``finishes_at`` and folds
+``finished`` then (Succeeded, then deleted). Observations made for decision ``d`` have ids
+``stable_id(why, d.decision_id)``; ``finished`` is keyed by the decision that bound the pod. Re-created pods:
+same name, uid ``recreated_uid(old uid)``. The state given is the one the decision was made on: the decisions of
+its cycle may be folded already (they change no pod), their reactions not.
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ __all__ = [
     "Marks",
     "Policy",
     "finished",
+    "finishes_at",
     "pending_message",
     "pod_removed",
     "react",
@@ -69,6 +71,8 @@ class Policy:
     """Observe the binder's intermediate writes: binding, DisruptionTarget condition, pending marks."""
     running: bool = True
     """Observe a bound pod Running."""
+    durations: bool = False
+    """A bound pod with ``duration_s`` finishes that long after its bind (``finishes_at``, then ``finished``)."""
 
 
 @dataclass
@@ -202,6 +206,13 @@ def removal(decision: Decision, pod: PodSpec, ts: float, policy: Policy = Policy
             PodObserved(event_id=stable_id("PodRecreated", decision.decision_id), ts=ts, pool=pod.pool, pod=recreated)
         )
     return events
+
+
+def finishes_at(decision: BindRequested, pod: PodSpec | None, policy: Policy) -> float | None:
+    """When the pod ``decision`` binds finishes under ``policy`` (None: it runs until something removes it)."""
+    if not policy.durations or pod is None or pod.duration_s is None:
+        return None
+    return decision.ts + pod.duration_s
 
 
 def finished(pod: PodSpec, decision_id: str, ts: float, *, remove: bool = True) -> list[ClusterEvent]:

@@ -81,7 +81,7 @@ from kai_stream.core.scheduler.cycle import run_cycle
 from kai_stream.core.scheduler.framework.info import CPU, GPU, MEM
 from kai_stream.core.scheduler.framework.session import Session
 from kai_stream.core.state import ClusterState, apply
-from kai_stream.emulation import Policy, finished, react
+from kai_stream.emulation import Policy, finished, finishes_at, react
 from kai_stream.history.schema import event_values, write_segment
 from kai_stream.trace.loaders import GPUS_PER_POD, Trace
 
@@ -92,7 +92,7 @@ DECISIONS = "decisions"
 BIND_RESULTS = "bind-results"
 NAMESPACE = "trace"
 SEGMENT_ROWS = 250_000
-POLICY = Policy(recreate="restart", steps=False, running=False)
+POLICY = Policy(recreate="restart", steps=False, running=False, durations=True)
 """The trace's cluster: a bind is its outcome alone; an evicted pod is observed pending again (restarted)."""
 
 
@@ -127,7 +127,6 @@ class SimulationStats:
 class _Pod:
     spec: PodSpec
     job: int
-    duration: float
     generation: int = 0
     running: bool = False
     node: str | None = None
@@ -272,7 +271,7 @@ class _Simulation:
                 duration_s=float(job["duration"]),
                 created=ts,
             )
-            self.pods[spec.uid] = _Pod(spec, index, float(job["duration"]))
+            self.pods[spec.uid] = _Pod(spec, index)
             self.waiting += 1
             self.observe(PodObserved(event_id=stable_id("pending", spec.uid, "0"), ts=ts, pool=self.pool, pod=spec))
             self.stats.pods += 1
@@ -389,9 +388,10 @@ class _Simulation:
             pod.node = decision.node
             self.waiting -= 1
             self._running(pod.job, +1)
-            self.seq += 1
-            finish = (ts + pod.duration, self.seq, decision.uid, pod.generation, decision.decision_id)
-            heapq.heappush(self.finishing, finish)
+            at = finishes_at(decision, pod.spec, POLICY)
+            if at is not None:
+                self.seq += 1
+                heapq.heappush(self.finishing, (at, self.seq, decision.uid, pod.generation, decision.decision_id))
             self.stats.binds += 1
             return False
         if isinstance(decision, EvictionRequested):

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import kai_stream.simulate as simulate_module
+import kai_stream.core.decide as decide_module
 from kai_stream.core.config import SchedulerConfig
 from kai_stream.core.events import (
     AnyEvent,
@@ -76,7 +76,7 @@ class Checked:
 @pytest.fixture
 def checked(monkeypatch: pytest.MonkeyPatch) -> Iterator[Checked]:
     check = Checked()
-    monkeypatch.setattr(simulate_module, "run_cycle", check)
+    monkeypatch.setattr(decide_module, "run_cycle", check)
     yield check
 
 

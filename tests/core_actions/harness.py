@@ -109,7 +109,6 @@ def settle_with_restarts(events: list[ObservedEvent], config: SchedulerConfig, c
     from kai_stream.emulation import Policy, react
 
     restarts = Policy(recreate="restart", steps=False, running=False)
-
     state = ClusterState()
     for event in events:
         apply(state, event, state.offset + 1)
@@ -120,6 +119,6 @@ def settle_with_restarts(events: list[ObservedEvent], config: SchedulerConfig, c
         for decision in made:
             apply(state, decision, state.offset + 1)
         for decision in made:
-            for event in react(decision, state, restarts):
-                apply(state, event, state.offset + 1)
+            for caused in react(decision, state, restarts):
+                apply(state, caused, state.offset + 1)
     return cycles + 1

@@ -1,6 +1,6 @@
 """Virtual-time, discrete-event replay of a job trace through the pure scheduler core, written as history.
 
-Rules of the simulated world (the same reactions as ``kai_stream.simulate``'s emulated cluster, plus time):
+Rules of the simulated world (``kai_stream.emulation.react`` under ``POLICY``, plus time):
 
 1. Time is the trace's: job ``j`` arrives at ``submit - t0`` (``t0`` = first submission) as a PodGroup and
    its pods (``PodObserved`` pending). A job of more than 8 GPUs is a gang of 8-GPU pods (``minMember`` =
@@ -24,14 +24,11 @@ Rules of the simulated world (the same reactions as ``kai_stream.simulate``'s em
 
    * *idle*: no pod is pending and no gang runs below its minMember. Every action needs a pending job
      (allocate, consolidation, reclaim, preempt) or a partial gang (stale-gang eviction), and a pending reason
-     needs a pending pod. The fair shares are then the allocations (``shares_when_idle``).
+     needs a pending pod. The fair shares are then the allocations (``core.quiet.shares_when_idle``).
    * *quiet*: the last cycle returned no decision, nothing but ``Tick``s was folded since, and no time
-     threshold the core reads was crossed since that cycle: a waiting job's aging step or hold, a partial gang's
-     stale-gang deadline
-     (last change + grace) or a running pod's min-runtime expiry (start + any preempt/reclaim min-runtime a
-     queue or the pool default sets). The cycle
-     is a function of the state, and the state then differs only in ``now`` and the offset, which only
-     those two thresholds read.
+     threshold the core reads was crossed since that cycle (``core.quiet.thresholds_crossed``: aging steps and
+     holds, stale-gang deadlines, min-runtime expiries). The cycle is a function of the state, and the state
+     then differs only in ``now`` and the offset, which only those thresholds read.
 """
 
 from __future__ import annotations
@@ -371,13 +368,13 @@ class _Simulation:
             for decision, raw in encoded:
                 self.log.add(DECISIONS, decision, raw)
             for decision in linked:
-                again |= self.react(decision, ts)
+                again |= self.react(decision)
             self.stats.decisions += len(linked)
             self.stats.pending_reasons += sum(1 for d in linked if isinstance(d, PodPending))
             if not again:
                 return
 
-    def react(self, decision: Decision, ts: float) -> bool:
+    def react(self, decision: Decision) -> bool:
         """Fold the emulated cluster's answer to ``decision`` (``POLICY``); True when the cycle should run again
         at the same time (an eviction or a pipelined pod)."""
         for event in react(decision, self.state, POLICY):

@@ -48,7 +48,7 @@ from kai_stream.core.events import (
 )
 from kai_stream.core.scheduler.cycle import run_cycle
 from kai_stream.core.state import ClusterState, apply
-from kai_stream.simulate import outcome_of
+from kai_stream.emulation import outcome_of
 
 GIB = 2**30
 GPUS_PER_NODE = 8
@@ -178,11 +178,11 @@ def timed(state: ClusterState, config: SchedulerConfig, repeat: int) -> tuple[fl
 
 def settle(state: ClusterState) -> None:
     """Apply one full cycle's decisions and the emulated cluster's answers (binds done, evicted pods gone)."""
-    fold(state, run_cycle(state, SchedulerConfig(), pool="default", input_offset=state.offset, code_version="bench"))
+    answer(state, run_cycle(state, SchedulerConfig(), pool="default", input_offset=state.offset, code_version="bench"))
 
 
-def fold(state: ClusterState, decisions: list[Decision]) -> None:
-    """Fold ``decisions``, then the emulated cluster's answer to each."""
+def answer(state: ClusterState, decisions: list[Decision]) -> None:
+    """Fold ``decisions``, then the emulated cluster's outcome of each."""
     for decision in decisions:
         apply(state, decision, state.offset + 1)
     for decision in decisions:
@@ -250,7 +250,7 @@ def steady(cycles: int, churn: int = 5) -> tuple[float, float]:
         decisions = run_cycle(state, config, pool="default", input_offset=state.offset, code_version="bench")
         if cycle > 0:
             warm.append(time.process_time() - c0)
-        fold(state, decisions)
+        answer(state, decisions)
     return statistics.median(warm), statistics.median(cold)
 
 

@@ -25,7 +25,6 @@ from typing import Any, TypeAlias
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
 from aiokafka.abc import ConsumerRebalanceListener
 from aiokafka.admin import AIOKafkaAdminClient
-from aiokafka.partitioner import murmur2
 
 from kai_stream.core.events import Model, dumps
 from kai_stream.fetchgaps import gap_guarded
@@ -33,6 +32,7 @@ from kai_stream.fetchwait import governed
 from kai_stream.internals import expedite, kafka_client
 from kai_stream.quirks import tansu_workarounds
 from kai_stream.settings import KafkaSettings
+from kai_stream.topicspecs import partition_for as partition_for
 
 Record: TypeAlias = ConsumerRecord[bytes, bytes]
 
@@ -40,14 +40,6 @@ Record: TypeAlias = ConsumerRecord[bytes, bytes]
 READ_TO_END_WAIT_MS = 20
 """Fetch wait of a consumer that reads partitions to their end and stops: on Apache Kafka the first fetch of a
 partition with nothing past the position is answered only when the wait runs out."""
-
-
-def partition_for(pool: str, num_partitions: int) -> int:
-    """The partition of ``pool`` among ``num_partitions`` (Kafka's default murmur2 key hash, stable)."""
-    if num_partitions <= 0:
-        raise ValueError(f"num_partitions must be positive, got {num_partitions}")
-    digest: int = murmur2(pool.encode())
-    return (digest & 0x7FFFFFFF) % num_partitions
 
 
 def make_producer(settings: KafkaSettings, **overrides: Any) -> AIOKafkaProducer:

@@ -35,7 +35,6 @@ from connectors.kubernetes import KubernetesConnector
 from connectors.kubernetes.kinds import KINDS
 from connectors.simcluster import scenario as sim_scenario
 from connectors.simcluster.client import kube_client_config
-from connectors.simcluster.controller import recreated_uid
 from connectors.simcluster.server import SimCluster
 from kai_stream import prefork
 from kai_stream.binder.kube import api_client
@@ -59,10 +58,11 @@ from kai_stream.core.events import (
 )
 from kai_stream.core.manifests import ManifestError, object_to_events
 from kai_stream.core.state import ClusterState, apply
+from kai_stream.emulation import recreated_uid, round_barrier
 from kai_stream.engines import Broker, Engine, embedded_broker
 from kai_stream.kafka import make_consumer, topic_partitions
 from kai_stream.settings import KafkaSettings
-from kai_stream.simulate import DEFAULT_TERMINATION_GRACE_S, SimulationResult, round_barrier
+from kai_stream.simulate import DEFAULT_TERMINATION_GRACE_S, SimulationResult
 from kai_stream.streams.engine import is_decision
 from kai_stream.subscribe import high_watermarks
 from kai_stream.topics import TopicNames, create_topics

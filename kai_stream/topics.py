@@ -9,59 +9,23 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import importlib
 import json
-import os
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
 from aiokafka import TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import TopicAlreadyExistsError
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 from kai_stream.internals import kafka_client
 from kai_stream.kafka import make_admin
 from kai_stream.settings import KafkaSettings
-
-TOPICS_DIR = Path(os.environ.get("KAI_STREAM_TOPICS_DIR", Path(__file__).resolve().parent.parent / "topics"))
-JSON_SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"
-
-
-class TopicSpec(BaseModel):
-    """One topic: its name, what keys it, how it is partitioned and retained, and its schema."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
-
-    name: str
-    key: str
-    partitions: int = Field(ge=1)
-    retention_ms: int = Field(ge=-1)
-    schema_file: str = Field(alias="schema")
-    model: str
-    max_message_bytes: int | None = Field(default=None, ge=1024)
-    """The topic's ``max.message.bytes`` (largest record batch) where the broker's default is too small."""
-
-    def model_type(self) -> Any:
-        """The pydantic type (model or annotated union) named by ``model`` (``module:attribute``)."""
-        module_name, _, attr = self.model.partition(":")
-        if not attr:
-            raise ValueError(f"topic {self.name}: model must be 'module:attribute', got {self.model!r}")
-        return getattr(importlib.import_module(module_name), attr)
-
-    def json_schema(self) -> dict[str, Any]:
-        schema = TypeAdapter(self.model_type()).json_schema(mode="serialization")
-        return {"$schema": JSON_SCHEMA_DIALECT, "title": self.name, **schema}
-
-    def configs(self) -> dict[str, str]:
-        configs = {"retention.ms": str(self.retention_ms)}
-        if self.max_message_bytes is not None:
-            configs["max.message.bytes"] = str(self.max_message_bytes)
-        return configs
+from kai_stream.topicspecs import TOPICS_DIR as TOPICS_DIR
+from kai_stream.topicspecs import TopicSpec as TopicSpec
+from kai_stream.topicspecs import load_specs as load_specs
 
 
 @dataclass(frozen=True)
@@ -93,20 +57,6 @@ class TopicNames:
 
 
 DEFAULT_TOPICS = TopicNames()
-
-
-def load_specs(directory: Path = TOPICS_DIR) -> list[TopicSpec]:
-    """Every ``*.yaml`` spec in ``directory``, sorted by topic name; errors name the file and field."""
-    specs: list[TopicSpec] = []
-    for path in sorted(directory.glob("*.yaml")):
-        data = yaml.safe_load(path.read_text())
-        try:
-            specs.append(TopicSpec.model_validate(data))
-        except ValueError as exc:
-            raise ValueError(f"{path}: {exc}") from exc
-    if not specs:
-        raise FileNotFoundError(f"no topic specs (*.yaml) in {directory}")
-    return sorted(specs, key=lambda spec: spec.name)
 
 
 def render_schema(spec: TopicSpec) -> str:

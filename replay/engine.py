@@ -9,6 +9,8 @@ binder, kubelets and watch would:
   ``duration_s`` is observed ``Succeeded`` that much later and then deleted (as a Job's TTL controller does);
 * ``EvictionRequested`` -> a ``PodEvicted`` outcome, then the pod removed (no termination grace here).
 
+The answers are ``kai_stream.emulation.react``'s under ``POLICY``; this module is the clock.
+
 Outcomes go back into the event log at new offsets, exactly as they return through the cluster-events topic.
 Decisions are chained (``prev_hash``) and the config is recorded first, so the result replays like a
 recorded log. The what-if runs use it on the observed part of a recorded history.
@@ -24,28 +26,17 @@ import orjson
 
 import kai_stream
 from kai_stream.core.config import SchedulerConfig, config_hash
-from kai_stream.core.events import (
-    BindRequested,
-    ClusterEvent,
-    ConfigRecorded,
-    Decision,
-    EvictionRequested,
-    GpuHealthObserved,
-    ObservedEvent,
-    PodObserved,
-    PodRemoved,
-    Tick,
-    chain,
-    stable_id,
-)
-from kai_stream.core.scheduler.cycle import run_cycle
+from kai_stream.core.decide import decide
+from kai_stream.core.events import BindRequested, ClusterEvent, ConfigRecorded, GpuHealthObserved, ObservedEvent, Tick
 from kai_stream.core.state import ClusterState, apply
+from kai_stream.emulation import Policy, finished, finishes_at, react
 from kai_stream.history.reader import PoolLog
-from kai_stream.simulate import pod_bound, pod_evicted
 
 __all__ = ["CODE_VERSION", "EngineRun", "run_engine"]
 
 CODE_VERSION = kai_stream.__version__
+POLICY = Policy(recreate="never", steps=False, durations=True)
+"""The cluster the engine emulates: a bound pod runs at once for its duration, an evicted one is gone for good."""
 
 
 @dataclass
@@ -90,61 +81,28 @@ class _Loop:
         self.log.offsets.append(offset)
         apply(self.state, event, offset)
 
-    def outcome(self, decision: Decision) -> None:
-        if isinstance(decision, BindRequested):
-            pod = self.state.pods.get(decision.uid)
-            self.emit(pod_bound(decision, decision.ts, stable_id("engine-bound", decision.decision_id)))
-            if pod is not None:
-                running = pod.model_copy(
-                    update={
-                        "node_name": decision.node,
-                        "gpu_indices": decision.gpu_indices or None,
-                        "phase": "Running",
-                        "started": decision.ts,
-                    }
-                )
-                self.emit(
-                    PodObserved(
-                        event_id=stable_id("engine-running", decision.decision_id),
-                        ts=decision.ts,
-                        pool=self.pool,
-                        pod=running,
-                    )
-                )
-            if pod is not None and pod.duration_s is not None:
-                self.seq += 1
-                finish = _Finish(decision.ts + pod.duration_s, self.seq, decision.uid, decision.decision_id)
-                heapq.heappush(self.finishing, finish)
-        elif isinstance(decision, EvictionRequested) and decision.uid in self.state.pods:
-            self.emit(pod_evicted(decision, decision.ts, stable_id("engine-evicted", decision.decision_id)))
-            self.emit(
-                PodRemoved(
-                    event_id=stable_id("engine-removed", decision.decision_id),
-                    ts=decision.ts,
-                    pool=self.pool,
-                    namespace=decision.namespace,
-                    name=decision.name,
-                    uid=decision.uid,
-                )
-            )
-
     def settle(self) -> None:
         """Run cycles at the current offset until one changes nothing (at most ``max_cycles``)."""
         for _ in range(self.max_cycles):
             offset = self.state.offset
-            decisions = run_cycle(
-                self.state, self.config, pool=self.pool, input_offset=offset, code_version=self.code_version
+            linked, self.head = decide(
+                self.state, self.config, pool=self.pool, head=self.head, input_offset=offset,
+                code_version=self.code_version,
             )
             self.cycles += 1
-            if not decisions:
+            if not linked:
                 return
-            linked, self.head = chain(decisions, self.head)
-            for decision in linked:
+            for decision, _ in linked:
                 self.log.decisions.append(decision)
                 self.log.decision_offsets.append(len(self.log.decision_offsets))
-                apply(self.state, decision)
-            for decision in linked:
-                self.outcome(decision)
+            for decision, _ in linked:
+                pod = self.state.pods.get(decision.uid)
+                for event in react(decision, self.state, POLICY):
+                    self.emit(event)
+                at = finishes_at(decision, pod, POLICY) if isinstance(decision, BindRequested) else None
+                if at is not None:
+                    self.seq += 1
+                    heapq.heappush(self.finishing, _Finish(at, self.seq, decision.uid, decision.decision_id))
             if self.state.offset == offset:
                 return
         self.stopped_early = True
@@ -159,26 +117,8 @@ class _Loop:
                     continue
                 if self.state.assumed.get(done.uid) is not None:
                     continue
-                finished = pod.model_copy(update={"phase": "Succeeded"})
-                self.emit(
-                    PodObserved(
-                        event_id=stable_id("engine-finished", done.decision_id),
-                        ts=batch_ts,
-                        pool=self.pool,
-                        pod=finished,
-                    )
-                )
-                if self.remove_finished:
-                    self.emit(
-                        PodRemoved(
-                            event_id=stable_id("engine-removed", done.decision_id),
-                            ts=batch_ts,
-                            pool=self.pool,
-                            namespace=pod.namespace,
-                            name=pod.name,
-                            uid=pod.uid,
-                        )
-                    )
+                for event in finished(pod, done.decision_id, batch_ts, remove=self.remove_finished):
+                    self.emit(event)
             self.settle()
 
 

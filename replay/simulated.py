@@ -1,6 +1,6 @@
 """Replay of an in-process simulation (``kai_stream.simulate``): scenario events + the decisions it made.
 
-The simulation's log is the one ``kai_stream.simulate.EmulatedCluster`` keeps (the contract in
+The simulation's log is the one ``kai_stream.emulation.EmulatedCluster`` keeps (the contract in
 ``kai_stream/simulate.py``): the scenario's events, then per round its barrier Tick, every pool's decisions (pools
 sorted, each pool's cycle at ``input_offset`` = the last offset of its cluster-events partition, decisions folded
 without an offset), then every event those decisions cause (outcomes, the connector's observations, re-created
@@ -18,12 +18,7 @@ from collections.abc import Sequence
 from kai_stream.core.config import SchedulerConfig
 from kai_stream.core.events import ClusterEvent, Decision, ObservedEvent, decision_hash, dumps
 from kai_stream.core.scheduler.cycle import run_cycle
-from kai_stream.simulate import (
-    DEFAULT_TERMINATION_GRACE_S,
-    ClusterLog,
-    EmulatedCluster,
-    cluster_events_partitions,
-)
+from kai_stream.emulation import DEFAULT_TERMINATION_GRACE_S, EmulatedCluster
 from replay.diff import Divergence
 from replay.runner import PoolReplay, ReplayReport
 
@@ -54,13 +49,8 @@ def replay_simulation(
     termination_grace: float = DEFAULT_TERMINATION_GRACE_S,
 ) -> ReplayReport:
     """Rebuild every decision of ``simulate(events, config)`` from ``events`` and compare bytes."""
-    cluster = EmulatedCluster(
-        ClusterLog(partitions if partitions is not None else cluster_events_partitions()),
-        termination_grace=termination_grace,
-    )
+    cluster = EmulatedCluster.of(events, partitions=partitions, termination_grace=termination_grace)
     state = cluster.state
-    for event in events:
-        cluster.observe(event)
     results: dict[str, PoolReplay] = {}
     heads: dict[str, str] = {}
     for d in decisions:

@@ -1,7 +1,7 @@
 """The simulated workload controller: evicted pods that a controller would restart come back pending, as a
 Job/StatefulSet/LeaderWorkerSet controller re-creates them in a real cluster.
 
-Which pods (the same rule as ``kai_stream.simulate.recreated_after_eviction``):
+Which pods (the same rule as ``kai_stream.emulation.recreated_after_eviction``):
 
 * a pod labelled ``kai.scheduler/recreate-on-evict: "true"``, re-created on its own (``recreates``);
 * a pod whose re-creation a caller asks for (``recreate``): ``simulate --live`` does so for the pods a
@@ -19,9 +19,8 @@ from typing import Any
 
 from connectors.simcluster import resources
 from connectors.simcluster.store import DELETED, Change, Obj, Store, clone
-from kai_stream.core.events import stable_id
+from kai_stream.emulation import LABEL_RECREATE, recreated_uid
 
-LABEL_RECREATE = "kai.scheduler/recreate-on-evict"
 ANNOTATION_GPU_INDICES = "kai.scheduler/gpu-indices"
 
 _PODS = resources.by_key("pods")
@@ -35,11 +34,6 @@ def _flag(meta: dict[str, Any]) -> str:
 def recreates(meta: dict[str, Any]) -> bool:
     """Whether an evicted pod with this metadata is re-created on its own (see module doc)."""
     return _flag(meta) == "true"
-
-
-def recreated_uid(uid: str) -> str:
-    """The uid of the pod that replaces the evicted pod ``uid`` (deterministic, so replays agree)."""
-    return stable_id("recreated", uid)
 
 
 def replacement(pod: Obj) -> Obj:

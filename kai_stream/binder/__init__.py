@@ -5,9 +5,10 @@ kubernetes-asyncio; ``run_binder`` is the consumer loop (decisions topic in; bin
 cluster-events out; commit after the API calls).
 """
 
-from kai_stream.binder.kube import KubeApplier, RetryPolicy, pending_message
+from kai_stream.binder.kube import KubeApplier, RetryPolicy
 from kai_stream.binder.plan import Action, Bind, Evict, MarkUnschedulable, lanes, plan
 from kai_stream.binder.runner import DEFAULT_GROUP_ID, Binder, run_binder
+from kai_stream.emulation.react import pending_message
 
 __all__ = [
     "DEFAULT_GROUP_ID",

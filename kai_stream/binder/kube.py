@@ -37,8 +37,8 @@
 
 ``api_client`` builds the kubernetes-asyncio client every kai-stream component uses (see its docstring).
 
-Outcome ids and times derive from the decision (``stable_id`` of the decision id, the decision's ``ts``):
-the outcome of a decision is the same bytes however often it is applied.
+Outcomes are built by ``kai_stream.emulation.outcomes`` (ids and times from the decision, the one scheme every
+emulation uses): the outcome of a decision is the same bytes however often it is applied.
 """
 
 from __future__ import annotations
@@ -61,18 +61,10 @@ from kai_stream.binder.dra import ClaimWriter
 from kai_stream.binder.plan import Action, Bind, Evict, MarkUnschedulable
 from kai_stream.binder.room import lacks_room
 from kai_stream.binder.view import RoomView
-from kai_stream.core.events import (
-    BindFailed,
-    BindRequested,
-    EvictionFailed,
-    EvictionRequested,
-    Outcome,
-    PodBound,
-    PodEvicted,
-    PodPending,
-    stable_id,
-)
+from kai_stream.core.events import BindFailed, BindRequested, EvictionRequested, Outcome, PodPending, stable_id
 from kai_stream.core.manifests import ANNOTATION_GPU_INDICES, ANNOTATION_POD_GROUP
+from kai_stream.emulation.outcomes import bind_failed, eviction_failed, pod_bound, pod_evicted
+from kai_stream.emulation.react import pending_message
 from kai_stream.internals import disable_env_lookups
 from kai_stream.observability import BINDER_RETRIES
 
@@ -271,7 +263,7 @@ class KubeApplier:
                 return await self._bind_checked(decision)
             return await self._bind_directly(decision)
         except Exception as exc:  # a final API error becomes a BindFailed the scheduler folds
-            return _bind_failed(decision, _error_text(exc))
+            return bind_failed(decision, _error_text(exc))
 
     async def _bind_checked(self, decision: BindRequested) -> Outcome:
         pod = await self._read_pod(decision.namespace, decision.name)
@@ -338,13 +330,13 @@ class KubeApplier:
         else:
             refused = await self._room(decision, own)
         if refused is not None:
-            return _bind_failed(decision, refused)
+            return bind_failed(decision, refused)
         try:
             refused = await self.claims.allocate(decision, own) if decision.dra_devices else _unallocated(decision, own)
             if refused is not None:
                 if self.view is not None:
                     self.view.release(decision.uid)
-                return _bind_failed(decision, refused)
+                return bind_failed(decision, refused)
             outcome = await self._post_binding(decision, group)
             if decision.dra_devices and isinstance(outcome, BindFailed):
                 await self.claims.release(decision)
@@ -376,9 +368,9 @@ class KubeApplier:
             if self.view is not None:
                 self.view.release(decision.uid)
             again = await self._read_pod(decision.namespace, decision.name)
-            return _check_bindable(decision, again) or _bind_failed(decision, _error_text(exc))
+            return _check_bindable(decision, again) or bind_failed(decision, _error_text(exc))
         await self._clear_group_mark(decision, group if group is not None else self._group_of(decision))
-        return _bound(decision, already=False)
+        return pod_bound(decision)
 
     def _group_of(self, decision: BindRequested) -> str | None:
         namespace, _, job = decision.job.partition("/")
@@ -400,12 +392,12 @@ class KubeApplier:
         try:
             return await self._evict(decision)
         except Exception as exc:
-            return EvictionFailed(**_outcome_fields(decision, "EvictionFailed"), error=_error_text(exc))
+            return eviction_failed(decision, _error_text(exc))
 
     async def _evict(self, decision: EvictionRequested) -> Outcome:
         pod = await self._read_pod(decision.namespace, decision.name)
         if pod is None or pod.uid != decision.uid:
-            return PodEvicted(**_outcome_fields(decision, "PodEvicted"), already=True)
+            return pod_evicted(decision, already=True)
         body = client.V1Eviction(
             metadata=client.V1ObjectMeta(name=decision.name, namespace=decision.namespace),
             delete_options=client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=decision.uid)),
@@ -422,13 +414,13 @@ class KubeApplier:
         except HttpStatusError as exc:
             if exc.status != 404:
                 raise
-            return PodEvicted(**_outcome_fields(decision, "PodEvicted"), already=True)
+            return pod_evicted(decision, already=True)
         await self._set_disruption(decision, condition)
         namespace, _, job = decision.job.partition("/")
         lone = namespace != decision.namespace or job == decision.name
         group = pod.annotations.get(ANNOTATION_POD_GROUP) or (None if lone else job)
         await self._record_eviction(decision, group, condition["message"])
-        return PodEvicted(**_outcome_fields(decision, "PodEvicted"), already=False)
+        return pod_evicted(decision)
 
     async def _set_disruption(self, decision: EvictionRequested, condition: dict[str, Any]) -> None:
         """Patch the DisruptionTarget condition onto the pod's status (merged by condition type)."""
@@ -621,38 +613,6 @@ def eviction_event(decision: EvictionRequested, target: client.V1ObjectReference
     )
 
 
-def pending_message(decision: PodPending) -> str:
-    """The human message for a pending pod: the scheduler's reason, else its code and failed predicates."""
-    if decision.reason:
-        return decision.reason
-    if decision.predicates:
-        counts = ", ".join(f"{name}: {n} nodes" for name, n in sorted(decision.predicates.items()))
-        return f"{decision.code} ({counts})"
-    return decision.code
-
-
-def _outcome_fields(decision: BindRequested | EvictionRequested, kind: str) -> dict[str, Any]:
-    return {
-        "event_id": stable_id("outcome", decision.decision_id, kind),
-        "ts": decision.ts,
-        "pool": decision.pool,
-        "decision_id": decision.decision_id,
-        "namespace": decision.namespace,
-        "name": decision.name,
-        "uid": decision.uid,
-    }
-
-
-def _bound(decision: BindRequested, *, already: bool) -> PodBound:
-    return PodBound(
-        **_outcome_fields(decision, "PodBound"), node=decision.node, gpu_indices=decision.gpu_indices, already=already
-    )
-
-
-def _bind_failed(decision: BindRequested, error: str, *, pod_gone: bool = False) -> BindFailed:
-    return BindFailed(**_outcome_fields(decision, "BindFailed"), node=decision.node, error=error, pod_gone=pod_gone)
-
-
 def _unallocated(decision: BindRequested, pod: dict[str, Any] | None) -> str | None:
     """Why a bind without DRA devices must not bind a pod known to have DRA claims (None when it may)."""
     claims = ((pod or {}).get("spec") or {}).get("resourceClaims")
@@ -665,14 +625,14 @@ def _unallocated(decision: BindRequested, pod: dict[str, Any] | None) -> str | N
 def _check_bindable(decision: BindRequested, pod: Pod | None) -> Outcome | None:
     """The outcome when the pod's current state already decides it (gone, replaced, bound); else None."""
     if pod is None:
-        return _bind_failed(decision, f"pod {decision.namespace}/{decision.name} not found", pod_gone=True)
+        return bind_failed(decision, f"pod {decision.namespace}/{decision.name} not found", pod_gone=True)
     if pod.uid != decision.uid:
-        return _bind_failed(decision, f"pod was replaced (uid {pod.uid}, decided for {decision.uid})", pod_gone=True)
+        return bind_failed(decision, f"pod was replaced (uid {pod.uid}, decided for {decision.uid})", pod_gone=True)
     node = pod.node_name
     if node == decision.node:
-        return _bound(decision, already=True)
+        return pod_bound(decision, already=True)
     if node:
-        return _bind_failed(decision, f"pod is already bound to node {node}")
+        return bind_failed(decision, f"pod is already bound to node {node}")
     if pod.deleting:
-        return _bind_failed(decision, "pod is being deleted")
+        return bind_failed(decision, "pod is being deleted")
     return None

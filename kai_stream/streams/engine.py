@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from typing import TypeGuard
 
 from kai_stream.core.config import SchedulerConfig, config_hash
+from kai_stream.core.decide import fold_linked
 from kai_stream.core.events import (
     ALL_POOLS,
     BindRequested,
@@ -49,7 +50,6 @@ from kai_stream.core.events import (
     QueueShare,
     ResourceAmounts,
     Tick,
-    chain,
     decision_hash,
 )
 from kai_stream.core.scheduler.cycle import fair_shares, run_cycle
@@ -213,11 +213,9 @@ class PartitionEngine:
                 )
                 out.append(Outgoing(name, recorded))
                 self.config_recorded.add(name)
-            linked, pool.head = chain(decisions, pool.head)
+            linked, pool.head = fold_linked(pool.state, decisions, pool.head)
             pool.last_input_offset = pool.state.offset
-            for decision in linked:
-                apply(pool.state, decision)
-                out.append(Outgoing(name, decision))
+            out.extend(Outgoing(name, decision) for decision, _ in linked)
             out.extend(shares)
         return out
 

@@ -1,6 +1,6 @@
 """Virtual-time, discrete-event replay of a job trace through the pure scheduler core, written as history.
 
-Rules of the simulated world (the same reactions as ``kai_stream.simulate``'s emulated cluster, plus time):
+Rules of the simulated world (``kai_stream.emulation.react`` under ``POLICY``, plus time):
 
 1. Time is the trace's: job ``j`` arrives at ``submit - t0`` (``t0`` = first submission) as a PodGroup and
    its pods (``PodObserved`` pending). A job of more than 8 GPUs is a gang of 8-GPU pods (``minMember`` =
@@ -24,14 +24,11 @@ Rules of the simulated world (the same reactions as ``kai_stream.simulate``'s em
 
    * *idle*: no pod is pending and no gang runs below its minMember. Every action needs a pending job
      (allocate, consolidation, reclaim, preempt) or a partial gang (stale-gang eviction), and a pending reason
-     needs a pending pod. The fair shares are then the allocations (``shares_when_idle``).
+     needs a pending pod. The fair shares are then the allocations (``core.quiet.shares_when_idle``).
    * *quiet*: the last cycle returned no decision, nothing but ``Tick``s was folded since, and no time
-     threshold the core reads was crossed since that cycle: a waiting job's aging step or hold, a partial gang's
-     stale-gang deadline
-     (last change + grace) or a running pod's min-runtime expiry (start + any preempt/reclaim min-runtime a
-     queue or the pool default sets). The cycle
-     is a function of the state, and the state then differs only in ``now`` and the offset, which only
-     those two thresholds read.
+     threshold the core reads was crossed since that cycle (``core.quiet.thresholds_crossed``: aging steps and
+     holds, stale-gang deadlines, min-runtime expiries). The cycle is a function of the state, and the state
+     then differs only in ``now`` and the offset, which only those thresholds read.
 """
 
 from __future__ import annotations
@@ -49,6 +46,7 @@ from pydantic import BaseModel
 
 import kai_stream
 from kai_stream.core.config import SchedulerConfig, config_hash
+from kai_stream.core.decide import fold_linked
 from kai_stream.core.events import (
     DEFAULT_POOL,
     BindRequested,
@@ -72,18 +70,16 @@ from kai_stream.core.events import (
     ResourceAmounts,
     Resources,
     Tick,
-    chain_encoded,
     dumps,
     stable_id,
 )
-from kai_stream.core.gcpause import paused_gc
-from kai_stream.core.scheduler.cycle import plugins_of, run_actions
+from kai_stream.core.quiet import shares_when_idle, thresholds_crossed
+from kai_stream.core.scheduler.cycle import run_cycle
 from kai_stream.core.scheduler.framework.info import CPU, GPU, MEM
-from kai_stream.core.scheduler.framework.reuse import open_tracked_session, park_session
-from kai_stream.core.scheduler.plugins.aging import steps_crossed
+from kai_stream.core.scheduler.framework.session import Session
 from kai_stream.core.state import ClusterState, apply
+from kai_stream.emulation import Policy, finished, finishes_at, react
 from kai_stream.history.schema import event_values, write_segment
-from kai_stream.simulate import pod_bound, pod_evicted, pod_removed
 from kai_stream.trace.loaders import GPUS_PER_POD, Trace
 
 __all__ = ["SimulationStats", "simulate_trace"]
@@ -93,6 +89,8 @@ DECISIONS = "decisions"
 BIND_RESULTS = "bind-results"
 NAMESPACE = "trace"
 SEGMENT_ROWS = 250_000
+POLICY = Policy(recreate="restart", steps=False, running=False, durations=True)
+"""The trace's cluster: a bind is its outcome alone; an evicted pod is observed pending again (restarted)."""
 
 
 @dataclass
@@ -126,7 +124,6 @@ class SimulationStats:
 class _Pod:
     spec: PodSpec
     job: int
-    duration: float
     generation: int = 0
     running: bool = False
     node: str | None = None
@@ -183,7 +180,8 @@ class _Simulation:
         self.pods: dict[str, _Pod] = {}
         self.job_left: dict[int, int] = {}
         self.groups: dict[int, PodGroupSpec] = {}
-        self.finishing: list[tuple[float, int, str, int]] = []
+        self.finishing: list[tuple[float, int, str, int, str]] = []
+        """(finish time, sequence, pod uid, pod generation, the bind's decision id)."""
         self.seq = 0
         self.last_shares: dict[str, tuple[int, ...]] = {}
         self.shares: dict[str, tuple[int, ...]] = {}
@@ -218,9 +216,11 @@ class _Simulation:
         if not isinstance(event, Tick):
             self.quiet_since = None
 
-    def outcome(self, event: PodBound | PodEvicted) -> None:
+    def answer(self, event: Model) -> None:
+        """Fold one event of the emulated cluster's answer; outcomes also go to bind-results."""
         value = _encode(event)
-        self.log.add(BIND_RESULTS, event, value)
+        if isinstance(event, PodBound | PodEvicted):
+            self.log.add(BIND_RESULTS, event, value)
         self.observe(event, value)
 
     # ------------------------------------------------------------------ bookkeeping for skipping cycles
@@ -268,18 +268,16 @@ class _Simulation:
                 duration_s=float(job["duration"]),
                 created=ts,
             )
-            self.pods[spec.uid] = _Pod(spec, index, float(job["duration"]))
+            self.pods[spec.uid] = _Pod(spec, index)
             self.waiting += 1
             self.observe(PodObserved(event_id=stable_id("pending", spec.uid, "0"), ts=ts, pool=self.pool, pod=spec))
             self.stats.pods += 1
         self.stats.jobs += 1
 
-    def finish(self, uid: str, ts: float) -> None:
+    def finish(self, uid: str, ts: float, decision_id: str) -> None:
         pod = self.pods[uid]
-        bound = self.state.pods.get(uid)
-        done = (bound or pod.spec).model_copy(update={"phase": "Succeeded"})
-        self.observe(PodObserved(event_id=stable_id("done", uid), ts=ts, pool=self.pool, pod=done))
-        self.observe(pod_removed(pod.spec, stable_id("removed", uid), ts))
+        for event in finished(self.state.pods.get(uid) or pod.spec, decision_id, ts):
+            self.observe(event)
         pod.running = False
         self._running(pod.job, -1)
         del self.pods[uid]
@@ -304,17 +302,8 @@ class _Simulation:
     def run_cycle(self) -> list[Decision]:
         """``core.scheduler.cycle.run_cycle`` (snapshot reuse included), step for step, keeping the session's fair
         shares."""
-        with paused_gc():
-            session, snapshot = open_tracked_session(
-                self.state,
-                self.config,
-                plugins_of(self.config),
-                pool=self.pool,
-                input_offset=self.state.offset,
-                code_version=self.version,
-            )
-            run_actions(session, self.config)
-            decisions = session.close()
+
+        def keep_shares(session: Session) -> None:
             self.shares = {
                 name: (
                     q.fair_share[GPU],
@@ -326,44 +315,27 @@ class _Simulation:
                 )
                 for name, q in sorted(session.queues.items())
             }
-            park_session(self.state, session, snapshot)
-        return decisions
+
+        return run_cycle(
+            self.state, self.config, pool=self.pool, input_offset=self.state.offset, code_version=self.version,
+            inspect=keep_shares,
+        )
 
     def idle(self) -> bool:
         """No pod pending and no gang below its minimum: every action and every pending reason has nothing."""
         return self.waiting == 0 and not self.partial
 
     def crossed(self, since: float, now: float) -> bool:
-        """Whether a time threshold the core reads lies in (since, now]: a partial gang's stale-gang deadline, a
-        waiting job's next aging step or hold (``plugins.aging``), or a running pod's min-runtime expiry (for every
-        preempt/reclaim min-runtime a queue or the pool default sets;
-        inheritance and reclaim's resolution below the common ancestor only pick among them)."""
-        grace = self.config.stale_gang_grace_s
-        for job in sorted(self.partial):
-            group = self.groups[job]
-            changed = self.state.group_changed.get(f"{group.namespace}/{group.name}", 0.0)
-            if since < changed + grace <= now:
-                return True
-        aging = self.config.job_aging
-        waiting = (self.groups[pod.job].created for pod in self.pods.values() if not pod.running)
-        if aging is not None and any(steps_crossed(aging, created, since, now) for created in waiting):
-            return True
-        found = {self.config.preempt_min_runtime_s, self.config.reclaim_min_runtime_s}
-        for q in self.state.queues.values():
-            found.update((q.min_runtime_s or 0, q.preempt_min_runtime_s or 0, q.reclaim_min_runtime_s or 0))
-        limits = sorted(limit for limit in found if limit > 0)
-        if not limits:
-            return False
-        for pod in self.pods.values():
-            if not pod.running:
-                continue
-            spec = self.state.pods.get(pod.spec.uid)
-            started = spec.started if spec is not None else None
-            if started is None:
-                return True
-            if any(since < started + limit <= now for limit in limits):
-                return True
-        return False
+        """Whether a time threshold the core reads lies in (since, now] (``core.quiet.thresholds_crossed``)."""
+        return thresholds_crossed(
+            self.state,
+            self.config,
+            since,
+            now,
+            partial_groups=(f"{self.groups[job].namespace}/{self.groups[job].name}" for job in self.partial),
+            waiting_created=(self.groups[pod.job].created for pod in self.pods.values() if not pod.running),
+            running=(uid for uid, pod in self.pods.items() if pod.running),
+        )
 
     def worth_a_cycle(self, ts: float) -> bool:
         """False only when a cycle provably returns no decision (the rules in the module docstring)."""
@@ -390,33 +362,36 @@ class _Simulation:
                 self.quiet_since = ts
                 return
             self.quiet_since = None
-            encoded, self.head = chain_encoded(made, self.head)
+            encoded, self.head = fold_linked(self.state, made, self.head)
             linked = [decision for decision, _ in encoded]
             again = False
             for decision, raw in encoded:
                 self.log.add(DECISIONS, decision, raw)
-                apply(self.state, decision)
             for decision in linked:
-                again |= self.react(decision, ts)
+                again |= self.react(decision)
             self.stats.decisions += len(linked)
             self.stats.pending_reasons += sum(1 for d in linked if isinstance(d, PodPending))
             if not again:
                 return
 
-    def react(self, decision: Decision, ts: float) -> bool:
+    def react(self, decision: Decision) -> bool:
+        """Fold the emulated cluster's answer to ``decision`` (``POLICY``); True when the cycle should run again
+        at the same time (an eviction or a pipelined pod)."""
+        for event in react(decision, self.state, POLICY):
+            self.answer(event)
         if isinstance(decision, BindRequested):
-            self.outcome(pod_bound(decision, ts))
             pod = self.pods[decision.uid]
             pod.running = True
             pod.node = decision.node
             self.waiting -= 1
             self._running(pod.job, +1)
-            self.seq += 1
-            heapq.heappush(self.finishing, (ts + pod.duration, self.seq, decision.uid, pod.generation))
+            at = finishes_at(decision, pod.spec, POLICY)
+            if at is not None:
+                self.seq += 1
+                heapq.heappush(self.finishing, (at, self.seq, decision.uid, pod.generation, decision.decision_id))
             self.stats.binds += 1
             return False
         if isinstance(decision, EvictionRequested):
-            self.outcome(pod_evicted(decision, ts))
             pod = self.pods[decision.uid]
             pod.generation += 1
             if pod.running:
@@ -424,28 +399,14 @@ class _Simulation:
                 self.waiting += 1
             pod.running = False
             pod.node = None
-            restarted = PodObserved(
-                event_id=stable_id("pending", decision.uid, str(pod.generation)), ts=ts, pool=self.pool, pod=pod.spec
-            )
-            self.observe(restarted)
             self.stats.evictions += 1
             return True
         return isinstance(decision, PodPipelined)
 
     def shares_when_idle(self) -> None:
-        """Fair shares when nothing is pending: every queue's requestable is its allocation, so its fair share
-        is exactly that (each gets min(deserved, allocated), and the remainder covers every unmet request)."""
-        used: dict[str, list[int]] = {name: [0, 0, 0] for name in self.state.queues}
-        for pod in self.pods.values():
-            if not pod.running:
-                continue
-            name: str | None = pod.spec.queue
-            while name is not None and name in used:
-                requests = pod.spec.requests
-                used[name][0] += requests.gpu_milli
-                used[name][1] += requests.cpu_milli
-                used[name][2] += requests.memory
-                name = self.state.queues[name].parent
+        """Fair shares when nothing is pending (``core.quiet.shares_when_idle``): each queue's allocation."""
+        running = (pod.spec for pod in self.pods.values() if pod.running)
+        used = shares_when_idle(self.state.queues, running)
         self.shares = {name: (*used[name], *used[name]) for name in sorted(used)}
 
     def record_shares(self, ts: float) -> None:
@@ -510,10 +471,10 @@ class _Simulation:
                 if min(arrival, completion) > now:
                     break
                 if completion <= arrival:
-                    _, _, uid, generation = heapq.heappop(self.finishing)
+                    _, _, uid, generation, decision_id = heapq.heappop(self.finishing)
                     pod = self.pods.get(uid)
                     if pod is not None and pod.generation == generation and pod.running:
-                        self.finish(uid, completion)
+                        self.finish(uid, completion, decision_id)
                         happened = True
                 else:
                     self.arrive(nxt, jobs[nxt], arrival)

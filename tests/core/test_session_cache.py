@@ -14,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import kai_stream.simulate as simulate_module
+import kai_stream.core.decide as decide_module
 from kai_stream.core.config import SchedulerConfig
 from kai_stream.core.events import (
     AnyEvent,
@@ -42,7 +42,8 @@ from kai_stream.core.manifests import load_scenario
 from kai_stream.core.scheduler.cycle import fair_shares, run_cycle
 from kai_stream.core.scheduler.framework.reuse import Snapshot
 from kai_stream.core.state import ClusterState, apply, fold
-from kai_stream.simulate import outcome_of, simulate
+from kai_stream.emulation import outcome_of
+from kai_stream.simulate import simulate
 
 EXAMPLES = sorted((Path(__file__).resolve().parents[2] / "examples").glob("*.yaml"))
 GIB = 2**30
@@ -75,7 +76,7 @@ class Checked:
 @pytest.fixture
 def checked(monkeypatch: pytest.MonkeyPatch) -> Iterator[Checked]:
     check = Checked()
-    monkeypatch.setattr(simulate_module, "run_cycle", check)
+    monkeypatch.setattr(decide_module, "run_cycle", check)
     yield check
 
 

@@ -105,10 +105,10 @@ def check(result: SimulationResult, expect: dict[str, Any]) -> dict[str, Any]:
 def settle_with_restarts(events: list[ObservedEvent], config: SchedulerConfig, cycles: int = 30) -> int:
     """Fold ``events`` and run cycles where, as workload controllers do, every evicted pod comes back pending
     under the same name; returns the number of cycles until one decided nothing (``cycles`` + 1 if never)."""
-    from kai_stream.core.events import PodEvicted, PodObserved
     from kai_stream.core.state import ClusterState, apply
-    from kai_stream.simulate import outcome_of
+    from kai_stream.emulation import Policy, react
 
+    restarts = Policy(recreate="restart", steps=False, running=False)
     state = ClusterState()
     for event in events:
         apply(state, event, state.offset + 1)
@@ -119,15 +119,6 @@ def settle_with_restarts(events: list[ObservedEvent], config: SchedulerConfig, c
         for decision in made:
             apply(state, decision, state.offset + 1)
         for decision in made:
-            outcome = outcome_of(decision)
-            if outcome is None:
-                continue
-            pod = state.pods.get(decision.uid)
-            apply(state, outcome, state.offset + 1)
-            if isinstance(outcome, PodEvicted) and pod is not None:
-                again = pod.model_copy(
-                    update={"node_name": None, "gpu_indices": None, "phase": "Pending", "started": None}
-                )
-                restarted = PodObserved(event_id=stable_id("restart", decision.decision_id), ts=decision.ts, pod=again)
-                apply(state, restarted, state.offset + 1)
+            for caused in react(decision, state, restarts):
+                apply(state, caused, state.offset + 1)
     return cycles + 1

@@ -11,9 +11,9 @@ from aiokafka import AIOKafkaProducer
 from kai_stream.core.config import SchedulerConfig
 from kai_stream.core.events import ALL_POOLS, DeadLetter, Model, dumps, loads_decisions_record
 from kai_stream.core.manifests import load_scenario
+from kai_stream.emulation import round_barrier
 from kai_stream.kafka import make_producer, partition_for, read_topic
 from kai_stream.settings import KafkaSettings
-from kai_stream.simulate import round_barrier
 from kai_stream.streams.engine import is_decision
 from kai_stream.streams.runtime import InRecord, SchedulerRuntime
 from kai_stream.topics import TopicNames, create_topics

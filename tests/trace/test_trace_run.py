@@ -138,13 +138,13 @@ def test_gangs_and_restart_after_eviction(cluster: Path) -> None:
         node=bind["node"],
     )
     sim.state.now = 10.0
-    assert sim.react(eviction, 10.0) is True
+    assert sim.react(eviction) is True
     assert sim.pods[small].running is False and sim.pods[small].generation == 1
     restarted = dict(zip(COLUMNS, sim.log.rows["cluster-events"][-1], strict=True))
     assert restarted["type"] == PodObserved.model_fields["type"].default and restarted["node"] is None
     sim.cycle(10.0)
     assert sim.pods[small].running
-    finishes = sorted((t, uid) for t, _, uid, gen in sim.finishing if uid == small and gen == 1)
+    finishes = sorted((t, uid) for t, _, uid, gen, _ in sim.finishing if uid == small and gen == 1)
     assert finishes == [(60.0, small)]
 
 

@@ -17,12 +17,12 @@ with ``NoNodeFits`` and KAI's words ("topology T, requirement L couldn't be sati
 what the job needs and the most the best domain could place; a preferred level alone never refuses.
 Unconstrained jobs clear the restriction.
 
-Subgroups (``spec.subGroups[].topologyConstraint``, KAI's subgroup sets and pod sets): inside the job's domain,
-each subgroup with a constraint is tried in the domains of its own relevant levels (in KAI's order, inside its
-parent's domain) for the tasks the job offers in this pass; the first domain where the subgroup
-reaches its minMember is kept for its tasks (``NodeIndex.allowed_for``). With a required level, a job's or
-subgroup's next pods stay in the required domain of its active ones (``_home``). A subgroup whose required level no domain
-satisfies refuses the job with KAI's words naming the subgroup (", subgroup S").
+Subgroups (``spec.subGroups[].topologyConstraint``, KAI's subgroup sets and pod sets): inside the job's domain, each
+subgroup with a constraint is tried in the domains of its own relevant levels (in KAI's order, inside its parent's
+domain) for the tasks the job offers in this pass; the first domain where the subgroup reaches its minMember is kept
+for its tasks (``NodeIndex.allowed_for``). With a required level, a job's or subgroup's next pods stay in the required
+domain of its active ones (``_home``). A subgroup whose required level no domain satisfies refuses the job with KAI's
+words naming the subgroup (", subgroup S").
 """
 
 from __future__ import annotations

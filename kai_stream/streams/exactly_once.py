@@ -12,6 +12,13 @@ in the log). On Apache Kafka this loop replaces that agent:
   is due (``snapshots.py``) and the consumed offsets (``send_offsets_to_transaction``) become visible together or
   not at all. Every kai-stream consumer on Kafka reads committed records only (``kafka.make_consumer``), so a
   processor killed mid-batch leaves nothing of that batch behind: exactly once;
+* a batch that publishes nothing (most are: a bound pod's feedback, a tick that changes no decision) commits no
+  transaction: its offsets go with the next batch's transaction, or in one of their own once they waited
+  ``commit_interval_s``. An offsets-only transaction costs five round trips
+  and transaction markers, and the next transaction of the partition, begun before those markers were written,
+  was refused (``CONCURRENT_TRANSACTIONS``) and retried after aiokafka's 20-100 ms back-off: at a low rate the
+  records of the next pod waited behind them. A restart re-delivers such records; the rebuild has folded them
+  already (it reads the log to its end), so they are skipped by offset;
 * a partition's producer is started (``InitProducerId``) before its state is rebuilt, which fences the previous
   owner of the partition and aborts its open transaction, so the rebuild reads a stable log;
 * a rebuild starts from the partition's last snapshot when there is one (``SchedulerRuntime.rebuild``).
@@ -25,10 +32,12 @@ everything it folded and any later decision's input offset lies past it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
@@ -36,6 +45,7 @@ from aiokafka.abc import ConsumerRebalanceListener
 from aiokafka.structs import RecordMetadata
 
 from kai_stream.core.events import Model, dumps
+from kai_stream.hoptrace import HopTrace
 from kai_stream.kafka import make_consumer, make_producer, start_consumer
 from kai_stream.settings import KafkaSettings
 from kai_stream.streams import snapshots
@@ -49,8 +59,30 @@ FETCH_BYTES_PER_PARTITION = 16 * 2**20
 ~700 bytes) arrives as one batch and is decided in one cycle over the cluster; aiokafka's 1 MiB holds ~1,400 such
 records, so a larger backlog came in several batches, each with its own cycle."""
 
-_current: contextvars.ContextVar[AIOKafkaProducer | None] = contextvars.ContextVar("transaction", default=None)
-"""The producer whose transaction the running partition batch publishes in (batches of partitions run at once)."""
+
+@dataclass
+class _Transaction:
+    """The transaction a running partition batch publishes in, and how many records it sent into it."""
+
+    producer: AIOKafkaProducer
+    sent: int = 0
+
+
+@dataclass
+class _Fetched:
+    """Records of one partition taken off the consumer and not processed yet, and when the first came."""
+
+    at: float
+    records: list[Any] = field(default_factory=list)
+
+
+TRANSACTION_RETRY_BACKOFF_MS = 10
+"""The transactional producers' retry back-off. A transaction's request that comes before the markers of the
+partition's previous transaction are written is refused (``CONCURRENT_TRANSACTIONS``) and retried after it;
+aiokafka's default, 100 ms, then went straight into a decision's latency (markers take milliseconds)."""
+
+_current: contextvars.ContextVar[_Transaction | None] = contextvars.ContextVar("transaction", default=None)
+"""The transaction of the running partition batch (batches of partitions run at once)."""
 
 
 class TransactionalLoop(ConsumerRebalanceListener):  # type: ignore[misc]
@@ -66,6 +98,7 @@ class TransactionalLoop(ConsumerRebalanceListener):  # type: ignore[misc]
         batch_max: int,
         snapshot_interval_s: float,
         transaction_timeout_ms: int = 10_000,
+        commit_interval_s: float = 0.5,
         instance_id: str | None = None,
         on_batch: Callable[[bool], None] = lambda ok: None,
     ) -> None:
@@ -76,6 +109,7 @@ class TransactionalLoop(ConsumerRebalanceListener):  # type: ignore[misc]
         self.batch_max = batch_max
         self.snapshot_interval_s = snapshot_interval_s
         self.transaction_timeout_ms = transaction_timeout_ms
+        self.commit_interval_s = commit_interval_s
         self.instance_id = instance_id
         self.on_batch = on_batch
         self.state_topic = snapshots.topic_name(group_id)
@@ -83,6 +117,13 @@ class TransactionalLoop(ConsumerRebalanceListener):  # type: ignore[misc]
         self._producers: dict[int, AIOKafkaProducer] = {}
         self._busy = asyncio.Lock()
         self._snapshot_at: dict[int, float] = {}
+        self._fetched: dict[TopicPartition, _Fetched] = {}
+        self._arrived = asyncio.Event()
+        self._drained = asyncio.Event()
+        self._drained.set()
+        self._uncommitted: dict[int, tuple[int, float]] = {}
+        """Per partition: the offset past its last batch that published nothing, and since when it waits."""
+        self._hops = HopTrace("processor")
         runtime.send = self.send
         runtime.send_unit = None  # the batch's transaction makes a cycle atomic; another producer would leave it
         if snapshot_interval_s > 0:
@@ -90,9 +131,12 @@ class TransactionalLoop(ConsumerRebalanceListener):  # type: ignore[misc]
 
     async def send(self, topic: str, partition: int, key: bytes, record: Model) -> Awaitable[RecordMetadata]:
         """``SchedulerRuntime``'s send: into the transaction of the batch being processed."""
-        producer = _current.get()
-        assert producer is not None, "send outside a batch"
-        future: Awaitable[RecordMetadata] = await producer.send(topic, dumps(record), key=key, partition=partition)
+        transaction = _current.get()
+        assert transaction is not None, "send outside a batch"
+        transaction.sent += 1
+        future: Awaitable[RecordMetadata] = await transaction.producer.send(
+            topic, dumps(record), key=key, partition=partition
+        )
         return future
 
     async def run(self) -> None:
@@ -120,15 +164,28 @@ class TransactionalLoop(ConsumerRebalanceListener):  # type: ignore[misc]
         )
         await start_consumer(consumer)
         self.consumer = consumer
+        reader = asyncio.create_task(self._read(consumer), name="processor-reader")
         try:
             while True:
-                batches = await consumer.getmany(timeout_ms=100, max_records=self.batch_max)
-                if not batches:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._arrived.wait(), 0.1)
+                if reader.done():
+                    reader.result()
+                    raise RuntimeError("the processor's reader stopped")
+                if self._commit_due():
+                    async with self._busy:
+                        await self._commit_waiting()
+                if not self._arrived.is_set():
                     continue
                 async with self._busy:
+                    batches, self._fetched = self._fetched, {}
+                    self._arrived.clear()
+                    self._drained.set()
+                    taken = time.time()
                     assigned = consumer.assignment()
                     done = await asyncio.gather(
-                        *(self._batch(tp, records) for tp, records in sorted(batches.items()) if tp in assigned),
+                        *(self._batch(tp, fetched, taken) for tp, fetched in sorted(batches.items())
+                          if tp in assigned),
                         return_exceptions=True,
                     )
                 failed = [result for result in done if isinstance(result, BaseException)]
@@ -136,10 +193,31 @@ class TransactionalLoop(ConsumerRebalanceListener):  # type: ignore[misc]
                     raise failed[0]
                 self.on_batch(True)
         finally:
+            reader.cancel()
+            await asyncio.gather(reader, return_exceptions=True)
+            self._fetched.clear()
+            self._arrived.clear()
             self.consumer = None
             await self._close(sorted(self._producers))
             self.runtime.forget(sorted(self.runtime.engines))
             await consumer.stop()
+
+    async def _read(self, consumer: AIOKafkaConsumer) -> None:
+        """Take records off the consumer as soon as they arrive, while a batch is processed, into ``_fetched``
+        (at most about ``batch_max`` records wait there). aiokafka fetches a partition again only once its records
+        were taken, and keeps one fetch per broker in flight: records left in the consumer for 100 ms while a
+        batch was processed went unfetched while a fetch for the other partitions waited out its 500 ms."""
+        while True:
+            await self._drained.wait()
+            batches = await consumer.getmany(timeout_ms=100, max_records=self.batch_max)
+            if not batches:
+                continue
+            now = time.time()
+            for tp, records in batches.items():
+                self._fetched.setdefault(tp, _Fetched(now)).records.extend(records)
+            self._arrived.set()
+            if sum(len(f.records) for f in self._fetched.values()) >= self.batch_max:
+                self._drained.clear()
 
     def backlog(self, partition: int, last_offset: int) -> int:
         """Records of the partition known (from fetch high-watermarks) to follow ``last_offset``."""
@@ -156,27 +234,37 @@ class TransactionalLoop(ConsumerRebalanceListener):  # type: ignore[misc]
                 transaction_timeout_ms=self.transaction_timeout_ms,
                 max_request_size=snapshots.MAX_SNAPSHOT_BYTES,
                 linger_ms=0,
+                retry_backoff_ms=TRANSACTION_RETRY_BACKOFF_MS,
             )
             await producer.start()  # InitProducerId: the partition's previous owner is fenced, its open batch aborted
             self._producers[partition] = producer
         return producer
 
-    async def _batch(self, tp: TopicPartition, records: list[Any]) -> None:
-        partition = tp.partition
+    async def _batch(self, tp: TopicPartition, fetched: _Fetched, taken: float) -> None:
+        partition, records = tp.partition, fetched.records
         producer = await self._producer(partition)
         batch = [InRecord(partition, r.offset, r.key, r.value, r.timestamp) for r in records]
-        token = _current.set(producer)
+        transaction = _Transaction(producer)
+        token = _current.set(transaction)
         try:
             async with producer.transaction():
                 _, deliveries = await self.runtime.submit(batch, self.backlog)
+                cycled = time.time()
                 delivered = await asyncio.gather(*deliveries)
                 for meta in delivered:
                     if meta.topic == self.names.decisions and meta.partition == partition:
                         self.runtime.decisions_end[partition] = max(
                             self.runtime.decisions_end.get(partition, 0), meta.offset + 1
                         )
-                await self._maybe_snapshot(producer, partition)
-                await producer.send_offsets_to_transaction({tp: records[-1].offset + 1}, self.group_id)
+                snapshot = await self._maybe_snapshot(producer, partition)
+                if transaction.sent or snapshot:
+                    await producer.send_offsets_to_transaction({tp: records[-1].offset + 1}, self.group_id)
+                    self._uncommitted.pop(partition, None)
+                else:  # an empty transaction: aiokafka ends it without asking the broker
+                    since = self._uncommitted.get(partition, (0, time.monotonic()))[1]
+                    self._uncommitted[partition] = (records[-1].offset + 1, since)
+            self._hops.batch(partition, records[0].offset, records[-1].offset,
+                             fetched=fetched.at, taken=taken, cycled=cycled, committed=time.time())
         except BaseException:
             self.runtime.forget([partition])  # the engine may hold decisions the aborted transaction dropped
             await self._close([partition])
@@ -184,9 +272,34 @@ class TransactionalLoop(ConsumerRebalanceListener):  # type: ignore[misc]
         finally:
             _current.reset(token)
 
-    async def _maybe_snapshot(self, producer: AIOKafkaProducer, partition: int) -> None:
+    def _commit_due(self) -> bool:
+        now = time.monotonic()
+        return any(now - since >= self.commit_interval_s for _, since in self._uncommitted.values())
+
+    async def _commit_waiting(self, only: list[int] | None = None) -> None:
+        """Commit the offsets of batches that published nothing, each partition's in a transaction of its own:
+        those waiting ``commit_interval_s``, or (``only``) all of these partitions. The caller holds ``_busy``."""
+        now = time.monotonic()
+        for partition, (end, since) in sorted(self._uncommitted.items()):
+            if (only is None and now - since < self.commit_interval_s) or (only is not None and partition not in only):
+                continue
+            producer = self._producers.get(partition)
+            del self._uncommitted[partition]
+            if producer is None:
+                continue
+            tp = TopicPartition(self.names.cluster_events, partition)
+            try:
+                async with producer.transaction():
+                    await producer.send_offsets_to_transaction({tp: end}, self.group_id)
+            except BaseException:
+                self.runtime.forget([partition])
+                await self._close([partition])
+                raise
+
+    async def _maybe_snapshot(self, producer: AIOKafkaProducer, partition: int) -> bool:
+        """Send the partition's engine snapshot into the transaction when one is due; whether it was."""
         if self.snapshot_interval_s <= 0:
-            return
+            return False
         engine = self.runtime.engines.get(partition)
         now = time.monotonic()
         if (
@@ -195,25 +308,34 @@ class TransactionalLoop(ConsumerRebalanceListener):  # type: ignore[misc]
             or self.runtime.deferred(partition)
             or now - self._snapshot_at.get(partition, -self.snapshot_interval_s) < self.snapshot_interval_s
         ):
-            return
+            return False
         snapshot = snapshots.Snapshot(engine, self.runtime.decisions_end.get(partition, 0))
         value = snapshots.encode(snapshot)
         await producer.send(self.state_topic, value, key=snapshots.key(partition), partition=partition)
         self._snapshot_at[partition] = now
+        return True
 
     async def _close(self, partitions: list[int]) -> None:
         for partition in partitions:
             producer = self._producers.pop(partition, None)
             self._snapshot_at.pop(partition, None)
+            self._uncommitted.pop(partition, None)
             if producer is not None:
                 await producer.stop()
 
     async def on_partitions_revoked(self, revoked: list[TopicPartition]) -> None:
-        """After the batch in flight: drop the revoked partitions' state and producers (their next owner fences)."""
+        """After the batch in flight: commit what waits of the revoked partitions' offsets, drop their state and
+        producers (their next owner fences)."""
         async with self._busy:
             gone = sorted(tp.partition for tp in revoked if tp.topic == self.names.cluster_events)
+            try:
+                await self._commit_waiting(only=gone)
+            except Exception as exc:  # the next owner re-reads them, and its rebuild has folded them already
+                log.warning("processor: committing the revoked partitions' offsets failed: %r", exc)
             self.runtime.forget(gone)
             await self._close(gone)
+            for tp in revoked:
+                self._fetched.pop(tp, None)
 
     async def on_partitions_assigned(self, assigned: list[TopicPartition]) -> None:
         """Nothing to do before a partition's first batch, which rebuilds its state."""

@@ -8,17 +8,19 @@ in the log). On Apache Kafka this loop replaces that agent:
   call), straight into ``SchedulerRuntime.submit`` (no per-message faust event, ack or stream); the partitions of
   one ``getmany`` are processed concurrently (their rebuilds' reads overlap), each in its own task;
 * each partition's batch runs in one Kafka transaction of that partition's producer
-  (``transactional.id`` = ``<app id>-<partition>``): its decisions and dead letters, the engine snapshot when one
-  is due (``snapshots.py``) and the consumed offsets (``send_offsets_to_transaction``) become visible together or
-  not at all. Every kai-stream consumer on Kafka reads committed records only (``kafka.make_consumer``), so a
-  processor killed mid-batch leaves nothing of that batch behind: exactly once;
-* a batch that publishes nothing (most are: a bound pod's feedback, a tick that changes no decision) commits no
-  transaction: its offsets go with the next batch's transaction, or in one of their own once they waited
-  ``commit_interval_s``. An offsets-only transaction costs five round trips
-  and transaction markers, and the next transaction of the partition, begun before those markers were written,
-  was refused (``CONCURRENT_TRANSACTIONS``) and retried after aiokafka's 20-100 ms back-off: at a low rate the
-  records of the next pod waited behind them. A restart re-delivers such records; the rebuild has folded them
-  already (it reads the log to its end), so they are skipped by offset;
+  (``transactional.id`` = ``<app id>-<partition>``): its decisions and dead letters and the engine snapshot when
+  one is due (``snapshots.py``) become visible together or not at all. Every kai-stream consumer on Kafka reads
+  committed records only (``kafka.make_consumer``), so a processor killed mid-batch leaves nothing of that batch
+  behind: exactly once. A batch that publishes nothing ends an empty transaction (aiokafka does not ask the
+  broker);
+* the consumed offsets are not part of the transactions: they only say where delivery resumes. What the engine
+  has folded and decided is what the logs hold, whatever was committed: a rebuild reads cluster-events to its end
+  and every committed decision (``runtime.rebuild``), and the records re-delivered after it are skipped by offset.
+  So the group's offsets are committed on their own (``consumer.commit``, fenced by the group generation) at most
+  every ``commit_interval_s`` and when partitions are revoked. In the transactions they cost two more round trips
+  per decision (AddOffsetsToTxn, TxnOffsetCommit), and every batch that published nothing needed a transaction of
+  its own, whose markers the partition's next transaction then waited for (``CONCURRENT_TRANSACTIONS``, retried
+  after a back-off): at a low rate the next pod's records queued behind them;
 * a partition's producer is started (``InitProducerId``) before its state is rebuilt, which fences the previous
   owner of the partition and aborts its open transaction, so the rebuild reads a stable log;
 * a rebuild starts from the partition's last snapshot when there is one (``SchedulerRuntime.rebuild``).
@@ -36,12 +38,13 @@ import contextlib
 import contextvars
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.abc import ConsumerRebalanceListener
+from aiokafka.errors import KafkaError
 from aiokafka.structs import RecordMetadata
 
 from kai_stream.core.events import Model, dumps
@@ -61,14 +64,6 @@ records, so a larger backlog came in several batches, each with its own cycle.""
 
 
 @dataclass
-class _Transaction:
-    """The transaction a running partition batch publishes in, and how many records it sent into it."""
-
-    producer: AIOKafkaProducer
-    sent: int = 0
-
-
-@dataclass
 class _Fetched:
     """Records of one partition taken off the consumer and not processed yet, and when the first came."""
 
@@ -79,10 +74,10 @@ class _Fetched:
 TRANSACTION_RETRY_BACKOFF_MS = 10
 """The transactional producers' retry back-off. A transaction's request that comes before the markers of the
 partition's previous transaction are written is refused (``CONCURRENT_TRANSACTIONS``) and retried after it;
-aiokafka's default, 100 ms, then went straight into a decision's latency (markers take milliseconds)."""
+aiokafka's default, 100 ms, went straight into a decision's latency (markers take milliseconds)."""
 
-_current: contextvars.ContextVar[_Transaction | None] = contextvars.ContextVar("transaction", default=None)
-"""The transaction of the running partition batch (batches of partitions run at once)."""
+_current: contextvars.ContextVar[AIOKafkaProducer | None] = contextvars.ContextVar("transaction", default=None)
+"""The producer whose transaction the running partition batch publishes in (batches of partitions run at once)."""
 
 
 class TransactionalLoop(ConsumerRebalanceListener):  # type: ignore[misc]
@@ -121,8 +116,9 @@ class TransactionalLoop(ConsumerRebalanceListener):  # type: ignore[misc]
         self._arrived = asyncio.Event()
         self._drained = asyncio.Event()
         self._drained.set()
-        self._uncommitted: dict[int, tuple[int, float]] = {}
-        """Per partition: the offset past its last batch that published nothing, and since when it waits."""
+        self._uncommitted: dict[TopicPartition, int] = {}
+        """The offsets past the batches processed since the last commit."""
+        self._committed_at = time.monotonic()
         self._hops = HopTrace("processor")
         runtime.send = self.send
         runtime.send_unit = None  # the batch's transaction makes a cycle atomic; another producer would leave it
@@ -131,12 +127,9 @@ class TransactionalLoop(ConsumerRebalanceListener):  # type: ignore[misc]
 
     async def send(self, topic: str, partition: int, key: bytes, record: Model) -> Awaitable[RecordMetadata]:
         """``SchedulerRuntime``'s send: into the transaction of the batch being processed."""
-        transaction = _current.get()
-        assert transaction is not None, "send outside a batch"
-        transaction.sent += 1
-        future: Awaitable[RecordMetadata] = await transaction.producer.send(
-            topic, dumps(record), key=key, partition=partition
-        )
+        producer = _current.get()
+        assert producer is not None, "send outside a batch"
+        future: Awaitable[RecordMetadata] = await producer.send(topic, dumps(record), key=key, partition=partition)
         return future
 
     async def run(self) -> None:
@@ -172,9 +165,9 @@ class TransactionalLoop(ConsumerRebalanceListener):  # type: ignore[misc]
                 if reader.done():
                     reader.result()
                     raise RuntimeError("the processor's reader stopped")
-                if self._commit_due():
+                if self._uncommitted and time.monotonic() - self._committed_at >= self.commit_interval_s:
                     async with self._busy:
-                        await self._commit_waiting()
+                        await self._commit_offsets(consumer)
                 if not self._arrived.is_set():
                     continue
                 async with self._busy:
@@ -244,8 +237,7 @@ class TransactionalLoop(ConsumerRebalanceListener):  # type: ignore[misc]
         partition, records = tp.partition, fetched.records
         producer = await self._producer(partition)
         batch = [InRecord(partition, r.offset, r.key, r.value, r.timestamp) for r in records]
-        transaction = _Transaction(producer)
-        token = _current.set(transaction)
+        token = _current.set(producer)
         try:
             async with producer.transaction():
                 _, deliveries = await self.runtime.submit(batch, self.backlog)
@@ -256,13 +248,8 @@ class TransactionalLoop(ConsumerRebalanceListener):  # type: ignore[misc]
                         self.runtime.decisions_end[partition] = max(
                             self.runtime.decisions_end.get(partition, 0), meta.offset + 1
                         )
-                snapshot = await self._maybe_snapshot(producer, partition)
-                if transaction.sent or snapshot:
-                    await producer.send_offsets_to_transaction({tp: records[-1].offset + 1}, self.group_id)
-                    self._uncommitted.pop(partition, None)
-                else:  # an empty transaction: aiokafka ends it without asking the broker
-                    since = self._uncommitted.get(partition, (0, time.monotonic()))[1]
-                    self._uncommitted[partition] = (records[-1].offset + 1, since)
+                await self._maybe_snapshot(producer, partition)
+            self._uncommitted[tp] = records[-1].offset + 1
             self._hops.batch(partition, records[0].offset, records[-1].offset,
                              fetched=fetched.at, taken=taken, cycled=cycled, committed=time.time())
         except BaseException:
@@ -272,34 +259,26 @@ class TransactionalLoop(ConsumerRebalanceListener):  # type: ignore[misc]
         finally:
             _current.reset(token)
 
-    def _commit_due(self) -> bool:
-        now = time.monotonic()
-        return any(now - since >= self.commit_interval_s for _, since in self._uncommitted.values())
+    async def _commit_offsets(self, consumer: AIOKafkaConsumer, only: Collection[TopicPartition] | None = None) -> None:
+        """Commit the group's offsets past the batches processed (``only``: of these partitions); the caller holds
+        ``_busy``."""
+        offsets = {tp: end for tp, end in self._uncommitted.items() if only is None or tp in only}
+        for tp in offsets:
+            del self._uncommitted[tp]
+        self._committed_at = time.monotonic()
+        if not offsets:
+            return
+        try:
+            await consumer.commit(offsets)
+        except KafkaError as exc:  # a rebalance: the partitions kept are committed next time
+            log.warning("processor: committing offsets failed: %r", exc)
+            for tp, end in offsets.items():
+                if tp in consumer.assignment():
+                    self._uncommitted.setdefault(tp, end)
 
-    async def _commit_waiting(self, only: list[int] | None = None) -> None:
-        """Commit the offsets of batches that published nothing, each partition's in a transaction of its own:
-        those waiting ``commit_interval_s``, or (``only``) all of these partitions. The caller holds ``_busy``."""
-        now = time.monotonic()
-        for partition, (end, since) in sorted(self._uncommitted.items()):
-            if (only is None and now - since < self.commit_interval_s) or (only is not None and partition not in only):
-                continue
-            producer = self._producers.get(partition)
-            del self._uncommitted[partition]
-            if producer is None:
-                continue
-            tp = TopicPartition(self.names.cluster_events, partition)
-            try:
-                async with producer.transaction():
-                    await producer.send_offsets_to_transaction({tp: end}, self.group_id)
-            except BaseException:
-                self.runtime.forget([partition])
-                await self._close([partition])
-                raise
-
-    async def _maybe_snapshot(self, producer: AIOKafkaProducer, partition: int) -> bool:
-        """Send the partition's engine snapshot into the transaction when one is due; whether it was."""
+    async def _maybe_snapshot(self, producer: AIOKafkaProducer, partition: int) -> None:
         if self.snapshot_interval_s <= 0:
-            return False
+            return
         engine = self.runtime.engines.get(partition)
         now = time.monotonic()
         if (
@@ -308,30 +287,27 @@ class TransactionalLoop(ConsumerRebalanceListener):  # type: ignore[misc]
             or self.runtime.deferred(partition)
             or now - self._snapshot_at.get(partition, -self.snapshot_interval_s) < self.snapshot_interval_s
         ):
-            return False
+            return
         snapshot = snapshots.Snapshot(engine, self.runtime.decisions_end.get(partition, 0))
         value = snapshots.encode(snapshot)
         await producer.send(self.state_topic, value, key=snapshots.key(partition), partition=partition)
         self._snapshot_at[partition] = now
-        return True
 
     async def _close(self, partitions: list[int]) -> None:
         for partition in partitions:
             producer = self._producers.pop(partition, None)
             self._snapshot_at.pop(partition, None)
-            self._uncommitted.pop(partition, None)
+            self._uncommitted.pop(TopicPartition(self.names.cluster_events, partition), None)
             if producer is not None:
                 await producer.stop()
 
     async def on_partitions_revoked(self, revoked: list[TopicPartition]) -> None:
-        """After the batch in flight: commit what waits of the revoked partitions' offsets, drop their state and
+        """After the batch in flight: commit the revoked partitions' offsets, drop their state and
         producers (their next owner fences)."""
         async with self._busy:
             gone = sorted(tp.partition for tp in revoked if tp.topic == self.names.cluster_events)
-            try:
-                await self._commit_waiting(only=gone)
-            except Exception as exc:  # the next owner re-reads them, and its rebuild has folded them already
-                log.warning("processor: committing the revoked partitions' offsets failed: %r", exc)
+            if self.consumer is not None:
+                await self._commit_offsets(self.consumer, only=revoked)
             self.runtime.forget(gone)
             await self._close(gone)
             for tp in revoked:

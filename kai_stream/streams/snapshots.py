@@ -4,7 +4,7 @@ latest snapshot of its ``PartitionEngine`` and where the logs stood when it was 
 A restarted (or newly assigned) processor starts from the snapshot and folds only what cluster-events and the
 decisions topic hold past it, instead of both logs from offset 0. Snapshots are written inside the processor's
 transaction for the batch they follow (``exactly_once.py``), so a snapshot is visible exactly when the decisions
-and the consumed offsets it reflects are, never ahead of them nor behind.
+it reflects are, never ahead of them nor behind.
 
 A snapshot is usable only by the same code version and config hash (else the processor rebuilds from the logs).
 Its body is a zlib-compressed pickle read back by an unpickler that builds nothing but the engine's own classes

@@ -26,7 +26,8 @@ in the log). On Apache Kafka this loop replaces that agent:
 * a rebuild starts from the partition's last snapshot when there is one (``SchedulerRuntime.rebuild``).
 
 Snapshots are taken at most every ``snapshot_interval_s`` per partition (the first with the first batch after a
-rebuild), and only after a batch that left no
+rebuild), after the batch's transaction committed, encoded in a forked child and written by the partition's next
+transaction (``snapshots.encode_aside``), and only after a batch that left no
 pool waiting (deferred or awaiting a recorded decision's input), so the snapshot's engine has decided on
 everything it folded and any later decision's input offset lies past it.
 """
@@ -112,6 +113,8 @@ class TransactionalLoop(ConsumerRebalanceListener):  # type: ignore[misc]
         self._producers: dict[int, AIOKafkaProducer] = {}
         self._busy = asyncio.Lock()
         self._snapshot_at: dict[int, float] = {}
+        self._encoding: dict[int, asyncio.Future[bytes]] = {}
+        """Per partition: its snapshot being encoded (or encoded and not written yet)."""
         self._fetched: dict[TopicPartition, _Fetched] = {}
         self._arrived = asyncio.Event()
         self._drained = asyncio.Event()
@@ -168,6 +171,9 @@ class TransactionalLoop(ConsumerRebalanceListener):  # type: ignore[misc]
                 if self._uncommitted and time.monotonic() - self._committed_at >= self.commit_interval_s:
                     async with self._busy:
                         await self._commit_offsets(consumer)
+                if not self._arrived.is_set() and any(encoding.done() for encoding in self._encoding.values()):
+                    async with self._busy:
+                        await self._write_snapshots()
                 if not self._arrived.is_set():
                     continue
                 async with self._busy:
@@ -248,8 +254,9 @@ class TransactionalLoop(ConsumerRebalanceListener):  # type: ignore[misc]
                         self.runtime.decisions_end[partition] = max(
                             self.runtime.decisions_end.get(partition, 0), meta.offset + 1
                         )
-                await self._maybe_snapshot(producer, partition)
+                await self._write_snapshot(producer, partition)
             self._uncommitted[tp] = records[-1].offset + 1
+            self._maybe_snapshot(partition)
             self._hops.batch(partition, records[0].offset, records[-1].offset,
                              fetched=fetched.at, taken=taken, cycled=cycled, committed=time.time())
         except BaseException:
@@ -276,27 +283,59 @@ class TransactionalLoop(ConsumerRebalanceListener):  # type: ignore[misc]
                 if tp in consumer.assignment():
                     self._uncommitted.setdefault(tp, end)
 
-    async def _maybe_snapshot(self, producer: AIOKafkaProducer, partition: int) -> None:
-        if self.snapshot_interval_s <= 0:
-            return
+    def _maybe_snapshot(self, partition: int) -> None:
+        """After a committed batch, start encoding the partition's engine when a snapshot is due (``encode_aside``):
+        the snapshot holds only committed decisions and is written by a later transaction (``_write_snapshot``)."""
         engine = self.runtime.engines.get(partition)
         now = time.monotonic()
         if (
-            engine is None
+            self.snapshot_interval_s <= 0
+            or engine is None
+            or partition in self._encoding
             or engine.awaiting
             or self.runtime.deferred(partition)
             or now - self._snapshot_at.get(partition, -self.snapshot_interval_s) < self.snapshot_interval_s
         ):
             return
         snapshot = snapshots.Snapshot(engine, self.runtime.decisions_end.get(partition, 0))
-        value = snapshots.encode(snapshot)
-        await producer.send(self.state_topic, value, key=snapshots.key(partition), partition=partition)
+        self._encoding[partition] = asyncio.ensure_future(snapshots.encode_aside(snapshot))
         self._snapshot_at[partition] = now
+
+    async def _write_snapshot(self, producer: AIOKafkaProducer, partition: int) -> None:
+        """Send the partition's encoded snapshot, once its encoding is done, into the running transaction."""
+        encoding = self._encoding.get(partition)
+        if encoding is None or not encoding.done():
+            return
+        del self._encoding[partition]
+        try:
+            value = encoding.result()
+        except Exception as exc:  # the next one is due after the interval; until then a rebuild folds more
+            log.warning("processor: encoding partition %d's snapshot failed: %r", partition, exc)
+            return
+        await producer.send(self.state_topic, value, key=snapshots.key(partition), partition=partition)
+
+    async def _write_snapshots(self) -> None:
+        """Each encoded snapshot waiting for a transaction, in one of its own (an idle partition has no batch);
+        the caller holds ``_busy``."""
+        for partition in sorted(p for p, encoding in self._encoding.items() if encoding.done()):
+            producer = self._producers.get(partition)
+            if producer is None:
+                continue
+            try:
+                async with producer.transaction():
+                    await self._write_snapshot(producer, partition)
+            except BaseException:
+                self.runtime.forget([partition])
+                await self._close([partition])
+                raise
 
     async def _close(self, partitions: list[int]) -> None:
         for partition in partitions:
             producer = self._producers.pop(partition, None)
             self._snapshot_at.pop(partition, None)
+            encoding = self._encoding.pop(partition, None)
+            if encoding is not None:  # let the child finish; its snapshot is not written
+                encoding.add_done_callback(lambda done: done.cancelled() or done.exception())
             self._uncommitted.pop(TopicPartition(self.names.cluster_events, partition), None)
             if producer is not None:
                 await producer.stop()

@@ -66,7 +66,7 @@ import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 import yaml
@@ -75,6 +75,8 @@ from kubernetes_asyncio import config as kube_config
 
 import kai_stream
 from connectors.simcluster.client import kube_client_config
+from connectors.simcluster.records import BindingRecord
+from kai_stream import hoptrace
 from kai_stream.binder.kube import api_client
 from kai_stream.core.config import SchedulerConfig
 from kai_stream.core.events import (
@@ -243,16 +245,25 @@ def first_observed(records: list[Record]) -> dict[str, tuple[float, int, int]]:
     return seen
 
 
-def bind_requests(records: list[Record]) -> dict[str, tuple[float, BindRequested]]:
-    """Pod name -> (producer time s, decision) of its first BindRequested."""
-    out: dict[str, tuple[float, BindRequested]] = {}
+class Decided(NamedTuple):
+    """A pod's first BindRequested: its producer time (s), the decision and where it is on the decisions topic."""
+
+    at: float
+    decision: BindRequested
+    partition: int
+    offset: int
+
+
+def bind_requests(records: list[Record]) -> dict[str, Decided]:
+    """Pod name -> its first BindRequested."""
+    out: dict[str, Decided] = {}
     for record in records:
         try:
             decision = loads_decisions_record(record.value or b"")
         except MalformedEvent:
             continue
         if isinstance(decision, BindRequested) and decision.name not in out:
-            out[decision.name] = (record.timestamp / 1000, decision)
+            out[decision.name] = Decided(record.timestamp / 1000, decision, record.partition, record.offset)
     return out
 
 
@@ -284,7 +295,7 @@ async def raw_consume(pipeline: Pipeline, topic: str, records: int) -> float:
         await consumer.stop()
 
 
-async def steady_phase(pipeline: Pipeline, pods: int, rate: float) -> None:
+async def steady_phase(pipeline: Pipeline, pods: int, rate: float, hops_dir: Path | None = None) -> None:
     assert pipeline.cluster.url is not None
     print(f"steady: creating {pods} pods at {rate or 'max'} pods/s ...", flush=True)
     before = sum(1 for _ in await read_records(pipeline, pipeline.names.cluster_events))
@@ -316,10 +327,29 @@ async def steady_phase(pipeline: Pipeline, pods: int, rate: float) -> None:
         if values:
             s50, s99 = quantiles(values)
             print(f"  stage {name:9s}: p50 {s50:7.1f} ms, p99 {s99:7.1f} ms")
+    if hops_dir is not None:
+        print_hops(hops_dir, bindings, observed, decided)
     print(f"  {cpu_used}")
     print(f"  {lagged}")
     print(f"  (creation-rate bound: {len(events) - before} cluster-events in {elapsed:.1f}s = "
           f"{(len(events) - before) / elapsed:,.0f} events/s, {len(bindings) / elapsed:,.0f} pods bound/s)")
+
+
+def print_hops(hops_dir: Path, bindings: list[BindingRecord], observed: dict[str, tuple[float, int, int]],
+               decided: dict[str, Decided]) -> None:
+    """The steady phase's created -> binding POST split into hops (``kai_stream/hoptrace.py``), p50 / p99 / mean."""
+    paths = []
+    for b in bindings:
+        if b.name in observed and b.name in decided and b.latency is not None:
+            (published, partition, _), d = observed[b.name], decided[b.name]
+            paths.append(hoptrace.PodPath(b.wall - b.latency, published, (partition, d.decision.input_offset),
+                                          (d.partition, d.offset), b.wall))
+    hops = hoptrace.split(paths, hoptrace.read(hops_dir, "processor"), hoptrace.read(hops_dir, "binder"))
+    print(f"  hops of {len(hops[hoptrace.HOPS[0]])} pods (wall clock, ms):")
+    for hop, values in hops.items():
+        if values:
+            h50, h99 = quantiles(values)
+            print(f"    {hop:18s}: p50 {h50:7.1f}, p99 {h99:7.1f}, mean {statistics.fmean(values):7.1f}")
 
 
 @dataclass
@@ -419,11 +449,11 @@ async def burst_phase(pipeline: Pipeline, first: int, pods: int) -> tuple[float,
     names = {pod(i)["metadata"]["name"] for i in range(first, first + pods)}
     decision_records = await read_records(pipeline, pipeline.names.decisions)
     decided = {n: d for n, d in bind_requests(decision_records).items() if n in names}
-    last_at = max(at for at, _ in decided.values())
+    last_at = max(d.at for d in decided.values())
     last_input: dict[int, int] = {}
     events = await read_records(pipeline, pipeline.names.cluster_events)
     observed = first_observed(events)
-    for n, (_, decision) in decided.items():
+    for n, (_, decision, _, _) in decided.items():
         partition = observed[n][1]
         last_input[partition] = max(last_input.get(partition, -1), decision.input_offset)
     folded = sum(last_input[p] + 1 - positions.get(p, 0) for p in last_input)
@@ -484,6 +514,7 @@ async def main(
             scenario=scenario,
             bootstrap_servers=bootstrap_servers,
             topic_prefix=f"bench{uuid.uuid4().hex[:8]}-" if bootstrap_servers else "",
+            hops_dir=Path(tmp) / "hops",
         )
         async with Pipeline(options) as pipeline:
             assert pipeline.kafka is not None
@@ -492,7 +523,7 @@ async def main(
             print(f"engine {engine}; {nodes} nodes x {gpus} GPUs; load average {load:.1f}; scheduler core {build}",
                   flush=True)
             await pipeline.wait_processor_caught_up(timeout_s=120)
-            await steady_phase(pipeline, pods, rate)
+            await steady_phase(pipeline, pods, rate, Path(tmp) / "hops")
             if burst > 0:
                 capacity, floor, records = await burst_phase(pipeline, pods, burst)
                 raw = await raw_consume(pipeline, pipeline.names.cluster_events, records)
@@ -637,10 +668,12 @@ def _decoded(record: Record) -> ClusterEvent | None:
         return None
 
 
-def _pipeline_options(engine: Engine, **kwargs: Any) -> PipelineOptions:
+def _pipeline_options(engine: Engine, hops_dir: Path | None = None, **kwargs: Any) -> PipelineOptions:
     """Options of every run: no tail; a group session long enough for the burst phase's pause (Tansu holds the
-    first join for half of it)."""
+    first join for half of it); with ``hops_dir``, the processor and the binder trace their batches there."""
     session = {"KAI_STREAM_KAFKA_SESSION_TIMEOUT_MS": "30000", "KAI_STREAM_KAFKA_HEARTBEAT_INTERVAL_MS": "1000"}
+    if hops_dir is not None:
+        session["KAI_STREAM_HOP_TRACE_DIR"] = str(hops_dir)
     return PipelineOptions(engine=engine, tick_interval_s=1.0, tail=False, processor_env=session,
                            binder_subprocess=True, **kwargs)
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections import OrderedDict, deque
 from collections.abc import Collection, Iterator
 from dataclasses import dataclass
@@ -44,6 +45,7 @@ from kai_stream.core.events import (
     dumps,
     loads_decisions_record,
 )
+from kai_stream.hoptrace import HopTrace
 from kai_stream.internals import member_id
 from kai_stream.kafka import Record, make_consumer, make_producer, send_keyed
 from kai_stream.observability import (
@@ -132,6 +134,7 @@ class Binder:
         self._pod_tail: dict[str, asyncio.Future[None]] = {}
         self._failure: BaseException | None = None
         self._fresh_from: dict[TopicPartition, int] = {}
+        self._hops = HopTrace("binder")
 
     async def run(self, stop: asyncio.Event) -> None:
         """Process batches until ``stop`` is set; finishes the batches in flight and commits on the way out."""
@@ -142,7 +145,9 @@ class Binder:
                 batches = await self.consumer.getmany(timeout_ms=100, max_records=self.max_batch)
                 if self.health is not None:
                     self.health.beat()
+                fetched = time.time()
                 for tp, records in sorted(batches.items()):
+                    self._hops.batch(tp.partition, records[0].offset, records[-1].offset, fetched=fetched)
                     await self._batch_slots.acquire()
                     try:
                         await self.start(tp, records)

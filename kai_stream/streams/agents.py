@@ -163,6 +163,7 @@ if BULK:
         batch_max=settings.batch_max,
         snapshot_interval_s=settings.snapshot_interval_s,
         transaction_timeout_ms=settings.transaction_timeout_ms,
+        commit_interval_s=settings.commit_interval_s,
         instance_id=settings.instance_id,
         on_batch=_batch_done,
     )

@@ -8,16 +8,26 @@ in the log). On Apache Kafka this loop replaces that agent:
   call), straight into ``SchedulerRuntime.submit`` (no per-message faust event, ack or stream); the partitions of
   one ``getmany`` are processed concurrently (their rebuilds' reads overlap), each in its own task;
 * each partition's batch runs in one Kafka transaction of that partition's producer
-  (``transactional.id`` = ``<app id>-<partition>``): its decisions and dead letters, the engine snapshot when one
-  is due (``snapshots.py``) and the consumed offsets (``send_offsets_to_transaction``) become visible together or
-  not at all. Every kai-stream consumer on Kafka reads committed records only (``kafka.make_consumer``), so a
-  processor killed mid-batch leaves nothing of that batch behind: exactly once;
+  (``transactional.id`` = ``<app id>-<partition>``): its decisions and dead letters and the engine snapshot when
+  one is due (``snapshots.py``) become visible together or not at all. Every kai-stream consumer on Kafka reads
+  committed records only (``kafka.make_consumer``), so a processor killed mid-batch leaves nothing of that batch
+  behind: exactly once. A batch that publishes nothing ends an empty transaction (aiokafka does not ask the
+  broker);
+* the consumed offsets are not part of the transactions: they only say where delivery resumes. What the engine
+  has folded and decided is what the logs hold, whatever was committed: a rebuild reads cluster-events to its end
+  and every committed decision (``runtime.rebuild``), and the records re-delivered after it are skipped by offset.
+  So the group's offsets are committed on their own (``consumer.commit``, fenced by the group generation) at most
+  every ``commit_interval_s`` and when partitions are revoked. In the transactions they cost two more round trips
+  per decision (AddOffsetsToTxn, TxnOffsetCommit), and every batch that published nothing needed a transaction of
+  its own, whose markers the partition's next transaction then waited for (``CONCURRENT_TRANSACTIONS``, retried
+  after a back-off): at a low rate the next pod's records queued behind them;
 * a partition's producer is started (``InitProducerId``) before its state is rebuilt, which fences the previous
   owner of the partition and aborts its open transaction, so the rebuild reads a stable log;
 * a rebuild starts from the partition's last snapshot when there is one (``SchedulerRuntime.rebuild``).
 
 Snapshots are taken at most every ``snapshot_interval_s`` per partition (the first with the first batch after a
-rebuild), and only after a batch that left no
+rebuild), after the batch's transaction committed, encoded in a forked child and written by the partition's next
+transaction (``snapshots.encode_aside``), and only after a batch that left no
 pool waiting (deferred or awaiting a recorded decision's input), so the snapshot's engine has decided on
 everything it folded and any later decision's input offset lies past it.
 """
@@ -25,17 +35,21 @@ everything it folded and any later decision's input offset lies past it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
+from dataclasses import dataclass, field
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.abc import ConsumerRebalanceListener
+from aiokafka.errors import KafkaError
 from aiokafka.structs import RecordMetadata
 
 from kai_stream.core.events import Model, dumps
+from kai_stream.hoptrace import HopTrace
 from kai_stream.kafka import make_consumer, make_producer, start_consumer
 from kai_stream.settings import KafkaSettings
 from kai_stream.streams import snapshots
@@ -48,6 +62,20 @@ FETCH_BYTES_PER_PARTITION = 16 * 2**20
 """How much of a partition one fetch may bring: a backlog of up to ``batch_max`` records (a pending pod's record is
 ~700 bytes) arrives as one batch and is decided in one cycle over the cluster; aiokafka's 1 MiB holds ~1,400 such
 records, so a larger backlog came in several batches, each with its own cycle."""
+
+
+@dataclass
+class _Fetched:
+    """Records of one partition taken off the consumer and not processed yet, and when the first came."""
+
+    at: float
+    records: list[Any] = field(default_factory=list)
+
+
+TRANSACTION_RETRY_BACKOFF_MS = 10
+"""The transactional producers' retry back-off. A transaction's request that comes before the markers of the
+partition's previous transaction are written is refused (``CONCURRENT_TRANSACTIONS``) and retried after it;
+aiokafka's default, 100 ms, went straight into a decision's latency (markers take milliseconds)."""
 
 _current: contextvars.ContextVar[AIOKafkaProducer | None] = contextvars.ContextVar("transaction", default=None)
 """The producer whose transaction the running partition batch publishes in (batches of partitions run at once)."""
@@ -66,6 +94,7 @@ class TransactionalLoop(ConsumerRebalanceListener):  # type: ignore[misc]
         batch_max: int,
         snapshot_interval_s: float,
         transaction_timeout_ms: int = 10_000,
+        commit_interval_s: float = 0.5,
         instance_id: str | None = None,
         on_batch: Callable[[bool], None] = lambda ok: None,
     ) -> None:
@@ -76,6 +105,7 @@ class TransactionalLoop(ConsumerRebalanceListener):  # type: ignore[misc]
         self.batch_max = batch_max
         self.snapshot_interval_s = snapshot_interval_s
         self.transaction_timeout_ms = transaction_timeout_ms
+        self.commit_interval_s = commit_interval_s
         self.instance_id = instance_id
         self.on_batch = on_batch
         self.state_topic = snapshots.topic_name(group_id)
@@ -83,6 +113,16 @@ class TransactionalLoop(ConsumerRebalanceListener):  # type: ignore[misc]
         self._producers: dict[int, AIOKafkaProducer] = {}
         self._busy = asyncio.Lock()
         self._snapshot_at: dict[int, float] = {}
+        self._encoding: dict[int, asyncio.Future[bytes]] = {}
+        """Per partition: its snapshot being encoded (or encoded and not written yet)."""
+        self._fetched: dict[TopicPartition, _Fetched] = {}
+        self._arrived = asyncio.Event()
+        self._drained = asyncio.Event()
+        self._drained.set()
+        self._uncommitted: dict[TopicPartition, int] = {}
+        """The offsets past the batches processed since the last commit."""
+        self._committed_at = time.monotonic()
+        self._hops = HopTrace("processor")
         runtime.send = self.send
         runtime.send_unit = None  # the batch's transaction makes a cycle atomic; another producer would leave it
         if snapshot_interval_s > 0:
@@ -120,15 +160,31 @@ class TransactionalLoop(ConsumerRebalanceListener):  # type: ignore[misc]
         )
         await start_consumer(consumer)
         self.consumer = consumer
+        reader = asyncio.create_task(self._read(consumer), name="processor-reader")
         try:
             while True:
-                batches = await consumer.getmany(timeout_ms=100, max_records=self.batch_max)
-                if not batches:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._arrived.wait(), 0.1)
+                if reader.done():
+                    reader.result()
+                    raise RuntimeError("the processor's reader stopped")
+                if self._uncommitted and time.monotonic() - self._committed_at >= self.commit_interval_s:
+                    async with self._busy:
+                        await self._commit_offsets(consumer)
+                if not self._arrived.is_set() and any(encoding.done() for encoding in self._encoding.values()):
+                    async with self._busy:
+                        await self._write_snapshots()
+                if not self._arrived.is_set():
                     continue
                 async with self._busy:
+                    batches, self._fetched = self._fetched, {}
+                    self._arrived.clear()
+                    self._drained.set()
+                    taken = time.time()
                     assigned = consumer.assignment()
                     done = await asyncio.gather(
-                        *(self._batch(tp, records) for tp, records in sorted(batches.items()) if tp in assigned),
+                        *(self._batch(tp, fetched, taken) for tp, fetched in sorted(batches.items())
+                          if tp in assigned),
                         return_exceptions=True,
                     )
                 failed = [result for result in done if isinstance(result, BaseException)]
@@ -136,10 +192,31 @@ class TransactionalLoop(ConsumerRebalanceListener):  # type: ignore[misc]
                     raise failed[0]
                 self.on_batch(True)
         finally:
+            reader.cancel()
+            await asyncio.gather(reader, return_exceptions=True)
+            self._fetched.clear()
+            self._arrived.clear()
             self.consumer = None
             await self._close(sorted(self._producers))
             self.runtime.forget(sorted(self.runtime.engines))
             await consumer.stop()
+
+    async def _read(self, consumer: AIOKafkaConsumer) -> None:
+        """Take records off the consumer as soon as they arrive, while a batch is processed, into ``_fetched``
+        (at most about ``batch_max`` records wait there). aiokafka fetches a partition again only once its records
+        were taken, and keeps one fetch per broker in flight: records left in the consumer for 100 ms while a
+        batch was processed went unfetched while a fetch for the other partitions waited out its 500 ms."""
+        while True:
+            await self._drained.wait()
+            batches = await consumer.getmany(timeout_ms=100, max_records=self.batch_max)
+            if not batches:
+                continue
+            now = time.time()
+            for tp, records in batches.items():
+                self._fetched.setdefault(tp, _Fetched(now)).records.extend(records)
+            self._arrived.set()
+            if sum(len(f.records) for f in self._fetched.values()) >= self.batch_max:
+                self._drained.clear()
 
     def backlog(self, partition: int, last_offset: int) -> int:
         """Records of the partition known (from fetch high-watermarks) to follow ``last_offset``."""
@@ -156,27 +233,32 @@ class TransactionalLoop(ConsumerRebalanceListener):  # type: ignore[misc]
                 transaction_timeout_ms=self.transaction_timeout_ms,
                 max_request_size=snapshots.MAX_SNAPSHOT_BYTES,
                 linger_ms=0,
+                retry_backoff_ms=TRANSACTION_RETRY_BACKOFF_MS,
             )
             await producer.start()  # InitProducerId: the partition's previous owner is fenced, its open batch aborted
             self._producers[partition] = producer
         return producer
 
-    async def _batch(self, tp: TopicPartition, records: list[Any]) -> None:
-        partition = tp.partition
+    async def _batch(self, tp: TopicPartition, fetched: _Fetched, taken: float) -> None:
+        partition, records = tp.partition, fetched.records
         producer = await self._producer(partition)
         batch = [InRecord(partition, r.offset, r.key, r.value, r.timestamp) for r in records]
         token = _current.set(producer)
         try:
             async with producer.transaction():
                 _, deliveries = await self.runtime.submit(batch, self.backlog)
+                cycled = time.time()
                 delivered = await asyncio.gather(*deliveries)
                 for meta in delivered:
                     if meta.topic == self.names.decisions and meta.partition == partition:
                         self.runtime.decisions_end[partition] = max(
                             self.runtime.decisions_end.get(partition, 0), meta.offset + 1
                         )
-                await self._maybe_snapshot(producer, partition)
-                await producer.send_offsets_to_transaction({tp: records[-1].offset + 1}, self.group_id)
+                await self._write_snapshot(producer, partition)
+            self._uncommitted[tp] = records[-1].offset + 1
+            self._maybe_snapshot(partition)
+            self._hops.batch(partition, records[0].offset, records[-1].offset,
+                             fetched=fetched.at, taken=taken, cycled=cycled, committed=time.time())
         except BaseException:
             self.runtime.forget([partition])  # the engine may hold decisions the aborted transaction dropped
             await self._close([partition])
@@ -184,36 +266,91 @@ class TransactionalLoop(ConsumerRebalanceListener):  # type: ignore[misc]
         finally:
             _current.reset(token)
 
-    async def _maybe_snapshot(self, producer: AIOKafkaProducer, partition: int) -> None:
-        if self.snapshot_interval_s <= 0:
+    async def _commit_offsets(self, consumer: AIOKafkaConsumer, only: Collection[TopicPartition] | None = None) -> None:
+        """Commit the group's offsets past the batches processed (``only``: of these partitions); the caller holds
+        ``_busy``."""
+        offsets = {tp: end for tp, end in self._uncommitted.items() if only is None or tp in only}
+        for tp in offsets:
+            del self._uncommitted[tp]
+        self._committed_at = time.monotonic()
+        if not offsets:
             return
+        try:
+            await consumer.commit(offsets)
+        except KafkaError as exc:  # a rebalance: the partitions kept are committed next time
+            log.warning("processor: committing offsets failed: %r", exc)
+            for tp, end in offsets.items():
+                if tp in consumer.assignment():
+                    self._uncommitted.setdefault(tp, end)
+
+    def _maybe_snapshot(self, partition: int) -> None:
+        """After a committed batch, start encoding the partition's engine when a snapshot is due (``encode_aside``):
+        the snapshot holds only committed decisions and is written by a later transaction (``_write_snapshot``)."""
         engine = self.runtime.engines.get(partition)
         now = time.monotonic()
         if (
-            engine is None
+            self.snapshot_interval_s <= 0
+            or engine is None
+            or partition in self._encoding
             or engine.awaiting
             or self.runtime.deferred(partition)
             or now - self._snapshot_at.get(partition, -self.snapshot_interval_s) < self.snapshot_interval_s
         ):
             return
         snapshot = snapshots.Snapshot(engine, self.runtime.decisions_end.get(partition, 0))
-        value = snapshots.encode(snapshot)
-        await producer.send(self.state_topic, value, key=snapshots.key(partition), partition=partition)
+        self._encoding[partition] = asyncio.ensure_future(snapshots.encode_aside(snapshot))
         self._snapshot_at[partition] = now
+
+    async def _write_snapshot(self, producer: AIOKafkaProducer, partition: int) -> None:
+        """Send the partition's encoded snapshot, once its encoding is done, into the running transaction."""
+        encoding = self._encoding.get(partition)
+        if encoding is None or not encoding.done():
+            return
+        del self._encoding[partition]
+        try:
+            value = encoding.result()
+        except Exception as exc:  # the next one is due after the interval; until then a rebuild folds more
+            log.warning("processor: encoding partition %d's snapshot failed: %r", partition, exc)
+            return
+        await producer.send(self.state_topic, value, key=snapshots.key(partition), partition=partition)
+
+    async def _write_snapshots(self) -> None:
+        """Each encoded snapshot waiting for a transaction, in one of its own (an idle partition has no batch);
+        the caller holds ``_busy``."""
+        for partition in sorted(p for p, encoding in self._encoding.items() if encoding.done()):
+            producer = self._producers.get(partition)
+            if producer is None:
+                continue
+            try:
+                async with producer.transaction():
+                    await self._write_snapshot(producer, partition)
+            except BaseException:
+                self.runtime.forget([partition])
+                await self._close([partition])
+                raise
 
     async def _close(self, partitions: list[int]) -> None:
         for partition in partitions:
             producer = self._producers.pop(partition, None)
             self._snapshot_at.pop(partition, None)
+            encoding = self._encoding.pop(partition, None)
+            if encoding is not None:  # let the child finish; its snapshot is not written
+                encoding.add_done_callback(lambda done: done.cancelled() or done.exception())
+            self._uncommitted.pop(TopicPartition(self.names.cluster_events, partition), None)
             if producer is not None:
                 await producer.stop()
 
     async def on_partitions_revoked(self, revoked: list[TopicPartition]) -> None:
-        """After the batch in flight: drop the revoked partitions' state and producers (their next owner fences)."""
+        """After the batch in flight: commit the revoked partitions' offsets, drop their state and
+        producers (their next owner fences)."""
         async with self._busy:
             gone = sorted(tp.partition for tp in revoked if tp.topic == self.names.cluster_events)
+            if self.consumer is not None:
+                await self._commit_offsets(self.consumer, only=revoked)
             self.runtime.forget(gone)
             await self._close(gone)
+            for tp in revoked:
+                self._fetched.pop(tp, None)
 
     async def on_partitions_assigned(self, assigned: list[TopicPartition]) -> None:
         """Nothing to do before a partition's first batch, which rebuilds its state."""

@@ -2,9 +2,11 @@
 latest snapshot of its ``PartitionEngine`` and where the logs stood when it was taken.
 
 A restarted (or newly assigned) processor starts from the snapshot and folds only what cluster-events and the
-decisions topic hold past it, instead of both logs from offset 0. Snapshots are written inside the processor's
-transaction for the batch they follow (``exactly_once.py``), so a snapshot is visible exactly when the decisions
-and the consumed offsets it reflects are, never ahead of them nor behind.
+decisions topic hold past it, instead of both logs from offset 0. A snapshot is taken after the processor's
+transaction for a batch committed and written in a later one (``exactly_once.py``), so it is never visible ahead of
+the decisions it reflects. It is encoded in a forked child (``encode_aside``): the child pickles its copy-on-write
+view of the engine while the processor goes on deciding (encoding on the event loop held every record that
+arrived meanwhile: 0.27 CPU-s at 10,000 pods on the shared VM, every snapshot interval).
 
 A snapshot is usable only by the same code version and config hash (else the processor rebuilds from the logs).
 Its body is a zlib-compressed pickle read back by an unpickler that builds nothing but the engine's own classes
@@ -14,8 +16,11 @@ state and should be writable by the processor alone (as its consumer group and t
 
 from __future__ import annotations
 
+import asyncio
 import io
+import os
 import pickle
+import signal
 import struct
 import zlib
 from dataclasses import dataclass
@@ -61,6 +66,32 @@ class _EngineUnpickler(pickle.Unpickler):
 def encode(snapshot: Snapshot) -> bytes:
     body = zlib.compress(pickle.dumps(snapshot.engine, protocol=pickle.HIGHEST_PROTOCOL), 1)
     return _HEADER.pack(snapshot.engine.offset, snapshot.decisions_from) + body
+
+
+async def encode_aside(snapshot: Snapshot) -> bytes:
+    """``encode(snapshot)``, computed in a forked child while the event loop goes on: the child encodes the engine
+    as it was at the call, whatever the caller changes in it meanwhile."""
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: encode, write, exit without running anything of the parent's (loop, atexit)
+        status = 1
+        try:
+            signal.set_wakeup_fd(-1)
+            for signum in (signal.SIGTERM, signal.SIGINT):
+                signal.signal(signum, signal.SIG_DFL)
+            os.close(read_end)
+            with os.fdopen(write_end, "wb") as out:
+                out.write(encode(snapshot))
+            status = 0
+        finally:
+            os._exit(status)
+    os.close(write_end)
+    with os.fdopen(read_end, "rb") as pipe:
+        value = await asyncio.to_thread(pipe.read)
+    _, status = await asyncio.to_thread(os.waitpid, pid, 0)
+    if status != 0:
+        raise RuntimeError(f"the snapshot's encoding child exited with status {status}")
+    return value
 
 
 def decode(value: bytes) -> Snapshot:

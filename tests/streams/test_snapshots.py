@@ -3,6 +3,7 @@ it was taken from, and the snapshot reader builds nothing but engine state."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import pickle
 import zlib
@@ -44,6 +45,26 @@ def test_a_restored_engine_decides_as_the_engine_it_was_taken_from() -> None:
     expected = rest(engine)
     assert expected  # the rest of the log makes decisions
     assert rest(restored.engine) == expected
+
+
+async def test_a_snapshot_encoded_aside_is_the_engine_as_it_was_when_asked() -> None:
+    engine = PartitionEngine.for_config(0, SchedulerConfig(), "test")
+    for offset, event in enumerate(_events()):
+        engine.fold(offset, event)
+    encoding = asyncio.ensure_future(snapshots.encode_aside(snapshots.Snapshot(engine, decisions_from=3)))
+    await asyncio.sleep(0)  # the child is forked: what the engine does next is not in its copy
+    before = engine.offset
+    engine.fold(before + 1, Tick(event_id=stable_id("tick", "9"), ts=9.0, pool="default"))
+    value = await encoding
+    assert value == snapshots.encode(snapshots.Snapshot(_engine_at(before), decisions_from=3))
+    assert snapshots.decode(value).engine.offset == before != engine.offset
+
+
+def _engine_at(offset: int) -> PartitionEngine:
+    engine = PartitionEngine.for_config(0, SchedulerConfig(), "test")
+    for at, event in enumerate(_events()[: offset + 1]):
+        engine.fold(at, event)
+    return engine
 
 
 class _Exploit:

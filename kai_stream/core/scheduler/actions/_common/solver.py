@@ -262,6 +262,9 @@ class _Search:
         """How many units of the current victim set are evicted (a prefix; see ``worth_a_try``)."""
         self.tried_at = 0
         """The statement's checkpoint at the start of the last try (its operations before it are the evictions)."""
+        self.copies: dict[int, TaskInfo] = {}
+        """Per victim task (by ``id``): its pending copy for moves (``_moved``), made once per search (a rolled back
+        placement leaves it pending again)."""
 
     def evict(self, unit: VictimUnit) -> None:
         spec = self.spec
@@ -342,7 +345,9 @@ class _Search:
         checkpoint = self.stmt.checkpoint()
         moved: list[TaskInfo] = []
         for task in chosen:
-            copy = _moved(task)
+            copy = self.copies.get(id(task))
+            if copy is None or copy.node is not None:
+                copy = self.copies[id(task)] = _moved(task)
             node = task.node
             assert node is not None
             placement = self._free_placement(copy, node, near) if self.spec.moves else None

@@ -151,7 +151,7 @@ class _Reclaim:
         pools: dict[str, _Pool] = {}
         for group in self._sides_from(leaf):
             v, side = group.v, group.side
-            if _gives(v, self.caps(v), v.allocated, guaranteed[side.name]):
+            if _gives(v, group.caps, v.allocated, guaranteed[side.name]):
                 for q in group.leaves:
                     key = victims.key(reclaimer, q) if judged else q.name
                     if key not in spent:
@@ -209,7 +209,7 @@ class _Reclaim:
                 group = by_side.get(v.name)
                 if group is None:
                     side = mine[-1] if v.parent is None else next(p for p in mine if p.parent is v.parent)
-                    group = by_side[v.name] = _Side(v, side)
+                    group = by_side[v.name] = _Side(v, side, self.caps(v))
                 group.leaves.append(q)
             sides = self._sides[leaf.name] = [*by_side.values()]
             for group in sides:
@@ -351,12 +351,13 @@ class _Reclaim:
 
 class _Side:
     """The leaves under one victim side ``v`` seen from a reclaimer leaf (``side``: the reclaimer's side below
-    their common ancestor), and those of them not known to fail ``_Reclaim.may_move_some`` (fixed once asked)."""
+    their common ancestor), and those of them not known to fail ``_Reclaim.may_move_some`` (fixed once asked);
+    ``caps``: ``_Reclaim.caps`` of ``v``."""
 
-    __slots__ = ("leaves", "maybe_movable", "side", "v")
+    __slots__ = ("caps", "leaves", "maybe_movable", "side", "v")
 
-    def __init__(self, v: QueueInfo, side: QueueInfo) -> None:
-        self.v, self.side = v, side
+    def __init__(self, v: QueueInfo, side: QueueInfo, caps: tuple[int, int, int]) -> None:
+        self.v, self.side, self.caps = v, side, caps
         self.leaves: list[QueueInfo] = []
         self.maybe_movable: list[QueueInfo] = []
 

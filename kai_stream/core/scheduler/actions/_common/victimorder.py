@@ -80,6 +80,8 @@ class VictimOrder:
         self.given: dict[str, list[int]] = {}
         self._paths: dict[str, list[QueueInfo]] = {}
         self._keys: dict[str, tuple[object, ...]] = {}
+        self._first: dict[str, tuple[object, ...]] = {}
+        """Per queue that gave: its key before it gave (``victim_key`` then differs in what is left only)."""
         self._groups: dict[str, _Siblings] = {}
         """Per parent name ("" for the roots): its leaves being ranked."""
         self._under: dict[str, list[_Siblings]] = {}
@@ -110,7 +112,12 @@ class VictimOrder:
                     entry = base[p.name] = (p.version, victim_key(p, held, None))
                 key = entry[1]
             else:
-                key = victim_key(p, self.held_by(p), given)
+                held = self.held_by(p)
+                first = self._first.get(p.name)
+                if first is None or given is None:
+                    key = victim_key(p, held, given)
+                else:
+                    key = (*first[:4], _drf(p, [held[r] - given[r] for r in range(3)]), *first[5:])
             self._keys[p.name] = key
         return key
 
@@ -174,7 +181,9 @@ class VictimOrder:
         q: QueueInfo | None = leaf
         while q is not None:
             self.held_by(q)
-            self._keys.pop(q.name, None)
+            key = self._keys.pop(q.name, None)
+            if key is not None and q.name not in self.given:
+                self._first[q.name] = key
             given = self.given.setdefault(q.name, [0, 0, 0])
             for r in range(3):
                 given[r] += taken[r]

@@ -31,7 +31,7 @@ this run, and the job's reason must not flip to allocate's ``NoNodeFits`` for on
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Iterator
+from collections.abc import Callable, Hashable, Iterable, Iterator
 
 from kai_stream.core.events import PendingCode
 from kai_stream.core.scheduler.actions._common.fairness import (
@@ -220,19 +220,19 @@ class _Reclaim:
         leaf = reclaimer.queue
         assert leaf is not None
 
-        involved_request = [r for r in range(3) if request[r] > 0]
-        guaranteed = {side.name: _within_quota(side.allocated, request, side) for side in leaf.ancestry()}
+        involved_request = _bits(r for r in range(3) if request[r] > 0)
+        ancestry = leaf.ancestry()
+        guaranteed = {side.name: _within_quota(side.allocated, request, side) for side in ancestry}
 
         def saturation(taken: list[VictimUnit]) -> bool:
-            involved: dict[str, set[int]] = {}
+            involved: dict[str, int] = {}
             for unit in taken:
                 q = unit.job.queue
-                if q is None:
-                    continue
                 used = _resources_of(unit)
-                for a in q.ancestry():
-                    involved.setdefault(a.name, set()).update(used)
-            for side in leaf.ancestry():
+                while q is not None:
+                    involved[q.name] = involved.get(q.name, 0) | used
+                    q = q.parent
+            for side in ancestry:
                 if not reclaimer.preemptible and any(
                     side.quota[r] != UNLIMITED and side.allocated_np[r] > side.quota[r] for r in range(3)
                 ):
@@ -242,7 +242,7 @@ class _Reclaim:
                     lost = involved.get(sibling.name)
                     if sibling is side or lost is None:
                         continue
-                    if not saturation_lower(side, sibling, lost.union(involved_request)):
+                    if not saturation_lower(side, sibling, _RESOURCES_OF_BITS[lost | involved_request]):
                         return False
             return True
 
@@ -492,16 +492,28 @@ def _some_fit(q: QueueInfo, gpu: int, cpu: int) -> bool:
     return False
 
 
-def _resources_of(unit: VictimUnit) -> set[int]:
-    """The resources the unit's tasks hold (KAI's involved resources of a victim)."""
-    used: set[int] = set()
+def _bits(resources: Iterable[int]) -> int:
+    """``resources`` (indices 0-2) as a bit set."""
+    bits = 0
+    for r in resources:
+        bits |= 1 << r
+    return bits
+
+
+_RESOURCES_OF_BITS = tuple(tuple(r for r in range(3) if bits >> r & 1) for bits in range(8))
+"""Per bit set of resources: its resources in order."""
+
+
+def _resources_of(unit: VictimUnit) -> int:
+    """The resources the unit's tasks hold (KAI's involved resources of a victim), as a bit set."""
+    used = 0
     for task in unit.tasks:
         if task.gpus and task.gpu_portion:
-            used.add(0)
+            used |= 1
         if task.cpu:
-            used.add(1)
+            used |= 2
         if task.mem:
-            used.add(2)
+            used |= 4
     return used
 
 

@@ -31,7 +31,7 @@ this run, and the job's reason must not flip to allocate's ``NoNodeFits`` for on
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Iterator
+from collections.abc import Callable, Hashable, Iterable, Iterator
 
 from kai_stream.core.events import PendingCode
 from kai_stream.core.scheduler.actions._common.fairness import (
@@ -61,8 +61,8 @@ class _Reclaim:
         self.ssn = session
         self._pool_free: int | None = None
         self._pool_free_cpu: int | None = None
-        self._smallest: dict[str, tuple[int, int] | None] = {}
-        """Per leaf: the GPU and CPU of its smallest running preemptible pods, read when first asked (None: none)."""
+        self._movable: dict[str, bool] = {}
+        """Per leaf: ``may_move_some``, read when first asked."""
         self.victims = VictimLists(session.hooks.job_key, victim_judges(session, NAME))
         self._gave_up: set[tuple[object, ...]] = set()
         self._leaves = [q for q in session.queues.values() if not q.children and q.jobs]
@@ -72,13 +72,10 @@ class _Reclaim:
         final)."""
         self._at_start = {q.name: list(q.allocated) for q in self._leaves}
         """Each leaf's allocation as this action began (for the pending reason of a job whose search failed)."""
-        self._leveled: dict[str, list[tuple[QueueInfo, QueueInfo, QueueInfo]]] = {}
-        """Per reclaimer leaf: (victim leaf, and the victim's and the reclaimer's side below their common ancestor)
-        for every other leaf, in ``_leaves`` order."""
+        self._sides: dict[str, list[_Side]] = {}
+        """Per reclaimer leaf: ``_sides_from``."""
         self._pairs: dict[tuple[str, str], tuple[QueueInfo, QueueInfo]] = {}
         """(reclaimer leaf, victim leaf) -> ``leveled`` of the two (for the validator's victims)."""
-        self._refused: set[tuple[object, ...]] = set()
-        """(victim side, its version, reclaimer side, its version, request) found not giving."""
         self._victim_keys: dict[str, tuple[int, tuple[object, ...]]] = {}
         """``VictimOrder`` keys of queues as they stand, with the queue's version (shared by the searches)."""
         self._allocatable: dict[str, tuple[int, int, int]] = {}
@@ -129,113 +126,113 @@ class _Reclaim:
 
     def may_move_some(self, q: QueueInfo) -> bool:
         """Whether some unit of the leaf ``q`` may pass ``may_move``: its smallest running preemptible pod (GPU, then
-        CPU, read when first asked) fits the pool's free capacity."""
-        smallest = self._smallest.get(q.name)
-        if smallest is None:
-            sizes = [
-                (len(t.gpus) * t.gpu_portion, t.cpu)
-                for j in q.jobs
-                if j.preemptible
-                for t in j.tasks
-                if t.status == RUNNING
-            ]
-            smallest = self._smallest[q.name] = (min(g for g, _ in sizes), min(c for _, c in sizes)) if sizes else None
-        return smallest is not None and smallest[0] <= self.pool_free and smallest[1] <= self.pool_free_cpu
+        CPU) fits the pool's free capacity as the action began (read when first asked; fixed for the action)."""
+        movable = self._movable.get(q.name)
+        if movable is None:
+            movable = self._movable[q.name] = _some_fit(q, self.pool_free, self.pool_free_cpu)
+        return movable
 
     def candidates(self, reclaimer: JobInfo, request: list[int]) -> Iterator[VictimUnit]:
         """Victim units for ``reclaimer`` in KAI's victim order (``VictimOrder``), each queue's jobs in reverse job
         order. A queue that gives (``_gives``, read at the level below the common ancestor of the reclaimer's and
         the victim's leaves, with what the queue gave to this search taken off) offers every unit; one that does
         not offers only units the pool could hold elsewhere (``may_move``): KAI takes victims from every queue and
-        its validator counts only those its simulation leaves evicted (a moved victim gives nothing)."""
+        its validator counts only those its simulation leaves evicted (a moved victim gives nothing). A queue's
+        list of victim jobs is read when it is first ranked best (none of its jobs is evicted by this search
+        before that); one with none left is dropped then, which changes no other queue's rank."""
         leaf = reclaimer.queue
         assert leaf is not None
         queues = self.ssn.queues
         order = VictimOrder(self._victim_keys)
-        guaranteed: dict[str, bool] = {}
-
-        def gives(v: QueueInfo, side: QueueInfo) -> bool:
-            ok = guaranteed.get(side.name)
-            if ok is None:
-                ok = guaranteed[side.name] = _within_quota(order.held_by(side), request, side)
-            return _gives(v, self.caps(v), order.left(v), ok)
-
+        guaranteed = {side.name: _within_quota(side.allocated, request, side) for side in leaf.ancestry()}
         spent = self._spent
         victims = self.victims
         judged = victims.judges is not None
-        pools: dict[str, tuple[Iterator[VictimUnit], QueueInfo, QueueInfo, bool]] = {}
-        verdicts: dict[str, bool] = {}
-        for q, v, side in self._leveled_from(leaf):
-            key = victims.key(reclaimer, q) if judged else q.name
-            if key in spent:
+        pools: dict[str, _Pool] = {}
+        for group in self._sides_from(leaf):
+            v, side = group.v, group.side
+            if _gives(v, group.caps, v.allocated, guaranteed[side.name]):
+                for q in group.leaves:
+                    key = victims.key(reclaimer, q) if judged else q.name
+                    if key not in spent:
+                        pools[q.name] = _Pool(key, v, side, True)
                 continue
-            giving = verdicts.get(v.name)
-            if giving is None:
-                memo = (v.name, v.version, side.name, side.version, *request)
-                giving = verdicts[v.name] = memo not in self._refused and gives(v, side)
-                if not giving:
-                    self._refused.add(memo)
-            if not giving and not self.may_move_some(q):
-                continue
-            jobs, start, surplus = victims.live(q, key)
-            if start < len(jobs):
-                units = units_in_victim_order(jobs, surplus, start, victims.runs(key, jobs))
-                pools[q.name] = (units, v, side, giving)
-            else:
-                spent.add(key)
+            kept: list[QueueInfo] = []
+            for q in group.maybe_movable:
+                key = victims.key(reclaimer, q) if judged else q.name
+                if key in spent:
+                    kept.append(q)
+                elif self.may_move_some(q):
+                    kept.append(q)
+                    pools[q.name] = _Pool(key, v, side, False)
+            group.maybe_movable = kept
         order.rank_all(queues[n] for n in pools)
         while pools:
             best = order.best(pools)
             assert best is not None
             name = best.name
-            units, v, side, giving = pools[name]
+            pool = pools[name]
+            units = pool.units
+            if units is None:
+                jobs, start, surplus = victims.live(best, pool.key)
+                if start >= len(jobs):
+                    spent.add(pool.key)
+                    del pools[name]
+                    continue
+                units = pool.units = units_in_victim_order(jobs, surplus, start, victims.runs(pool.key, jobs))
             unit = next(units, None)
             if unit is None:
                 del pools[name]
                 continue
-            if not giving and not self.may_move(unit):
+            if not pool.giving and not self.may_move(unit):
                 continue
             yield unit
             order.give(queues[name], unit.tasks)
-            if giving and not gives(v, side):
-                pools[name] = (units, v, side, False)
+            if pool.giving and not _gives(pool.v, self.caps(pool.v), order.left(pool.v), guaranteed[pool.side.name]):
+                pool.giving = False
 
-    def _leveled_from(self, leaf: QueueInfo) -> list[tuple[QueueInfo, QueueInfo, QueueInfo]]:
-        """``_leveled`` of ``leaf``, computed once. Leaves under one victim side share its verdict in a search
-        (``gives`` reads the two sides only, and nothing was given when the candidates are listed)."""
-        leveled = self._leveled.get(leaf.name)
-        if leveled is None:
+    def _sides_from(self, leaf: QueueInfo) -> list[_Side]:
+        """The other leaves seen from the reclaimer leaf ``leaf``, grouped by their side below the common ancestor
+        (``_Side``), computed once. Leaves under one victim side share its verdict in a search (``_gives`` reads
+        the two sides only, and nothing was given when the candidates are listed)."""
+        sides = self._sides.get(leaf.name)
+        if sides is None:
             mine = leaf.ancestry()
             on_mine = {q.name for q in mine}
-            leveled = []
+            by_side: dict[str, _Side] = {}
             for q in self._leaves:
                 if q is leaf:
                     continue
                 v = q
                 while v.parent is not None and v.parent.name not in on_mine:
                     v = v.parent
-                side = mine[-1] if v.parent is None else next(p for p in mine if p.parent is v.parent)
-                leveled.append((q, v, side))
-            self._leveled[leaf.name] = leveled
-        return leveled
+                group = by_side.get(v.name)
+                if group is None:
+                    side = mine[-1] if v.parent is None else next(p for p in mine if p.parent is v.parent)
+                    group = by_side[v.name] = _Side(v, side, self.caps(v))
+                group.leaves.append(q)
+            sides = self._sides[leaf.name] = [*by_side.values()]
+            for group in sides:
+                group.maybe_movable = list(group.leaves)
+        return sides
 
     def validator(self, reclaimer: JobInfo, request: list[int]) -> SearchSpec:
         leaf = reclaimer.queue
         assert leaf is not None
 
-        involved_request = [r for r in range(3) if request[r] > 0]
-        guaranteed = {side.name: _within_quota(side.allocated, request, side) for side in leaf.ancestry()}
+        involved_request = _bits(r for r in range(3) if request[r] > 0)
+        ancestry = leaf.ancestry()
+        guaranteed = {side.name: _within_quota(side.allocated, request, side) for side in ancestry}
 
         def saturation(taken: list[VictimUnit]) -> bool:
-            involved: dict[str, set[int]] = {}
+            involved: dict[str, int] = {}
             for unit in taken:
                 q = unit.job.queue
-                if q is None:
-                    continue
                 used = _resources_of(unit)
-                for a in q.ancestry():
-                    involved.setdefault(a.name, set()).update(used)
-            for side in leaf.ancestry():
+                while q is not None:
+                    involved[q.name] = involved.get(q.name, 0) | used
+                    q = q.parent
+            for side in ancestry:
                 if not reclaimer.preemptible and any(
                     side.quota[r] != UNLIMITED and side.allocated_np[r] > side.quota[r] for r in range(3)
                 ):
@@ -245,7 +242,7 @@ class _Reclaim:
                     lost = involved.get(sibling.name)
                     if sibling is side or lost is None:
                         continue
-                    if not saturation_lower(side, sibling, lost.union(involved_request)):
+                    if not saturation_lower(side, sibling, _RESOURCES_OF_BITS[lost | involved_request]):
                         return False
             return True
 
@@ -352,6 +349,30 @@ class _Reclaim:
             self.ssn.set_pending(pending, protected)
 
 
+class _Side:
+    """The leaves under one victim side ``v`` seen from a reclaimer leaf (``side``: the reclaimer's side below
+    their common ancestor), and those of them not known to fail ``_Reclaim.may_move_some`` (fixed once asked);
+    ``caps``: ``_Reclaim.caps`` of ``v``."""
+
+    __slots__ = ("caps", "leaves", "maybe_movable", "side", "v")
+
+    def __init__(self, v: QueueInfo, side: QueueInfo, caps: tuple[int, int, int]) -> None:
+        self.v, self.side, self.caps = v, side, caps
+        self.leaves: list[QueueInfo] = []
+        self.maybe_movable: list[QueueInfo] = []
+
+
+class _Pool:
+    """A victim queue in one search: its victim list's key, its side and the reclaimer's below their common
+    ancestor, whether it gives, and its units (read when it is first ranked best)."""
+
+    __slots__ = ("giving", "key", "side", "units", "v")
+
+    def __init__(self, key: Hashable, v: QueueInfo, side: QueueInfo, giving: bool) -> None:
+        self.key, self.v, self.side, self.giving = key, v, side, giving
+        self.units: Iterator[VictimUnit] | None = None
+
+
 _SEARCHES = "searches"
 _REFUSED = "refused"
 
@@ -455,16 +476,44 @@ def _settle(reclaim: _Reclaim, jobs: list[JobInfo]) -> bool:
     return True
 
 
-def _resources_of(unit: VictimUnit) -> set[int]:
-    """The resources the unit's tasks hold (KAI's involved resources of a victim)."""
-    used: set[int] = set()
+def _some_fit(q: QueueInfo, gpu: int, cpu: int) -> bool:
+    """Whether the smallest GPU and the smallest CPU of the running preemptible pods of ``q`` are within ``gpu`` and
+    ``cpu``."""
+    gpu_ok = cpu_ok = False
+    for job in q.jobs:
+        if not job.preemptible:
+            continue
+        for t in job.tasks:
+            if t.status == RUNNING:
+                gpu_ok = gpu_ok or len(t.gpus) * t.gpu_portion <= gpu
+                cpu_ok = cpu_ok or t.cpu <= cpu
+                if gpu_ok and cpu_ok:
+                    return True
+    return False
+
+
+def _bits(resources: Iterable[int]) -> int:
+    """``resources`` (indices 0-2) as a bit set."""
+    bits = 0
+    for r in resources:
+        bits |= 1 << r
+    return bits
+
+
+_RESOURCES_OF_BITS = tuple(tuple(r for r in range(3) if bits >> r & 1) for bits in range(8))
+"""Per bit set of resources: its resources in order."""
+
+
+def _resources_of(unit: VictimUnit) -> int:
+    """The resources the unit's tasks hold (KAI's involved resources of a victim), as a bit set."""
+    used = 0
     for task in unit.tasks:
         if task.gpus and task.gpu_portion:
-            used.add(0)
+            used |= 1
         if task.cpu:
-            used.add(1)
+            used |= 2
         if task.mem:
-            used.add(2)
+            used |= 4
     return used
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
 from kai_stream.core.scheduler.framework.info import RESOURCES, UNIT, QueueInfo
 
 UNLIMITED = -1
@@ -36,7 +38,7 @@ def _ratio(used: int, share: int) -> float:
     return used / share
 
 
-def saturation_lower(mine: QueueInfo, sibling: QueueInfo, resources: set[int]) -> bool:
+def saturation_lower(mine: QueueInfo, sibling: QueueInfo, resources: Collection[int]) -> bool:
     """KAI's reclaim saturation check between the reclaimer side ``mine`` and a ``sibling`` that lost victims, on
     the ``resources`` involved: refused only where the reclaimer side ends above its fair share (ratio > 1) and at
     or above the sibling's ratio, for a sibling with a fair share (both unlimited: not compared)."""

@@ -262,6 +262,9 @@ class _Search:
         """How many units of the current victim set are evicted (a prefix; see ``worth_a_try``)."""
         self.tried_at = 0
         """The statement's checkpoint at the start of the last try (its operations before it are the evictions)."""
+        self.copies: dict[int, TaskInfo] = {}
+        """Per victim task (by ``id``): its pending copy for moves (``_moved``), made once per search (a rolled back
+        placement leaves it pending again)."""
 
     def evict(self, unit: VictimUnit) -> None:
         spec = self.spec
@@ -333,7 +336,9 @@ class _Search:
         else back on its own node (it keeps running; a fraction only when the
         device KAI's packing picks there, counting what is released, is its own, else it moves to that device), else
         pipelined onto another victim's node; all of them or none (none when the job checks refuse them: a queue
-        limit). A task placed elsewhere is moved (a pending copy is placed); the copies are returned."""
+        limit). A task placed elsewhere is moved (a pending copy is placed); the copies are returned. The placements
+        are looked for with the evicted task itself (the node index reads only its shape and scheduling
+        constraints, the same on its pending copy)."""
         ssn = self.ssn
         index = ssn.index
         index.allowed = None
@@ -342,47 +347,50 @@ class _Search:
         checkpoint = self.stmt.checkpoint()
         moved: list[TaskInfo] = []
         for task in chosen:
-            copy = _moved(task)
             node = task.node
             assert node is not None
-            placement = self._free_placement(copy, node, near) if self.spec.moves else None
+            placement = self._free_placement(task, node, near) if self.spec.moves else None
             if placement is None or placement.node is node:
-                home = placement if task.gpu_portion == UNIT else index.find_releasing_on(copy, node)
+                home = placement if task.gpu_portion == UNIT else index.find_releasing_on(task, node)
                 if task.gpu_portion == UNIT or (home is not None and home.gpus == task.gpus):
                     if self._unevict(task):
                         continue
                 elif home is not None:
                     placement = home
             if placement is None and self.spec.moves:
-                placement = index.find_among(copy, near)
+                placement = index.find_among(task, near)
             if placement is None:
                 self.stmt.rollback(checkpoint)
                 return []
+            copy = self.copies.get(id(task))
+            if copy is None or copy.node is not None:
+                copy = self.copies[id(task)] = _moved(task)
             self.stmt.allocate(copy, placement)
             moved.append(copy)
         return moved
 
-    def _free_placement(self, copy: TaskInfo, own: NodeInfo, near: list[NodeInfo]) -> Placement | None:
-        """The free capacity KAI's bin-packing picks for a victim's copy: among the nodes where it fits now, the one
-        with the least left once what is being released there is free too (so its own node, where it releases its
-        share, comes after a node as full without it, and after one as full with it). The nodes of this search's
-        victims (``near``, the victim's own among them) are scanned; the others are ranked by ``find_free`` (by what
-        is free now: what earlier searches of the cycle release there is mostly taken by their preemptors)."""
+    def _free_placement(self, task: TaskInfo, own: NodeInfo, near: list[NodeInfo]) -> Placement | None:
+        """The free capacity KAI's bin-packing picks for a copy of the evicted ``task``: among the nodes where it fits
+        now, the one with the least left once what is being released there is free too (so its own node, where it
+        releases its share, comes after a node as full without it, and after one as full with it). The nodes of this
+        search's victims (``near``, the victim's own among them) are scanned; the others are ranked by ``find_free``
+        (by what is free now: what earlier searches of the cycle release there is mostly taken by their
+        preemptors)."""
         ssn = self.ssn
         index = ssn.index
         index.allowed = _AllBut({node.idx for node in near}, len(ssn.nodes))
         try:
-            best = index.find_free(copy)
+            best = index.find_free(task)
         finally:
             index.allowed = None
-        score = None if best is None else _future_left(copy, best.node)
-        whole = copy.gpu_whole
+        score = None if best is None else _future_left(task, best.node)
+        whole = task.gpu_whole
         for node in near:
             if node.free_whole < whole:
                 continue
-            found = index.find_free_on(copy, node)
+            found = index.find_free_on(task, node)
             if found is not None:
-                left = _future_left(copy, node)
+                left = _future_left(task, node)
                 if score is None or left < score or (left == score and best is not None and best.node is own):
                     best, score = found, left
         return best

@@ -10,7 +10,7 @@ first ranked, so the order does not depend on evictions made while the search ru
 
 from __future__ import annotations
 
-import heapq
+from bisect import insort
 from collections.abc import Container, Iterable
 
 from kai_stream.core.scheduler.actions._common.fairness import INF, UNLIMITED
@@ -53,24 +53,25 @@ def victim_key(q: QueueInfo, held: list[int], given: list[int] | None) -> tuple[
     return (over_utilized, not starved, -q.priority, zero_share, _drf(q, left), _drf(q, held), q.created)
 
 
-class _Ranked:
-    """A heap entry ordered largest rank first."""
+class _Siblings:
+    """The leaves of one parent being ranked: the key path of the parent (None: to be read again) and, sorted, each
+    leaf's (key, name, leaf)."""
 
-    __slots__ = ("leaf", "rank")
+    __slots__ = ("entries", "parent", "prefix")
 
-    def __init__(self, rank: tuple[object, ...], leaf: QueueInfo) -> None:
-        self.rank = rank
-        self.leaf = leaf
-
-    def __lt__(self, other: _Ranked) -> bool:
-        return self.rank > other.rank
+    def __init__(self, parent: QueueInfo | None) -> None:
+        self.parent = parent
+        self.prefix: tuple[object, ...] | None = None
+        self.entries: list[tuple[tuple[object, ...], str, QueueInfo]] = []
 
 
 class VictimOrder:
     """The allocations of the queues as first read, what each gave, and the rank of a leaf's path.
 
-    ``best`` keeps the leaves in a heap: a rank only falls as its queues give (less dominant share left), so an
-    entry is at least its leaf's current rank, and the top entry whose rank is still current is the largest."""
+    ``best`` keeps the leaves by parent, each parent's sorted by their own key: a leaf's rank is its parent's key
+    path, its key and its name, so the largest rank is the largest of each parent's path followed by its largest
+    leaf. ``give`` re-ranks the leaf that gave among its siblings and marks the key paths it changed to be read
+    again."""
 
     def __init__(self, base: dict[str, tuple[int, tuple[object, ...]]] | None = None) -> None:
         self.base = base
@@ -79,7 +80,12 @@ class VictimOrder:
         self.given: dict[str, list[int]] = {}
         self._paths: dict[str, list[QueueInfo]] = {}
         self._keys: dict[str, tuple[object, ...]] = {}
-        self._heap: list[_Ranked] = []
+        self._first: dict[str, tuple[object, ...]] = {}
+        """Per queue that gave: its key before it gave (``victim_key`` then differs in what is left only)."""
+        self._groups: dict[str, _Siblings] = {}
+        """Per parent name ("" for the roots): its leaves being ranked."""
+        self._under: dict[str, list[_Siblings]] = {}
+        """Per queue name: the groups whose parent's key path holds its key."""
 
     def held_by(self, q: QueueInfo) -> list[int]:
         a = self.held.get(q.name)
@@ -93,49 +99,76 @@ class VictimOrder:
         g = self.given.get(q.name)
         return a if g is None else [a[r] - g[r] for r in range(3)]
 
+    def key(self, p: QueueInfo) -> tuple[object, ...]:
+        """``victim_key`` of ``p`` as it stands in this order (read once until ``p`` gives)."""
+        key = self._keys.get(p.name)
+        if key is None:
+            given = self.given.get(p.name)
+            base = self.base
+            if given is None and base is not None:
+                held = self.held_by(p)
+                entry = base.get(p.name)
+                if entry is None or entry[0] != p.version:
+                    entry = base[p.name] = (p.version, victim_key(p, held, None))
+                key = entry[1]
+            else:
+                held = self.held_by(p)
+                first = self._first.get(p.name)
+                if first is None or given is None:
+                    key = victim_key(p, held, given)
+                else:
+                    key = (*first[:4], _drf(p, [held[r] - given[r] for r in range(3)]), *first[5:])
+            self._keys[p.name] = key
+        return key
+
     def rank(self, leaf: QueueInfo) -> tuple[object, ...]:
         """The key of ``leaf``'s path from the root (the largest gives next)."""
         path = self._paths.get(leaf.name)
         if path is None:
             path = self._paths[leaf.name] = leaf.ancestry()[::-1]
-        keys = self._keys
-        out: list[object] = []
-        for p in path:
-            key = keys.get(p.name)
-            if key is None:
-                given = self.given.get(p.name)
-                base = self.base
-                if given is None and base is not None:
-                    self.held_by(p)
-                    entry = base.get(p.name)
-                    if entry is None or entry[0] != p.version:
-                        entry = base[p.name] = (p.version, victim_key(p, self.held_by(p), None))
-                    key = entry[1]
-                else:
-                    key = victim_key(p, self.held_by(p), given)
-                keys[p.name] = key
-            out.append(key)
-        out.append(leaf.name)
-        return tuple(out)
+        return (*[self.key(p) for p in path], leaf.name)
 
     def rank_all(self, leaves: Iterable[QueueInfo]) -> None:
         """Start ``best`` over ``leaves``."""
-        self._heap = [_Ranked(self.rank(q), q) for q in leaves]
-        heapq.heapify(self._heap)
+        groups: dict[str, _Siblings] = {}
+        under: dict[str, list[_Siblings]] = {}
+        for leaf in leaves:
+            parent = leaf.parent
+            name = "" if parent is None else parent.name
+            group = groups.get(name)
+            if group is None:
+                group = groups[name] = _Siblings(parent)
+                if parent is not None:
+                    for p in parent.ancestry():
+                        self.key(p)
+                        under.setdefault(p.name, []).append(group)
+            group.entries.append((self.key(leaf), leaf.name, leaf))
+        for group in groups.values():
+            group.entries.sort()
+        self._groups, self._under = groups, under
+
+    def _prefix(self, group: _Siblings) -> tuple[object, ...]:
+        prefix = group.prefix
+        if prefix is None:
+            parent = group.parent
+            prefix = group.prefix = () if parent is None else self.rank(parent)[:-1]
+        return prefix
 
     def best(self, alive: Container[str]) -> QueueInfo | None:
         """The leaf of the largest rank among those still ``alive`` (by name), None when none is."""
-        heap = self._heap
-        while heap:
-            top = heap[0]
-            if top.leaf.name not in alive:
-                heapq.heappop(heap)
+        found: QueueInfo | None = None
+        top: tuple[object, ...] = ()
+        for group in self._groups.values():
+            entries = group.entries
+            while entries and entries[-1][1] not in alive:
+                entries.pop()
+            if not entries:
                 continue
-            current = self.rank(top.leaf)
-            if current == top.rank:
-                return top.leaf
-            heapq.heapreplace(heap, _Ranked(current, top.leaf))
-        return None
+            key, name, leaf = entries[-1]
+            rank = (*self._prefix(group), key, name)
+            if found is None or rank > top:
+                found, top = leaf, rank
+        return found
 
     def give(self, leaf: QueueInfo, tasks: list[TaskInfo]) -> None:
         """Record what ``tasks`` of a job in ``leaf`` take from the leaf and its ancestors."""
@@ -148,8 +181,21 @@ class VictimOrder:
         q: QueueInfo | None = leaf
         while q is not None:
             self.held_by(q)
-            self._keys.pop(q.name, None)
+            key = self._keys.pop(q.name, None)
+            if key is not None and q.name not in self.given:
+                self._first[q.name] = key
             given = self.given.setdefault(q.name, [0, 0, 0])
             for r in range(3):
                 given[r] += taken[r]
+            for group in self._under.get(q.name, ()):
+                group.prefix = None
             q = q.parent
+        parent = leaf.parent
+        siblings = self._groups.get("" if parent is None else parent.name)
+        if siblings is not None:
+            entries = siblings.entries
+            for i, entry in enumerate(entries):
+                if entry[2] is leaf:
+                    del entries[i]
+                    insort(entries, (self.key(leaf), leaf.name, leaf))
+                    break

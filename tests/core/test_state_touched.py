@@ -129,6 +129,7 @@ def _stream() -> list[tuple[AnyEvent, set[str | None]]]:
         (_outcome(PodEvicted, "a2", "evicted-a2"), {"t/g"}),
         (_outcome(EvictionFailed, "a", "evict-a-failed", error="pdb"), {"t/g"}),
         (_outcome(EvictionFailed, "a", "evict-a-failed-again", error="pdb"), set()),
+        (_outcome(EvictionFailed, "a2", "evict-a2-failed", error="pdb"), {"t/g"}),
         (_decision(BindRequested, "c", node="n0"), {"t/c"}),
         (_outcome(BindFailed, "c", "bind-c-gone", node="n0", error="gone", pod_gone=True), {"t/c"}),
         (PodRemoved(event_id="rm-a", ts=2.0, namespace="t", name="a", uid="a"), {"t/g"}),

@@ -37,6 +37,8 @@ CONFLICT_TRIES = 4
 Raw = Callable[[str, Callable[[], Awaitable[Any]]], Awaitable[bytes]]
 """``KubeApplier._raw``: one API call with ``_preload_content=False``, retried when transient; the 2xx body."""
 ReadPod = Callable[[str, str], Awaitable[Mapping[str, Any] | None]]
+StatusOf = Callable[[Mapping[str, Any], BindRequested, list[DraAllocation]], dict[str, Any] | None]
+"""``allocated_status`` or ``released_status``: a claim's new status for a decision, None when it has it already."""
 
 
 class ClaimRefused(Exception):
@@ -155,18 +157,8 @@ class ClaimWriter:
         return claim
 
     async def _allocate_one(self, decision: BindRequested, name: str, devices: list[DraAllocation]) -> None:
-        for _ in range(CONFLICT_TRIES):
-            claim = await self._get(decision.namespace, name)
-            status = allocated_status(claim, decision, devices)
-            if status is None:
-                return
-            try:
-                await self._put_status(decision.namespace, name, {**claim, "status": status})
-                return
-            except Exception as exc:
-                if _status_code(exc) != 409:
-                    raise
-        raise ClaimRefused(f"ResourceClaim {decision.namespace}/{name} kept changing ({CONFLICT_TRIES} conflicts)")
+        if not await self._write_status(decision, name, devices, allocated_status):
+            raise ClaimRefused(f"ResourceClaim {decision.namespace}/{name} kept changing ({CONFLICT_TRIES} conflicts)")
 
     async def release(self, decision: BindRequested) -> None:
         """Give back what ``allocate`` wrote for ``decision`` (its binding was refused); failures are logged."""
@@ -184,17 +176,25 @@ class ClaimWriter:
                 log.warning("could not release ResourceClaim %s/%s: %s", decision.namespace, name, exc)
 
     async def _release_one(self, decision: BindRequested, name: str, devices: list[DraAllocation]) -> None:
+        await self._write_status(decision, name, devices, released_status)
+
+    async def _write_status(
+        self, decision: BindRequested, name: str, devices: list[DraAllocation], new_status: StatusOf
+    ) -> bool:
+        """Write ``new_status`` of claim ``name`` (nothing when it returns None), re-reading the claim on a conflict;
+        False when it kept conflicting ``CONFLICT_TRIES`` times."""
         for _ in range(CONFLICT_TRIES):
             claim = await self._get(decision.namespace, name)
-            status = released_status(claim, decision, devices)
+            status = new_status(claim, decision, devices)
             if status is None:
-                return
+                return True
             try:
                 await self._put_status(decision.namespace, name, {**claim, "status": status})
-                return
+                return True
             except Exception as exc:
                 if _status_code(exc) != 409:
                     raise
+        return False
 
     async def _put_status(self, namespace: str, name: str, body: dict[str, Any]) -> None:
         await self.raw("claim", lambda: self.custom.replace_namespaced_custom_object_status(

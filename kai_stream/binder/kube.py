@@ -85,10 +85,10 @@ def api_client(configuration: client.Configuration) -> client.ApiClient:
     """A kubernetes-asyncio client without the per-request environment lookups when they cannot matter.
 
     kubernetes-asyncio hard-codes ``trust_env=True`` on its aiohttp session, which makes aiohttp look for a
-    netrc file and the proxy variables on every request, each in a worker thread (two thread hops per API call:
-    measured ~10% of the binder's CPU and a few ms per call under load). They are looked up once here: when no
-    proxy variable applies to the API's address and there is no netrc file, ``trust_env`` is switched off;
-    otherwise the client is left as kubernetes-asyncio made it.
+    netrc file and the proxy variables on every request, each in a worker thread (two thread hops per API call;
+    the cost is in benchmarks/README.md). They are looked up once here: when no proxy variable applies to the
+    API's address and there is no netrc file, ``trust_env`` is switched off; otherwise the client is left as
+    kubernetes-asyncio made it.
     """
     api = client.ApiClient(configuration=configuration)
     session: Any = api.rest_client.pool_manager

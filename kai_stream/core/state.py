@@ -314,16 +314,20 @@ def _group_changed(state: ClusterState, uid: str, ts: float) -> None:
     pod = state.pods.get(uid)
     if pod is not None:
         state.group_changed[job_key_of(pod)] = ts
-        state.derived.touched(job_key_of(pod))
 
 
-def _pod_touched(state: ClusterState, uid: str) -> None:
-    """A per-pod record the snapshot reads (assumed, pipelined, evicting) changed."""
-    derived = state.derived
-    if derived.parked:
+UNTOUCHED = ""
+"""What an event case of ``apply`` reports when it touched nothing (job keys and node marks are never empty)."""
+
+
+def _pod_job(state: ClusterState, uid: str) -> str:
+    """The key to report when a record of pod ``uid`` the snapshot reads changed: its job, or ``UNTOUCHED`` for an
+    unknown pod (or when no snapshot is parked, so nobody is told)."""
+    if state.derived.parked:
         pod = state.pods.get(uid)
         if pod is not None:
-            derived.touched(job_key_of(pod))
+            return job_key_of(pod)
+    return UNTOUCHED
 
 
 def _usage(state: ClusterState, uid: str, pod: PodSpec | None) -> None:
@@ -409,6 +413,7 @@ def apply(state: ClusterState, event: AnyEvent, offset: int | None = None) -> bo
         return False
     state.now = max(state.now, event.ts)
     derived = state.derived
+    touched: str | None = UNTOUCHED
     match event:
         case NodeObserved(node=node, resource_version=version):
             if not _newer(state, _node_key(node), version):
@@ -417,7 +422,7 @@ def apply(state: ClusterState, event: AnyEvent, offset: int | None = None) -> bo
             if held is not None and held.uid != node.uid:
                 state.versions.pop(_node_key(held), None)
             if derived.parked and state.nodes.get(node.name) != node:
-                derived.touched(NODE_MARK + node.name)
+                touched = NODE_MARK + node.name
             state.nodes[node.name] = node
             state.usage.node_changed(node.name, node, state.now)
         case NodeRemoved(name=name):
@@ -426,63 +431,65 @@ def apply(state: ClusterState, event: AnyEvent, offset: int | None = None) -> bo
             if removed is not None:
                 state.versions.pop(_node_key(removed), None)
             state.gpus.pop(name, None)
-            derived.touched(NODE_MARK + name)
+            touched = NODE_MARK + name
         case GpuHealthObserved(node=node_name, gpus=gpus):
             if derived.parked and _gpu_view(state.gpus.get(node_name)) != _gpu_view(gpus):
-                derived.touched(NODE_MARK + node_name)
+                touched = NODE_MARK + node_name
             state.gpus[node_name] = gpus
         case PodObserved(pod=pod, resource_version=version):
             if not _newer(state, f"pod/{pod.uid}", version):
                 return False
             _observe_pod(state, pod, event.ts)
         case PodRemoved(uid=uid):
+            touched = _pod_job(state, uid)
             _group_changed(state, uid, event.ts)
             _forget_pod(state, uid)
         case QueueObserved(queue=queue):
             if derived.parked and state.queues.get(queue.name) != queue:
-                derived.touched(None)
+                touched = None
             state.queues[queue.name] = queue
         case QueueRemoved(name=name):
             state.queues.pop(name, None)
-            derived.touched(None)
+            touched = None
         case PodGroupObserved(pod_group=group):
             key = f"{group.namespace}/{group.name}"
             if derived.parked and state.pod_groups.get(key) != group:
-                derived.touched(key)
+                touched = key
             state.pod_groups[key] = group
         case PodGroupRemoved(namespace=namespace, name=name):
             key = f"{namespace}/{name}"
             state.pod_groups.pop(key, None)
-            derived.touched(key)
+            touched = key
         case PriorityClassObserved(priority_class=priority_class):
             state.priority_classes[priority_class.name] = priority_class
-            derived.touched(None)
+            touched = None
         case TopologyObserved(topology=topology):
             state.topologies[topology.name] = topology
-            derived.touched(None)
+            touched = None
         case Tick():
             pass
         case BindRequested(uid=uid, node=node, gpu_indices=gpu_indices, decision_id=decision_id, ts=ts):
             state.assumed[uid] = Assumed(node, gpu_indices, decision_id, ts)
             state.pipelined.pop(uid, None)
             state.last_pending.pop(uid, None)
-            _pod_touched(state, uid)
+            touched = _pod_job(state, uid)
         case PodPipelined(uid=uid, node=node, gpu_indices=gpu_indices, decision_id=decision_id):
             state.pipelined[uid] = Pipelined(node, gpu_indices, decision_id)
             state.last_pending.pop(uid, None)
-            _pod_touched(state, uid)
+            touched = _pod_job(state, uid)
         case EvictionRequested(uid=uid, decision_id=decision_id, preemptor=preemptor):
             state.evicting[uid] = decision_id
             if preemptor:
                 state.evicting_for[uid] = preemptor
-            _pod_touched(state, uid)
+            touched = _pod_job(state, uid)
         case PodPending(uid=uid):
             state.last_pending[uid] = _pending_signature(event)
             if state.pipelined.pop(uid, None) is not None:
-                _pod_touched(state, uid)
+                touched = _pod_job(state, uid)
         case PodBound(uid=uid, node=node, gpu_indices=gpu_indices):
             bound = state.pods.get(uid)
-            if bound is not None and bound.node_name is None:
+            rebound = bound is not None and bound.node_name is None
+            if bound is not None and rebound:
                 state.pods[uid] = bound.model_copy(
                     update={
                         "node_name": node,
@@ -495,28 +502,28 @@ def apply(state: ClusterState, event: AnyEvent, offset: int | None = None) -> bo
                 _usage(state, uid, state.pods[uid])
                 _group_changed(state, uid, event.ts)
             state.bind_failures.pop(uid, None)
-            if state.assumed.pop(uid, None) is not None:
-                _pod_touched(state, uid)
+            if state.assumed.pop(uid, None) is not None or rebound:
+                touched = _pod_job(state, uid)
         case BindFailed(uid=uid, pod_gone=gone, error=error):
-            if state.assumed.pop(uid, None) is not None:
-                _pod_touched(state, uid)
+            state.assumed.pop(uid, None)
+            touched = _pod_job(state, uid)
             if gone:
                 _group_changed(state, uid, event.ts)
                 _forget_pod(state, uid)
             elif uid in state.pods:
                 failed = state.bind_failures.get(uid)
                 state.bind_failures[uid] = BindFailures(failed.count + 1 if failed else 1, event.ts, error)
-                _pod_touched(state, uid)
         case PodEvicted(uid=uid, decision_id=decision_id):
             state.evicted[uid] = decision_id
             if uid in state.pods and state.evicting.get(uid) is None:
                 state.evicting[uid] = decision_id
-                _pod_touched(state, uid)
+                touched = _pod_job(state, uid)
         case EvictionFailed(uid=uid):
-            if state.evicting.pop(uid, None) is not None:
-                _pod_touched(state, uid)
-            if state.evicting_for.pop(uid, None) is not None:
-                _pod_touched(state, uid)
+            released = state.evicting.pop(uid, None) is not None
+            if state.evicting_for.pop(uid, None) is not None or released:
+                touched = _pod_job(state, uid)
+    if touched != UNTOUCHED:
+        derived.touched(touched)
     return True
 
 

@@ -3,9 +3,9 @@
 ``fair_share``: ``"<pool>/<queue>"`` -> ``{"gpu": devices, "cpu": millicores, "memory": MB}``, refreshed on a
 Tick of the pool when the pool changed since, at most every ``fair_share_interval_s`` (settings.py). Registered
 only with ``fair_share_table`` (off by default): a registered table makes every rebalance wait for its changelog
-recovery before any record is processed, and on Tansu that recovery can stall until the next rebalance (seen: a
-takeover after a processor kill held for 15 s). Nothing in kai-stream reads the table; the processor's queue
-gauges (``queue_metrics.py``) report the same fair shares.
+recovery before any record is processed, and on Tansu that recovery can stall until the next rebalance (what was
+seen: benchmarks/README.md). Nothing in kai-stream reads the table; the processor's queue gauges
+(``queue_metrics.py``) report the same fair shares.
 """
 
 from __future__ import annotations

@@ -24,6 +24,7 @@ from kai_stream.core.scheduler.framework.info import (
     NodeInfo,
     QueueInfo,
     TaskInfo,
+    memory_portion,
 )
 from kai_stream.core.scheduler.framework.jobs import (
     LABEL_TASK_PRIORITY,
@@ -136,7 +137,7 @@ def _first_fit_gpus(node: NodeInfo, task: TaskInfo) -> tuple[tuple[int, ...], in
     if task.gpu_whole:
         free = [g for g in range(node.gpu_count) if node.gpu_used[g] == 0]
         return tuple(free[: task.gpu_whole]), UNIT
-    portion = task.gpu_frac or _memory_fraction(task, node)
+    portion = task.gpu_frac or memory_portion(task, node)
     if portion <= 0:
         return (), 0
     if task.gpu_devices > 1:
@@ -147,14 +148,6 @@ def _first_fit_gpus(node: NodeInfo, task: TaskInfo) -> tuple[tuple[int, ...], in
         if node.gpu_used[g] + portion <= UNIT and (best < 0 or node.gpu_used[g] > node.gpu_used[best]):
             best = g
     return ((best,) if best >= 0 else ()), portion
-
-
-def _memory_fraction(task: TaskInfo, node: NodeInfo) -> int:
-    if not task.gpu_mem_mib:
-        return 0
-    if node.gpu_memory_mib <= 0:
-        return UNIT + 1
-    return -(-task.gpu_mem_mib * UNIT // node.gpu_memory_mib)
 
 
 def _pod_order(pod: PodSpec) -> tuple[float, str, str, str]:
@@ -330,7 +323,7 @@ def _running_gpus(node: NodeInfo, task: TaskInfo, indices: tuple[int, ...] | Non
     count = len(node.healthy)
     known = len(indices) == 1 and 0 <= indices[0] < count
     gpus = indices if known else tuple([g for g in indices if 0 <= g < count])
-    return gpus, UNIT if task.gpu_whole else (task.gpu_frac or _memory_fraction(task, node))
+    return gpus, UNIT if task.gpu_whole else (task.gpu_frac or memory_portion(task, node))
 
 
 def place_running(

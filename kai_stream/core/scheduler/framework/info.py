@@ -179,6 +179,22 @@ class TaskInfo:
     def shape(self) -> tuple[int, int, int, int, int, int, int]:
         return (self.gpu_whole, self.gpu_frac, self.gpu_mem_mib, self.cpu, self.mem, self.sig, self.gpu_devices)
 
+    @property
+    def gpu_request(self) -> int:
+        """GPU milli-devices asked for by count (whole GPUs, a fraction on each of its devices); a gpu-memory request
+        is not counted here: its portion depends on the GPU (``memory_portion``)."""
+        return self.gpu_whole * UNIT + self.gpu_frac * self.gpu_devices
+
+
+def memory_portion(task: TaskInfo, node: NodeInfo) -> int:
+    """The portion of one GPU of ``node`` that the task's GPU-memory request takes, rounded up: 0 without such a
+    request, more than ``UNIT`` (never fits) where the node's GPU memory is unknown."""
+    if not task.gpu_mem_mib:
+        return 0
+    if node.gpu_memory_mib <= 0:
+        return UNIT + 1
+    return -(-task.gpu_mem_mib * UNIT // node.gpu_memory_mib)
+
 
 @dataclass(slots=True, eq=False, init=False)
 class JobInfo:

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from kai_stream.core.scheduler.framework.hooks import NodeOrder
-from kai_stream.core.scheduler.framework.info import UNIT, NodeInfo, TaskInfo
+from kai_stream.core.scheduler.framework.info import UNIT, NodeInfo, TaskInfo, memory_portion
 
 if TYPE_CHECKING:
     from kai_stream.core.scheduler.framework.session import Session
@@ -92,10 +92,7 @@ def _gpu_free(node: NodeInfo, future: bool) -> list[int]:
     return [UNIT - used - (pipe - rel if pipe > rel else 0) for used, rel, pipe in columns]
 
 
-def _memory_portion(task: TaskInfo, node: NodeInfo) -> int:
-    if node.gpu_memory_mib <= 0:
-        return UNIT + 1
-    return -(-task.gpu_mem_mib * UNIT // node.gpu_memory_mib)
+_memory_portion = memory_portion
 
 
 class NodeIndex:
@@ -447,7 +444,7 @@ class NodeIndex:
             if len(free) < task.gpu_whole:
                 return None
             return Placement(node, tuple(free[: task.gpu_whole]), UNIT, pipelined=future)
-        portion = task.gpu_frac or (_memory_portion(task, node) if task.gpu_mem_mib else 0)
+        portion = task.gpu_frac or memory_portion(task, node)
         if portion == 0:
             return Placement(node, (), 0, pipelined=future)
         fitting = [(f, g) for g, f in enumerate(_gpu_free(node, future)) if f >= portion and node.healthy[g]]
@@ -515,7 +512,7 @@ class NodeIndex:
                     fits_any = sum(1 for u, p in zip(node.gpu_used, node.gpu_pipe, strict=True) if not u and not p)
                     return "UnhealthyGPU" if fits_any >= need else "InsufficientGPU"
             else:
-                portion = task.gpu_frac or _memory_portion(task, node)
+                portion = task.gpu_frac or memory_portion(task, node)
                 free = [f >= portion for f in _gpu_free(node, False)]
                 fits_healthy = sum(1 for ok, f in zip(node.healthy, free, strict=True) if ok and f)
                 if fits_healthy < need:

@@ -151,7 +151,7 @@ class Session:
 
     def task_request(self, task: TaskInfo) -> list[int]:
         """What a pending task asks for (a gpu-memory task counts as its fraction of the pool's largest GPU)."""
-        gpu = task.gpu_whole * UNIT + task.gpu_frac * task.gpu_devices
+        gpu = task.gpu_request
         if task.gpu_mem_mib:
             gpu = -(-task.gpu_mem_mib * UNIT // self.reference_memory) if self.reference_memory else UNIT
         return [gpu, task.cpu, task.mem]
@@ -236,7 +236,7 @@ class Session:
             if task.gpu_mem_mib:
                 gpu += -(-task.gpu_mem_mib * UNIT // reference) if reference else UNIT
             else:
-                gpu += task.gpu_whole * UNIT + task.gpu_frac * task.gpu_devices
+                gpu += task.gpu_request
             cpu += task.cpu
             mem += task.mem
         return [gpu, cpu, mem]

@@ -162,7 +162,7 @@ class TopologyPlugin:
 
     @staticmethod
     def _request(tasks: list[TaskInfo]) -> tuple[int, int, int]:
-        gpu = sum(t.gpu_whole * UNIT + t.gpu_frac * t.gpu_devices for t in tasks)
+        gpu = sum(t.gpu_request for t in tasks)
         return gpu, sum(t.cpu for t in tasks), sum(t.mem for t in tasks)
 
     def _tiers(
@@ -367,7 +367,7 @@ class TopologyPlugin:
         parents = {s.parent for s in job.sub_group_specs}
         need = sum(s.min_member for s in job.sub_group_specs if s.name in names and s.name not in parents)
         pending = [t for t in job.tasks if t.status == PENDING and t.sub_group in names]
-        gpu = sum(t.gpu_whole * UNIT + t.gpu_frac * t.gpu_devices for t in pending)
+        gpu = self._request(pending)[0]
         found = len(self.domains(constraint, level))
         return (
             f"topology {constraint.topology or '(none named)'}, requirement {level} couldn't be satisfied for job"
@@ -397,7 +397,7 @@ class TopologyPlugin:
         """KAI's words (``getNoTopologyMatchError``), with the numbers: what the job needs and what the domain
         that could place most of it has."""
         pending = [t for t in job.tasks if t.status == PENDING]
-        gpu = sum(t.gpu_whole * UNIT + t.gpu_frac * t.gpu_devices for t in pending)
+        gpu = self._request(pending)[0]
         found = len(self.domains(constraint, level))
         head = (
             f"topology {constraint.topology or '(none named)'}, requirement {level} couldn't be satisfied for job"

@@ -1,9 +1,11 @@
-"""Victim units of a job with subgroups: surplus pods come from the subgroup most above its minMember each turn."""
+"""Victims of a job with subgroups: surplus pods come from the subgroup most above its minMember each turn; a
+simulation puts back what each subgroup below its minMember needs."""
 
 from __future__ import annotations
 
+from kai_stream.core.scheduler.actions._common.solver import _to_put_back
 from kai_stream.core.scheduler.actions._common.victims import victim_units
-from kai_stream.core.scheduler.framework.info import RUNNING, JobInfo, TaskInfo
+from kai_stream.core.scheduler.framework.info import RELEASING, RUNNING, JobInfo, TaskInfo
 
 
 def _job(groups: dict[str, tuple[int, int]], min_member: int = 1) -> JobInfo:
@@ -67,3 +69,19 @@ def test_subgroups_at_their_minimum_give_no_surplus() -> None:
     job = _job({"sub-0": (2, 2), "sub-1": (1, 1)})
     assert _names(job, surplus_only=True) == []
     assert len(_names(job)) == 1
+
+
+def test_put_back_gives_each_subgroup_below_its_minimum_what_it_needs() -> None:
+    job = _job({"a": (1, 2), "b": (2, 3)})
+    for t in job.tasks:
+        t.status = RELEASING
+    assert [t.name for t in _to_put_back(job, list(reversed(job.tasks)))] == ["a-0", "b-0", "b-1"]
+
+
+def test_put_back_one_task_of_the_least_surplus_subgroup_when_none_is_below() -> None:
+    job = _job({"a": (1, 3), "b": (1, 4)})
+    evicted = [t for t in job.tasks if t.name in ("a-2", "b-3", "b-2")]
+    for t in evicted:
+        t.status = RELEASING
+    # active: a 2/1, b 2/1 -> the earlier name a
+    assert [t.name for t in _to_put_back(job, evicted)] == ["a-2"]

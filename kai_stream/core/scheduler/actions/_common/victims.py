@@ -83,18 +83,25 @@ def _split_units(job: JobInfo, surplus_only: bool) -> tuple[list[VictimUnit], Vi
     return units, VictimUnit(job, rest) if rest and not surplus_only else None
 
 
+def sub_group_active(job: JobInfo) -> dict[str, int]:
+    """Per subgroup of the job (``JobInfo.sub_groups``), how many of its pods are active (running, allocated or
+    pipelined)."""
+    active = dict.fromkeys(dict(job.sub_groups), 0)
+    for t in job.tasks:
+        name = t.sub_group
+        if name is not None and name in active and t.status in (RUNNING, ALLOCATED, PIPELINED):
+            active[name] += 1
+    return active
+
+
 def _sub_group_surplus(job: JobInfo, running: list[TaskInfo]) -> list[TaskInfo]:
     """The surplus pods of a job with subgroups, in the order a search takes them (KAI's ``GetTasksToEvict``): each
     turn the subgroup most above its minMember (highest active/minMember; ties: the later name) gives its newest
     running pod, while some subgroup is above its minMember, so every subgroup keeps its minMember. ``running``:
     the job's running pods, newest first. Pods of no listed subgroup are never surplus."""
     minimum = dict(job.sub_groups)
-    active = dict.fromkeys(minimum, 0)
+    active = sub_group_active(job)
     pods: dict[str, list[TaskInfo]] = {name: [] for name in minimum}
-    for t in job.tasks:
-        name = t.sub_group
-        if name is not None and name in active and t.status in (RUNNING, ALLOCATED, PIPELINED):
-            active[name] += 1
     for t in reversed(running):
         name = t.sub_group
         if name is not None and name in pods:

@@ -21,8 +21,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, replace
+from fractions import Fraction
 
-from kai_stream.core.scheduler.actions._common.victims import VictimUnit
+from kai_stream.core.scheduler.actions._common.victims import VictimUnit, sub_group_active
 from kai_stream.core.scheduler.framework.info import (
     GPU,
     PENDING,
@@ -194,9 +195,33 @@ def _to_put_back(job: JobInfo, evicted: list[TaskInfo]) -> list[TaskInfo]:
     its gang needs while it is below its minimum, else one; in task order."""
     if len(evicted) == 1:
         return evicted
+    if job.sub_groups:
+        chosen = _sub_groups_to_put_back(job, evicted)
+        if chosen:
+            return chosen
     active = job.active_count()
     count = job.min_member - active if active < job.min_member else 1
     return sorted(evicted, key=lambda t: (t.created, t.name, t.uid))[:count]
+
+
+def _sub_groups_to_put_back(job: JobInfo, evicted: list[TaskInfo]) -> list[TaskInfo]:
+    """``_to_put_back`` of a job with subgroups (KAI's tasks to allocate over its pod sets): each subgroup below its
+    minMember the tasks it needs, subgroups by name; with none below, one task of the subgroup least above its
+    minMember (lowest active/minMember, then name). Tasks of no listed subgroup are not put back."""
+    minimum = dict(job.sub_groups)
+    active = sub_group_active(job)
+    back: dict[str, list[TaskInfo]] = {}
+    for t in sorted(evicted, key=lambda t: (t.created, t.name, t.uid)):
+        name = t.sub_group
+        if name is not None and name in minimum:
+            back.setdefault(name, []).append(t)
+    short = [name for name in sorted(back) if active[name] < minimum[name]]
+    if short:
+        return [t for name in short for t in back[name][: minimum[name] - active[name]]]
+    if not back:
+        return []
+    first = min(back, key=lambda name: (Fraction(active[name], minimum[name]), name))
+    return back[first][:1]
 
 
 def _in_queue_order(session: Session, entries: list[tuple[JobInfo, list[TaskInfo]]]) -> Iterator[JobInfo]:

@@ -2,9 +2,10 @@
 
 An elastic job (more active pods than ``minMember``) first offers its surplus pods, newest first, each as its
 own unit, so a search that needs little takes only pods above the minimum; then the rest of the job (its gang
-core) as one unit, so a gang is never left partly running. A plain job is one unit. Only pods that were
-running when the cycle started are offered (pods placed during this cycle are not victims). A job the victim
-scopes limit to its surplus (min-runtime) offers its surplus units only.
+core) as one unit, so a gang is never left partly running. In a job with subgroups the surplus pods are those
+above each subgroup's minMember, taken from the subgroup most above its own each turn. A plain job is one unit.
+Only pods that were running when the cycle started are offered (pods placed during this cycle are not victims).
+A job the victim scopes limit to its surplus (min-runtime) offers its surplus units only.
 """
 
 from __future__ import annotations
@@ -14,7 +15,16 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from kai_stream.core.scheduler.framework.hooks import VictimJudgeFn, narrowest
-from kai_stream.core.scheduler.framework.info import RUNNING, UNIT, JobInfo, NodeInfo, QueueInfo, TaskInfo
+from kai_stream.core.scheduler.framework.info import (
+    ALLOCATED,
+    PIPELINED,
+    RUNNING,
+    UNIT,
+    JobInfo,
+    NodeInfo,
+    QueueInfo,
+    TaskInfo,
+)
 
 if TYPE_CHECKING:
     from kai_stream.core.scheduler.framework.session import Session
@@ -61,10 +71,56 @@ def _split_units(job: JobInfo, surplus_only: bool) -> tuple[list[VictimUnit], Vi
     if not running:
         return [], None
     running.sort(key=lambda t: (t.created, t.name, t.uid), reverse=True)
-    surplus = max(0, min(len(running), job.active_count() - job.min_member))
-    units = [VictimUnit(job, [t]) for t in running[:surplus]]
-    rest = running[surplus:]
+    if job.sub_groups:
+        picked = _sub_group_surplus(job, running)
+        units = [VictimUnit(job, [t]) for t in picked]
+        taken = set(map(id, picked))
+        rest = [t for t in running if id(t) not in taken]
+    else:
+        surplus = max(0, min(len(running), job.active_count() - job.min_member))
+        units = [VictimUnit(job, [t]) for t in running[:surplus]]
+        rest = running[surplus:]
     return units, VictimUnit(job, rest) if rest and not surplus_only else None
+
+
+def sub_group_active(job: JobInfo) -> dict[str, int]:
+    """Per subgroup of the job (``JobInfo.sub_groups``), how many of its pods are active (running, allocated or
+    pipelined)."""
+    active = dict.fromkeys(dict(job.sub_groups), 0)
+    for t in job.tasks:
+        name = t.sub_group
+        if name is not None and name in active and t.status in (RUNNING, ALLOCATED, PIPELINED):
+            active[name] += 1
+    return active
+
+
+def _sub_group_surplus(job: JobInfo, running: list[TaskInfo]) -> list[TaskInfo]:
+    """The surplus pods of a job with subgroups, in the order a search takes them (KAI's ``GetTasksToEvict``): each
+    turn the subgroup most above its minMember (highest active/minMember; ties: the later name) gives its newest
+    running pod, while some subgroup is above its minMember, so every subgroup keeps its minMember. ``running``:
+    the job's running pods, newest first. Pods of no listed subgroup are never surplus."""
+    minimum = dict(job.sub_groups)
+    active = sub_group_active(job)
+    pods: dict[str, list[TaskInfo]] = {name: [] for name in minimum}
+    for t in reversed(running):
+        name = t.sub_group
+        if name is not None and name in pods:
+            pods[name].append(t)
+    names = sorted(minimum, reverse=True)
+    picked: list[TaskInfo] = []
+    while True:
+        best: str | None = None
+        for name in names:
+            if (
+                active[name] > minimum[name]
+                and pods[name]
+                and (best is None or active[name] * minimum[best] > active[best] * minimum[name])
+            ):
+                best = name
+        if best is None:
+            return picked
+        picked.append(pods[best].pop())
+        active[best] -= 1
 
 
 Runs = tuple[list[int], list[int]]

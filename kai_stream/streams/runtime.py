@@ -146,7 +146,8 @@ class SchedulerRuntime:
         self._metered_at: dict[tuple[int, str], float] = {}
         self._held: tuple[int, set[int]] = (-1, set())
         self.state_topic: str | None = None
-        """The compacted snapshot topic a rebuild starts from when set (Apache Kafka, ``exactly_once.py``)."""
+        """The snapshot topic a rebuild starts from when set (``exactly_once.py`` on Apache Kafka,
+        ``acked_snapshots.py`` on Tansu)."""
         self.decisions_end: dict[int, int] = {}
         """Per partition: the decisions topic's offset past the last decision this engine has folded."""
 
@@ -523,13 +524,28 @@ class SchedulerRuntime:
             target, key = partition_for(pool, self.partitions), pool.encode()
             if self.send_unit is not None:
                 try:
-                    deliveries.append(await self.send_unit(topic, target, key, records))
+                    delivery = await self.send_unit(topic, target, key, records)
+                    deliveries.append(self._track(target, len(records), delivery))
                     continue
                 except UnitTooLarge as exc:
                     log.error("processor: pool %s: %s; its cycle is sent record by record (not atomic)", pool, exc)
             for record in records:
-                deliveries.append(await self.send(topic, target, key, record))
+                deliveries.append(self._track(target, 1, await self.send(topic, target, key, record)))
         return deliveries
+
+    def _track(self, partition: int, count: int, delivery: Awaitable[Any]) -> Awaitable[Any]:
+        """Move ``decisions_end`` past ``count`` records of ``partition`` once their delivery says where they
+        landed (a unit's delivery names its first offset), before whoever awaits the delivery resumes."""
+        if isinstance(delivery, asyncio.Future):
+            delivery.add_done_callback(functools.partial(self._delivered, partition, count))
+        return delivery
+
+    def _delivered(self, partition: int, count: int, delivery: asyncio.Future[Any]) -> None:
+        if delivery.cancelled() or delivery.exception() is not None or partition not in self.engines:
+            return
+        offset = getattr(delivery.result(), "offset", None)
+        if isinstance(offset, int) and offset >= 0:
+            self.decisions_end[partition] = max(self.decisions_end.get(partition, 0), offset + count)
 
     def _meter(self, pool: str) -> QueueMeter:
         meter = self._meters.get(pool)

@@ -55,14 +55,16 @@ class AckedSnapshots:
             await self._producer.stop()
 
     def due(self, partition: int, now: float) -> bool:
-        """Whether ``partition``'s engine is settled (nothing deferred, no recorded decision awaiting its input)
-        and its last snapshot is ``interval_s`` old; a snapshot being written makes the next one wait."""
+        """Whether ``partition``'s engine is settled (nothing deferred, no recorded decision awaiting its input, no
+        malformed record of a rebuild still being dead-lettered) and its last snapshot is ``interval_s`` old; a
+        snapshot being written makes the next one wait."""
         engine = self.runtime.engines.get(partition)
         return (
             self._producer is not None
             and engine is not None
             and not engine.awaiting
             and not self.runtime.deferred(partition)
+            and not self.runtime.letting_out
             and partition not in self._writing
             and now - self._taken_at.get(partition, -self.interval_s) >= self.interval_s
         )

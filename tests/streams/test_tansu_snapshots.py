@@ -108,24 +108,41 @@ async def test_a_rebuild_from_a_snapshot_and_the_tail_equals_the_rebuild_from_of
     assert latest is not None
     assert (latest.engine.offset, latest.decisions_from) == (snapshot_offset, decided_before)
 
-    async def rebuilt(state_topic: str | None) -> tuple[SchedulerRuntime, list[bytes], list[tuple[str, int]]]:
+    async def rebuilt(
+        state_topic: str | None, *, ahead: bool = False
+    ) -> tuple[SchedulerRuntime, list[bytes], list[tuple[str, int]]]:
         capture = _Capture()
         runtime = SchedulerRuntime(kafka_settings, topics, SchedulerConfig(), capture, partitions=partitions)
         runtime.state_topic = state_topic
         reads: list[tuple[str, int]] = []
-        read = runtime._read_partition
+        read, read_many = runtime._read_partition, runtime._read_from_start
 
         async def spy(topic: str, p: int, start: int = 0) -> list[Any]:
             reads.append((topic, start))
             return await read(topic, p, start)
 
+        async def spy_many(
+            tps: list[tuple[str, int]], starts: dict[tuple[str, int], int] | None = None
+        ) -> dict[tuple[str, int], list[Any]]:
+            reads.extend((f"{topic} (shared)", (starts or {}).get((topic, p), 0)) for topic, p in tps if p == partition)
+            return await read_many(tps, starts)
+
         runtime._read_partition = spy  # type: ignore[method-assign,assignment]
+        runtime._read_from_start = spy_many  # type: ignore[method-assign,assignment]
+        if ahead:
+            runtime.assigned(range(partitions), generation=1, ahead=True)
         log_now = await _batch(kafka_settings, topics, partition, 0)
         await runtime.process(log_now[-1:])
         return runtime, capture.records, reads
 
     from_snapshot, resumed, resumed_reads = await rebuilt(state_topic)
     from_zero, replayed, replayed_reads = await rebuilt(None)
+    ahead, resumed_ahead, ahead_reads = await rebuilt(state_topic, ahead=True)
+    assert sorted(ahead_reads) == [  # one consumer for the partitions built ahead, each read past its snapshot
+        (f"{topics.cluster_events} (shared)", snapshot_offset + 1),
+        (f"{topics.decisions} (shared)", decided_before),
+    ]
+    assert resumed_ahead == replayed and ahead.engines[partition] == from_zero.engines[partition]
     assert (topics.cluster_events, snapshot_offset + 1) in resumed_reads
     assert (topics.decisions, decided_before) in resumed_reads
     assert (topics.cluster_events, 0) in replayed_reads
@@ -149,3 +166,27 @@ async def _partitions(kafka: KafkaSettings, names: TopicNames) -> list[int]:
         return await topic_partitions(consumer, names.cluster_events)
     finally:
         await consumer.stop()
+
+
+async def test_no_snapshot_is_taken_while_a_rebuilds_malformed_records_wait_for_their_dead_letters() -> None:
+    runtime = SchedulerRuntime(
+        KafkaSettings(), TopicNames.with_prefix("x-"), SchedulerConfig(), _Capture(), partitions=1
+    )
+    engine = runtime._new_engine(0)
+    for offset, event in enumerate(_events()):
+        engine.fold(offset, event)
+    runtime.engines[0] = engine
+    writer = AckedSnapshots(runtime, KafkaSettings(), "x-engine-changelog", interval_s=0.0)
+    writer._producer = make_producer(KafkaSettings())
+    assert writer.due(0, now=0.0)
+    letting_out = asyncio.Event()
+
+    async def dead_lettering() -> None:
+        await letting_out.wait()
+
+    runtime._letting_out.add(task := asyncio.get_running_loop().create_task(dead_lettering()))
+    assert not writer.due(0, now=0.0), "the snapshot would cover records whose dead letters may be lost"
+    letting_out.set()
+    await task
+    runtime._letting_out.discard(task)
+    assert writer.due(0, now=0.0)

@@ -7,7 +7,8 @@ Partitions revoked in a rebalance and assigned again in the next generation keep
 it and are rebuilt from the log at once, all concurrently, while the consumer starts fetching (``runtime.py``,
 ``assigned(ahead=True)``). A batch's
 offsets are committed by a background task once its decisions are on the broker, so the agent goes on to the next
-batch without waiting for the commit's round trip.
+batch without waiting for the commit's round trip. After a batch whose decisions are all acknowledged, a due
+engine snapshot is written (``acked_snapshots.py``), which later rebuilds start from.
 """
 
 from __future__ import annotations
@@ -28,7 +29,8 @@ from kai_stream.core.events import Model, dumps
 from kai_stream.internals import faust_commit, faust_kafka_consumer, faust_kafka_producer, member_id
 from kai_stream.kafka import send_unit
 from kai_stream.observability import Health, HealthSettings, serve_health
-from kai_stream.streams import tables, topics
+from kai_stream.streams import snapshots, tables, topics
+from kai_stream.streams.acked_snapshots import AckedSnapshots
 from kai_stream.streams.app import BULK, PARTITIONS, app, kafka, names, settings
 from kai_stream.streams.exactly_once import TransactionalLoop
 from kai_stream.streams.runtime import InRecord, SchedulerRuntime, load_scheduler_config
@@ -121,6 +123,11 @@ class _Committer:
 
 
 committer = _Committer()
+acked_snapshots = (
+    AckedSnapshots(runtime, kafka, snapshots.topic_name(settings.app_id), settings.snapshot_interval_s)
+    if not BULK and settings.snapshot_interval_s > 0
+    else None
+)
 
 
 def _record(event: EventT[Any]) -> InRecord:
@@ -143,6 +150,8 @@ async def schedule(stream: Any) -> AsyncIterator[None]:
             health.failed(repr(exc)[:500])
             raise
         committer.add(batch)
+        if acked_snapshots is not None:
+            await acked_snapshots.after_batch({event.message.partition for event in batch})
         health.done()
         yield None
 
@@ -174,6 +183,9 @@ else:
     @app.task  # type: ignore[untyped-decorator]
     async def _commit_offsets() -> None:
         await committer.run()
+
+    if acked_snapshots is not None:
+        app.task(acked_snapshots.start)
 
 
 @app.task  # type: ignore[untyped-decorator]

@@ -146,7 +146,8 @@ class SchedulerRuntime:
         self._metered_at: dict[tuple[int, str], float] = {}
         self._held: tuple[int, set[int]] = (-1, set())
         self.state_topic: str | None = None
-        """The compacted snapshot topic a rebuild starts from when set (Apache Kafka, ``exactly_once.py``)."""
+        """The snapshot topic a rebuild starts from when set (``exactly_once.py`` on Apache Kafka,
+        ``acked_snapshots.py`` on Tansu)."""
         self.decisions_end: dict[int, int] = {}
         """Per partition: the decisions topic's offset past the last decision this engine has folded."""
 
@@ -204,8 +205,11 @@ class SchedulerRuntime:
         finally:
             await consumer.stop()
 
-    async def _read_from_start(self, tps: Collection[tuple[str, int]]) -> dict[tuple[str, int], list[Any]]:
-        """Each (topic, partition) of ``tps`` from its beginning to its end, all read by one consumer."""
+    async def _read_from_start(
+        self, tps: Collection[tuple[str, int]], starts: dict[tuple[str, int], int] | None = None
+    ) -> dict[tuple[str, int], list[Any]]:
+        """Each (topic, partition) of ``tps`` from its beginning (or its offset in ``starts``) to its end, all read by
+        one consumer."""
         read: dict[tuple[str, int], list[Any]] = {tp: [] for tp in tps}
         consumer = make_consumer(self.kafka, group_id=None, fetch_max_wait_ms=READ_TO_END_WAIT_MS)
         await consumer.start()
@@ -213,6 +217,10 @@ class SchedulerRuntime:
             assigned = [TopicPartition(topic, partition) for topic, partition in sorted(read)]
             consumer.assign(assigned)
             await consumer.seek_to_beginning(*assigned)
+            for tp in assigned:
+                start = (starts or {}).get((tp.topic, tp.partition), 0)
+                if start:
+                    consumer.seek(tp, start)
             for record in await read_to_end(consumer, timeout_s=60.0):
                 read[(record.topic, record.partition)].append(record)
         finally:
@@ -246,20 +254,27 @@ class SchedulerRuntime:
         return self._install(await self._build(partition, before - 1), before)
 
     async def _build(
-        self, partition: int, needed: int, reading: asyncio.Future[dict[tuple[str, int], list[Any]]] | None = None
+        self,
+        partition: int,
+        needed: int,
+        reading: asyncio.Future[dict[tuple[str, int], list[Any]]] | None = None,
+        resume: asyncio.Future[dict[int, snapshots.Snapshot | None]] | None = None,
     ) -> _Built:
         """The rebuilt engine of ``partition``, having folded its log at least through offset ``needed``; from
-        both logs as ``reading`` read them from the start for several partitions at once, when given (no snapshot
-        topic then)."""
+        both logs as ``reading`` read them for several partitions at once, when given: from the start, or past the
+        snapshots ``resume`` found."""
         started = time.monotonic()
         engine = self._new_engine(partition)
         decisions_from = 0
         resumed = ""
-        if self.state_topic is not None:
+        snapshot = None
+        if resume is not None:
+            snapshot = (await asyncio.shield(resume))[partition]
+        elif self.state_topic is not None:
             snapshot = await snapshots.latest(self.kafka, self.state_topic, partition, usable_by=engine)
-            if snapshot is not None:
-                engine, decisions_from = snapshot.engine, snapshot.decisions_from
-                resumed = f" after its snapshot at offset {engine.offset}"
+        if snapshot is not None:
+            engine, decisions_from = snapshot.engine, snapshot.decisions_from
+            resumed = f" after its snapshot at offset {engine.offset}"
         decisions_end = decisions_from
         if reading is not None:
             read = await asyncio.shield(reading)  # shared: a partition revoked meanwhile leaves the others' read
@@ -321,20 +336,35 @@ class SchedulerRuntime:
         return engine
 
     def _build_ahead(self, partitions: Collection[int]) -> None:
-        """Start rebuilding ``partitions`` now, before their first record is delivered (``ahead``); without a
-        snapshot topic, both logs of them all are read by one consumer."""
+        """Start rebuilding ``partitions`` now, before their first record is delivered (``ahead``): their latest
+        snapshots (with a snapshot topic) are read by one consumer, then both logs of them all, from the start or
+        past each snapshot, by another."""
         if not partitions:
             return
         loop = asyncio.get_running_loop()
-        reading = None
-        if self.state_topic is None:
-            topics = (self.names.decisions, self.names.cluster_events)
-            reading = loop.create_task(self._read_from_start([(t, p) for t in topics for p in partitions]))
-            reading.add_done_callback(_retrieved)
+        resume = None
+        if self.state_topic is not None:
+            fresh = {partition: self._new_engine(partition) for partition in partitions}
+            resume = loop.create_task(snapshots.latest_of(self.kafka, self.state_topic, fresh))
+            resume.add_done_callback(_retrieved)
+        reading = loop.create_task(self._read_past(sorted(partitions), resume))
+        reading.add_done_callback(_retrieved)
         for partition in sorted(partitions):
-            task = loop.create_task(self._build(partition, -1, reading))
+            task = loop.create_task(self._build(partition, -1, reading, resume))
             task.add_done_callback(_retrieved)
             self._ahead[partition] = task
+
+    async def _read_past(
+        self, partitions: list[int], resume: asyncio.Future[dict[int, snapshots.Snapshot | None]] | None
+    ) -> dict[tuple[str, int], list[Any]]:
+        """Both logs of ``partitions``, read by one consumer: from the start, or past the snapshots of ``resume``."""
+        starts: dict[tuple[str, int], int] = {}
+        for partition, snapshot in (await asyncio.shield(resume) if resume is not None else {}).items():
+            if snapshot is not None:
+                starts[(self.names.cluster_events, partition)] = snapshot.engine.offset + 1
+                starts[(self.names.decisions, partition)] = snapshot.decisions_from
+        topics = (self.names.decisions, self.names.cluster_events)
+        return await self._read_from_start([(t, p) for t in topics for p in partitions], starts)
 
     async def _rebuilt(self, partition: int, before: int) -> PartitionEngine:
         """The engine of ``partition`` whose first delivered record is at ``before``: the one built ahead when it
@@ -352,6 +382,12 @@ class SchedulerRuntime:
                 log.info("processor: partition %d was built ahead to offset %d, its records start at %d; rebuilding",
                          partition, built.engine.offset, before)
         return await self.rebuild(partition, before)
+
+    @property
+    def letting_out(self) -> bool:
+        """Whether malformed records a rebuild found are still being dead-lettered (in the background): a snapshot
+        taken now would cover records that may never get their dead letter."""
+        return bool(self._letting_out)
 
     def _let_out(self, task: asyncio.Task[None]) -> None:
         self._letting_out.discard(task)
@@ -523,13 +559,28 @@ class SchedulerRuntime:
             target, key = partition_for(pool, self.partitions), pool.encode()
             if self.send_unit is not None:
                 try:
-                    deliveries.append(await self.send_unit(topic, target, key, records))
+                    delivery = await self.send_unit(topic, target, key, records)
+                    deliveries.append(self._track(target, len(records), delivery))
                     continue
                 except UnitTooLarge as exc:
                     log.error("processor: pool %s: %s; its cycle is sent record by record (not atomic)", pool, exc)
             for record in records:
-                deliveries.append(await self.send(topic, target, key, record))
+                deliveries.append(self._track(target, 1, await self.send(topic, target, key, record)))
         return deliveries
+
+    def _track(self, partition: int, count: int, delivery: Awaitable[Any]) -> Awaitable[Any]:
+        """Move ``decisions_end`` past ``count`` records of ``partition`` once their delivery says where they
+        landed (a unit's delivery names its first offset), before whoever awaits the delivery resumes."""
+        if isinstance(delivery, asyncio.Future):
+            delivery.add_done_callback(functools.partial(self._delivered, partition, count))
+        return delivery
+
+    def _delivered(self, partition: int, count: int, delivery: asyncio.Future[Any]) -> None:
+        if delivery.cancelled() or delivery.exception() is not None or partition not in self.engines:
+            return
+        offset = getattr(delivery.result(), "offset", None)
+        if isinstance(offset, int) and offset >= 0:
+            self.decisions_end[partition] = max(self.decisions_end.get(partition, 0), offset + count)
 
     def _meter(self, pool: str) -> QueueMeter:
         meter = self._meters.get(pool)

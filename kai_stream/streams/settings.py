@@ -24,9 +24,10 @@ class ProcessorSettings(BaseSettings):
     whole reaction), so where a cycle lands never depends on how the broker split the log into fetches.
     ``fetch_max_wait_ms``: Tansu answers a fetch only when its wait expires, so a short wait is the
     latency floor of every hop (faust hard-codes 1500 ms; the app overrides it).
-    ``snapshot_interval_s``: on Apache Kafka, how often (at most) a partition's engine is written to the
-    processor's compacted state topic, where a restart resumes from (0: never; a restart then folds both logs from
-    the beginning). ``transaction_timeout_ms``: how long the broker keeps a killed processor's open transaction
+    ``snapshot_interval_s``: how often (at most) a partition's engine is written to the processor's state topic,
+    where a restart resumes from (0: never; a restart then folds both logs from the beginning); on Apache Kafka
+    in its transactions, on Tansu after a batch's decisions are acknowledged (``acked_snapshots.py``).
+    ``transaction_timeout_ms``: how long the broker keeps a killed processor's open transaction
     (and so what its partition's readers see) before aborting it, when no successor fences it sooner.
     ``instance_id``: on Apache Kafka, the processor's static membership of its group (``group.instance.id``): a
     processor restarted with the same id takes its partitions back at once instead of after the session timeout

@@ -132,28 +132,42 @@ async def ensure_topic(settings: KafkaSettings, name: str, partitions: int) -> N
 async def latest(settings: KafkaSettings, topic: str, partition: int, *, usable_by: PartitionEngine) -> Snapshot | None:
     """The last committed snapshot of ``partition``, if there is one that ``usable_by`` (a fresh engine of this
     processor) may continue from: same partition, code version and config hash."""
+    return (await latest_of(settings, topic, {partition: usable_by}))[partition]
+
+
+async def latest_of(
+    settings: KafkaSettings, topic: str, usable_by: dict[int, PartitionEngine]
+) -> dict[int, Snapshot | None]:
+    """``latest`` for several partitions, all read by one consumer: backwards from each partition's end (the last
+    2, 8, 32 ... offsets) until it holds the partition's record. A topic without compaction (Tansu) keeps every
+    snapshot; only the last ones are read. An end reported low (Tansu) costs nothing: the read goes on to the fetch
+    high-watermark; one reported past the end makes the consumer read the partition from its start."""
     consumer = make_consumer(
         settings, group_id=None, fetch_max_wait_ms=READ_TO_END_WAIT_MS, max_partition_fetch_bytes=MAX_SNAPSHOT_BYTES
     )
     await consumer.start()
+    values: dict[int, list[bytes]] = {partition: [] for partition in usable_by}
     try:
-        if partition not in await topic_partitions(consumer, topic):
-            return None
-        tp = TopicPartition(topic, partition)
-        consumer.assign([tp])
-        end = (await consumer.end_offsets([tp]))[tp]
+        present = set(await topic_partitions(consumer, topic))
+        missing = sorted(p for p in usable_by if p in present)
         back = 2
-        values: list[bytes] = []
-        while not values:
-            start = max(0, end - back)
-            consumer.seek(tp, start)
-            records = await read_to_end(consumer, timeout_s=60.0)
-            values = [r.value for r in records if r.key == key(partition) and r.value]
-            if start == 0:
-                break
+        while missing:
+            tps = [TopicPartition(topic, p) for p in missing]
+            consumer.assign(tps)
+            ends = await consumer.end_offsets(tps)
+            for tp in tps:
+                consumer.seek(tp, max(0, ends[tp] - back))
+            for record in await read_to_end(consumer, timeout_s=60.0):
+                if record.key == key(record.partition) and record.value and record.partition in values:
+                    values[record.partition].append(record.value)
+            missing = [tp.partition for tp in tps if not values[tp.partition] and ends[tp] - back > 0]
             back *= 4
     finally:
         await consumer.stop()
+    return {partition: _usable(found, usable_by[partition]) for partition, found in values.items()}
+
+
+def _usable(values: list[bytes], usable_by: PartitionEngine) -> Snapshot | None:
     if not values:
         return None
     snapshot = decode(values[-1])

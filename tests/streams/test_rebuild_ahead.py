@@ -82,7 +82,10 @@ def _runtime(monkeypatch: pytest.MonkeyPatch, log: _Log) -> SchedulerRuntime:
     async def read(self: SchedulerRuntime, topic: str, partition: int, start: int = 0) -> list[Any]:
         return await log.read(self, topic, partition, start)
 
-    async def read_from_start(self: SchedulerRuntime, tps: list[tuple[str, int]]) -> dict[tuple[str, int], list[Any]]:
+    async def read_from_start(
+        self: SchedulerRuntime, tps: list[tuple[str, int]], starts: dict[tuple[str, int], int] | None = None
+    ) -> dict[tuple[str, int], list[Any]]:
+        assert not starts, "no snapshot topic: both logs are read from the start"
         return await log.read_from_start(self, tps)
 
     monkeypatch.setattr(SchedulerRuntime, "_read_partition", read)

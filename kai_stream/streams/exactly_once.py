@@ -246,8 +246,9 @@ class TransactionalLoop(ConsumerRebalanceListener):  # type: ignore[misc]
         token = _current.set(producer)
         try:
             async with producer.transaction():
+                cpu = time.thread_time()
                 _, deliveries = await self.runtime.submit(batch, self.backlog)
-                cycled = time.time()
+                cycled, cycle_cpu = time.time(), time.thread_time() - cpu
                 delivered = await asyncio.gather(*deliveries)
                 for meta in delivered:
                     if meta.topic == self.names.decisions and meta.partition == partition:
@@ -258,7 +259,8 @@ class TransactionalLoop(ConsumerRebalanceListener):  # type: ignore[misc]
             self._uncommitted[tp] = records[-1].offset + 1
             self._maybe_snapshot(partition)
             self._hops.batch(partition, records[0].offset, records[-1].offset,
-                             fetched=fetched.at, taken=taken, cycled=cycled, committed=time.time())
+                             fetched=fetched.at, taken=taken, cycled=cycled, committed=time.time(),
+                             cycle_cpu=cycle_cpu)
         except BaseException:
             self.runtime.forget([partition])  # the engine may hold decisions the aborted transaction dropped
             await self._close([partition])

@@ -357,7 +357,9 @@ def print_hops(hops_dir: Path, bindings: list[BindingRecord], observed: dict[str
               f"{statistics.median(b['cycled'] - b['taken'] for b in slow) * 1e3:.1f} ms, the loop thread's CPU p50 "
               f"{statistics.median(b['cycle_cpu'] for b in slow) * 1e3:.1f} ms, max wall "
               f"{(slow[0]['cycled'] - slow[0]['taken']) * 1e3:.1f} ms with {slow[0]['cycle_cpu'] * 1e3:.1f} ms CPU, "
-              f"records {statistics.median(b['last'] - b['first'] + 1 for b in slow):.0f} (median)")
+              f"records {statistics.median(b['last'] - b['first'] + 1 for b in slow):.0f} (median), of which settling "
+              f"({sum(b.get('settle_cpu', 0.0) > 0 for b in slow)} settled) "
+              f"the heap (gc) p50 {statistics.median(b.get('settle_cpu', 0.0) for b in slow) * 1e3:.1f} ms CPU")
 
 
 @dataclass

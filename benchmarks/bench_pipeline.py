@@ -350,6 +350,16 @@ def print_hops(hops_dir: Path, bindings: list[BindingRecord], observed: dict[str
         if values:
             h50, h99 = quantiles(values)
             print(f"    {hop:18s}: p50 {h50:7.1f}, p99 {h99:7.1f}, mean {statistics.fmean(values):7.1f}")
+    batches = sorted(hoptrace.read(hops_dir, "processor"), key=lambda b: b["taken"] - b["cycled"])
+    slow = [b for b in batches[: max(len(batches) // 100, 1)] if "cycle_cpu" in b]
+    if slow:
+        print(f"  the slowest 1 % of the processor's batches' fold + cycle ({len(slow)} of {len(batches)}): wall p50 "
+              f"{statistics.median(b['cycled'] - b['taken'] for b in slow) * 1e3:.1f} ms, the loop thread's CPU p50 "
+              f"{statistics.median(b['cycle_cpu'] for b in slow) * 1e3:.1f} ms, max wall "
+              f"{(slow[0]['cycled'] - slow[0]['taken']) * 1e3:.1f} ms with {slow[0]['cycle_cpu'] * 1e3:.1f} ms CPU, "
+              f"records {statistics.median(b['last'] - b['first'] + 1 for b in slow):.0f} (median), of which settling "
+              f"({sum(b.get('settle_cpu', 0.0) > 0 for b in slow)} settled) "
+              f"the heap (gc) p50 {statistics.median(b.get('settle_cpu', 0.0) for b in slow) * 1e3:.1f} ms CPU")
 
 
 @dataclass

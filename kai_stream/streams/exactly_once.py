@@ -30,6 +30,10 @@ rebuild), after the batch's transaction committed, encoded in a forked child and
 transaction (``snapshots.encode_aside``), and only after a batch that left no
 pool waiting (deferred or awaiting a recorded decision's input), so the snapshot's engine has decided on
 everything it folded and any later decision's input offset lies past it.
+
+The heap is settled (``SchedulerRuntime.settle_heap``: a full collection, then a freeze) between batches, when
+no record waits, rather than inside a batch before its decisions are sent; while records keep arriving it waits
+up to ``SETTLE_LATE`` times its interval.
 """
 
 from __future__ import annotations
@@ -76,6 +80,7 @@ TRANSACTION_RETRY_BACKOFF_MS = 10
 """The transactional producers' retry back-off. A transaction's request that comes before the markers of the
 partition's previous transaction are written is refused (``CONCURRENT_TRANSACTIONS``) and retried after it;
 aiokafka's default, 100 ms, went straight into a decision's latency (markers take milliseconds)."""
+SETTLE_LATE = 3.0
 
 _current: contextvars.ContextVar[AIOKafkaProducer | None] = contextvars.ContextVar("transaction", default=None)
 """The producer whose transaction the running partition batch publishes in (batches of partitions run at once)."""
@@ -125,6 +130,7 @@ class TransactionalLoop(ConsumerRebalanceListener):  # type: ignore[misc]
         self._hops = HopTrace("processor")
         runtime.send = self.send
         runtime.send_unit = None  # the batch's transaction makes a cycle atomic; another producer would leave it
+        runtime.settle_in_submit = False
         if snapshot_interval_s > 0:
             runtime.state_topic = self.state_topic
 
@@ -174,6 +180,8 @@ class TransactionalLoop(ConsumerRebalanceListener):  # type: ignore[misc]
                 if not self._arrived.is_set() and any(encoding.done() for encoding in self._encoding.values()):
                     async with self._busy:
                         await self._write_snapshots()
+                if self.runtime.settle_due(SETTLE_LATE if self._arrived.is_set() else 1.0):
+                    self.runtime.settle_heap()
                 if not self._arrived.is_set():
                     continue
                 async with self._busy:
@@ -246,8 +254,9 @@ class TransactionalLoop(ConsumerRebalanceListener):  # type: ignore[misc]
         token = _current.set(producer)
         try:
             async with producer.transaction():
+                cpu, settled = time.thread_time(), self.runtime.settle_cpu_s
                 _, deliveries = await self.runtime.submit(batch, self.backlog)
-                cycled = time.time()
+                cycled, cycle_cpu = time.time(), time.thread_time() - cpu
                 delivered = await asyncio.gather(*deliveries)
                 for meta in delivered:
                     if meta.topic == self.names.decisions and meta.partition == partition:
@@ -258,7 +267,8 @@ class TransactionalLoop(ConsumerRebalanceListener):  # type: ignore[misc]
             self._uncommitted[tp] = records[-1].offset + 1
             self._maybe_snapshot(partition)
             self._hops.batch(partition, records[0].offset, records[-1].offset,
-                             fetched=fetched.at, taken=taken, cycled=cycled, committed=time.time())
+                             fetched=fetched.at, taken=taken, cycled=cycled, committed=time.time(),
+                             cycle_cpu=cycle_cpu, settle_cpu=self.runtime.settle_cpu_s - settled)
         except BaseException:
             self.runtime.forget([partition])  # the engine may hold decisions the aborted transaction dropped
             await self._close([partition])

@@ -13,7 +13,7 @@ to read. Without one (tests that publish record by record) they are sent one at 
 Between cycles the processor keeps a large, long-lived state (every pod and node of its pools); it is moved
 out of the cyclic garbage collector's reach (``gc.freeze``) after a rebuild and then every
 ``gc_freeze_interval_s`` (when set: it acts on the whole process), after a collection of what is young, so
-collections stop rescanning it.
+collections stop rescanning it; by ``submit``, or between batches by a caller that turns ``settle_in_submit`` off.
 Fair shares (the ``on_fair_share`` cache) are computed on a Tick of a pool only when something other than
 ticks changed the pool since they were last computed, and at most every ``fair_share_interval_s``: each
 computation opens a full session.
@@ -149,6 +149,10 @@ class SchedulerRuntime:
         """The snapshot topic a rebuild starts from when set (``exactly_once.py`` on Apache Kafka,
         ``acked_snapshots.py`` on Tansu)."""
         self.decisions_end: dict[int, int] = {}
+        self.settle_cpu_s = 0.0
+        """CPU seconds spent settling the heap (``settle_heap``), all told."""
+        self.settle_in_submit = True
+        """Whether ``submit`` settles the heap when due; off where the caller settles it between batches."""
         """Per partition: the decisions topic's offset past the last decision this engine has folded."""
 
     def revoked(self, partitions: Collection[int], generation: int) -> None:
@@ -394,10 +398,17 @@ class SchedulerRuntime:
         if not task.cancelled() and task.exception() is not None:
             log.warning("processor: dead-lettering records found in a rebuild failed: %r", task.exception())
 
+    def settle_due(self, late: float = 1.0) -> bool:
+        """Whether ``gc_freeze_interval_s`` (times ``late``) has passed since the heap was last settled."""
+        interval = self.gc_freeze_interval_s
+        return interval is not None and time.monotonic() - self._frozen_at >= interval * late
+
     def settle_heap(self) -> None:
         """Collect young garbage, then freeze every surviving object (the state) out of later collections."""
+        started = time.thread_time()
         settle_heap()
         self._frozen_at = time.monotonic()
+        self.settle_cpu_s += time.thread_time() - started
 
     def decode(self, record: InRecord) -> ClusterEvent:
         """The event of one cluster-events record; ``MalformedEvent`` (the dead letter's reason) when it does not
@@ -546,7 +557,7 @@ class SchedulerRuntime:
         if published:
             for notify in self.on_decisions:
                 notify(published)
-        if self.gc_freeze_interval_s is not None and time.monotonic() - self._frozen_at >= self.gc_freeze_interval_s:
+        if self.settle_in_submit and self.settle_due():
             self.settle_heap()
         return published, deliveries
 

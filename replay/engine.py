@@ -9,7 +9,10 @@ binder, kubelets and watch would:
   ``duration_s`` is observed ``Succeeded`` that much later and then deleted (as a Job's TTL controller does);
 * ``EvictionRequested`` -> a ``PodEvicted`` outcome, then the pod removed (no termination grace here).
 
-The answers are ``kai_stream.emulation.react``'s under ``POLICY``; this module is the clock.
+The answers are ``kai_stream.emulation.react``'s under ``POLICY``; this module is the clock. Given the
+``Emulation`` a simulated run recorded (a trace run: evicted pods restarted), it answers and cycles as that run
+did instead: completions due at a batch's time fold with it (one cycle), a completion alone cycles only when the
+run cycled per event time, and a cycle is repeated only as that run repeated it.
 
 Outcomes go back into the event log at new offsets, exactly as they return through the cluster-events topic.
 Decisions are chained (``prev_hash``) and the config is recorded first, so the result replays like a
@@ -27,9 +30,18 @@ import orjson
 import kai_stream
 from kai_stream.core.config import SchedulerConfig, config_hash
 from kai_stream.core.decide import decide
-from kai_stream.core.events import BindRequested, ClusterEvent, ConfigRecorded, GpuHealthObserved, ObservedEvent, Tick
+from kai_stream.core.events import (
+    BindRequested,
+    ClusterEvent,
+    ConfigRecorded,
+    EvictionRequested,
+    GpuHealthObserved,
+    ObservedEvent,
+    PodPipelined,
+    Tick,
+)
 from kai_stream.core.state import ClusterState, apply
-from kai_stream.emulation import Policy, finished, finishes_at, react
+from kai_stream.emulation import Emulation, Policy, emulation_json, finished, finishes_at, react
 from kai_stream.history.reader import PoolLog
 
 __all__ = ["CODE_VERSION", "EngineRun", "run_engine"]
@@ -60,9 +72,19 @@ class _Finish:
 
 class _Loop:
     def __init__(
-        self, config: SchedulerConfig, pool: str, code_version: str, max_cycles: int, remove_finished: bool
+        self,
+        config: SchedulerConfig,
+        pool: str,
+        code_version: str,
+        max_cycles: int,
+        remove_finished: bool,
+        emulation: Emulation | None = None,
     ) -> None:
         self.config = config
+        self.emulation = emulation
+        self.policy = emulation.policy if emulation is not None else POLICY
+        self.bound_by: dict[str, str] = {}
+        """Per pod uid, the decision that bound it last: a completion of an earlier bind (evicted since) is none."""
         self.remove_finished = remove_finished
         self.pool = pool
         self.code_version = code_version
@@ -95,31 +117,70 @@ class _Loop:
             for decision, _ in linked:
                 self.log.decisions.append(decision)
                 self.log.decision_offsets.append(len(self.log.decision_offsets))
+            again = False
             for decision, _ in linked:
                 pod = self.state.pods.get(decision.uid)
-                for event in react(decision, self.state, POLICY):
+                for event in react(decision, self.state, self.policy):
                     self.emit(event)
-                at = finishes_at(decision, pod, POLICY) if isinstance(decision, BindRequested) else None
-                if at is not None:
-                    self.seq += 1
-                    heapq.heappush(self.finishing, _Finish(at, self.seq, decision.uid, decision.decision_id))
+                if isinstance(decision, BindRequested):
+                    self.bound_by[decision.uid] = decision.decision_id
+                    at = finishes_at(decision, pod, self.policy)
+                    if at is not None:
+                        self.seq += 1
+                        heapq.heappush(self.finishing, _Finish(at, self.seq, decision.uid, decision.decision_id))
+                elif isinstance(decision, EvictionRequested):
+                    self.bound_by.pop(decision.uid, None)
+                    again = True
+                again |= isinstance(decision, PodPipelined)
             if self.state.offset == offset:
+                return
+            if self.emulation is not None and not self.emulation.repeat_after_binds and not again:
                 return
         self.stopped_early = True
 
-    def finish_until(self, ts: float | None) -> None:
-        while self.finishing and (ts is None or self.finishing[0].ts <= ts):
+    def due(self, ts: float | None, before: bool) -> bool:
+        if not self.finishing:
+            return False
+        first = self.finishing[0].ts
+        return ts is None or first < ts or (not before and first == ts)
+
+    def finish_until(self, ts: float | None, *, before: bool = False, settle: bool = True) -> None:
+        """Complete the pods due by ``ts`` (``before``: strictly before it), a cycle after each completion time
+        when ``settle``."""
+        while self.due(ts, before):
             batch_ts = self.finishing[0].ts
             while self.finishing and self.finishing[0].ts == batch_ts:
                 done = heapq.heappop(self.finishing)
                 pod = self.state.pods.get(done.uid)
-                if pod is None or pod.node_name is None or pod.phase != "Running":
+                if pod is None or pod.node_name is None or pod.phase in ("Succeeded", "Failed"):
+                    continue
+                if self.policy.running and pod.phase != "Running":
+                    continue
+                if self.bound_by.get(done.uid, done.decision_id) != done.decision_id:
                     continue
                 if self.state.assumed.get(done.uid) is not None:
                     continue
                 for event in finished(pod, done.decision_id, batch_ts, remove=self.remove_finished):
                     self.emit(event)
-            self.settle()
+            if settle:
+                self.settle()
+
+    def fold(self, batch: Sequence[ObservedEvent], tick_cycles: bool) -> None:
+        """Fold one batch and cycle after it (``run_engine``'s rules, or the recorded emulation's)."""
+        if self.emulation is None:
+            self.finish_until(batch[0].ts)
+            only_time = not tick_cycles and all(_only_time(event, self.state) for event in batch)
+            for event in batch:
+                self.emit(event)
+            if not only_time:
+                self.settle()
+            return
+        per_event = self.emulation.cycle_every <= 0
+        self.finish_until(batch[0].ts, before=True, settle=per_event)
+        for event in batch:
+            self.finish_until(event.ts, settle=False)
+            self.emit(event)
+        self.settle()
 
 
 def _only_time(event: ObservedEvent, state: ClusterState) -> bool:
@@ -150,6 +211,7 @@ def run_engine(
     drain: bool = True,
     remove_finished: bool = True,
     tick_cycles: bool = True,
+    emulation: Emulation | None = None,
 ) -> EngineRun:
     """Play ``observed`` (sorted by event time, stable) through the scheduler with an emulated cluster.
 
@@ -161,8 +223,10 @@ def run_engine(
     ``tick_cycles=False`` skips the cycle after a batch that only advances time (ticks, GPU readings equal to
     the node's last ones): faster generation of long logs; only time-driven decisions such as stale-gang
     eviction can then come later than a live processor's.
+    ``emulation``: answer and cycle as the simulated run that recorded it did (module doc); pass its
+    ``max_cycles`` too.
     """
-    loop = _Loop(config, pool, code_version, max_cycles, remove_finished)
+    loop = _Loop(config, pool, code_version, max_cycles, remove_finished, emulation)
     loop.log.configs.append(
         ConfigRecorded(
             ts=0.0,
@@ -170,16 +234,12 @@ def run_engine(
             config_hash=config_hash(config),
             code_version=code_version,
             config=orjson.dumps(config.model_dump(mode="json"), option=orjson.OPT_SORT_KEYS).decode(),
+            emulation=emulation_json(emulation) if emulation is not None else "",
         )
     )
     batches = cycles if cycles is not None else _batches(sorted(observed, key=lambda e: e.ts))
     for batch in batches:
-        loop.finish_until(batch[0].ts)
-        only_time = not tick_cycles and all(_only_time(event, loop.state) for event in batch)
-        for event in batch:
-            loop.emit(event)
-        if not only_time:
-            loop.settle()
+        loop.fold(batch, tick_cycles)
     if drain:
         loop.finish_until(None)
     run = EngineRun(log=loop.log, state=loop.state, cycles=loop.cycles, stopped_early=loop.stopped_early)

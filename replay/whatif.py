@@ -6,7 +6,9 @@ log starts), nodes, queues, pod groups, priority classes, topologies, GPU health
 recorded run did not evict or finish (a user's), and removals of pod groups that still had such a pod. Binder
 outcomes, later pod observations and the removals of what was evicted or finished are consequences of the
 recorded decisions, so they are dropped and re-emulated by ``replay.engine`` (bind succeeds at once; a pod with
-``duration_s`` runs that long; eviction removes the pod).
+``duration_s`` runs that long; eviction removes the pod). A simulated run's history (a trace run) records its
+``Emulation`` (``ConfigRecorded.emulation``): both sides are then re-run with its answers (an evicted pod is
+restarted and waits again) and its clock (a cycle per event time), so the baseline reproduces its decisions.
 
 Cycles come where the recorded run had them, whatever its event times: after the event at each recorded
 decision's ``input_offset`` (the last event kept at or before it) and after every ``Tick``; a live log, whose
@@ -52,6 +54,7 @@ from kai_stream.core.events import (
     TopologyObserved,
 )
 from kai_stream.core.manifests import object_to_events
+from kai_stream.emulation import Emulation, emulation_of
 from kai_stream.history.reader import History, PoolLog
 from replay.engine import run_engine
 
@@ -133,8 +136,9 @@ def _scheduler_removed_groups(log: PoolLog, released: set[str]) -> set[tuple[str
     return {group for group, uids in members.items() if uids <= released}
 
 
-def observed_cycles(log: PoolLog) -> list[list[ObservedEvent]]:
-    """What the cluster did on its own (module rules), cut where the recorded run cycled (module docs)."""
+def observed_cycles(log: PoolLog, *, by_time: bool | None = None) -> list[list[ObservedEvent]]:
+    """What the cluster did on its own (module rules), cut where the recorded run cycled (module docs);
+    ``by_time``: also cut at every change of event time (a trace run cycled at each)."""
     released: set[str] = set()
     for event in log.events:
         if isinstance(event, PodEvicted):
@@ -143,7 +147,8 @@ def observed_cycles(log: PoolLog) -> list[list[ObservedEvent]]:
             released.add(event.pod.uid)
     consequences = _scheduler_removed_groups(log, released)
     cycled = {d.input_offset for d in log.decisions}
-    by_time = not cycled and not any(isinstance(event, Tick) for event in log.events)
+    if by_time is None:
+        by_time = not cycled and not any(isinstance(event, Tick) for event in log.events)
     seen: set[str] = set()
     batches: list[list[ObservedEvent]] = []
     batch: list[ObservedEvent] = []
@@ -376,6 +381,13 @@ def _recorded_config(log: PoolLog) -> SchedulerConfig:
     return SchedulerConfig()
 
 
+def _recorded_emulation(log: PoolLog) -> Emulation | None:
+    for record in reversed(log.configs):
+        if record.emulation:
+            return emulation_of(record.emulation)
+    return None
+
+
 def run_whatif(
     history: History, spec: WhatIfSpec, *, baseline: SchedulerConfig | None = None, tick_cycles: bool = False
 ) -> WhatIfReport:
@@ -387,15 +399,21 @@ def run_whatif(
     pools: dict[str, WhatIfPool] = {}
     base_hash = other_hash = ""
     for name, log in sorted(history.pools.items()):
-        observed = observed_cycles(log)
+        emulation = _recorded_emulation(log)
+        observed = observed_cycles(log, by_time=emulation.cycle_every <= 0 if emulation is not None else None)
         if not observed:
             continue
         base_config = baseline or _recorded_config(log)
         other_config = spec.config or base_config
         base_hash, other_hash = config_hash(base_config), config_hash(other_config)
-        before = run_engine((), base_config, cycles=observed, pool=name, tick_cycles=tick_cycles)
+        rounds = emulation.max_cycles if emulation is not None else 50
+        before = run_engine(
+            (), base_config, cycles=observed, pool=name, tick_cycles=tick_cycles, emulation=emulation,
+            max_cycles=rounds,
+        )
         after = run_engine(
-            (), other_config, cycles=_override(observed, spec.queues), pool=name, tick_cycles=tick_cycles
+            (), other_config, cycles=_override(observed, spec.queues), pool=name, tick_cycles=tick_cycles,
+            emulation=emulation, max_cycles=rounds,
         )
         end = max(
             before.log.events[-1].ts if before.log.events else 0.0,

@@ -201,13 +201,14 @@ class KubernetesConnector:
     async def _translate_dependents(self, kind: str) -> None:
         """Translate again what depends on a DRA object of ``kind``: for a ResourceSlice the nodes and every pod
         (whether any node publishes GPU devices decides the device-plugin pods' affinity), else the pods that name
-        claims."""
+        claims, and for a ResourceClaim the nodes too (a claim no observed pod names holds its allocated devices)."""
         if not self._dra_ready.is_set():
             return
         slices = kind == "ResourceSlice"
+        nodes = slices or kind == "ResourceClaim"
         for key, obj in list(self._raw.items()):
             claims = (obj.get("spec") or {}).get("resourceClaims")
-            if (key[0] == "Node" and slices) or (key[0] == "Pod" and (slices or claims)):
+            if (key[0] == "Node" and nodes) or (key[0] == "Pod" and (slices or claims)):
                 await self._translate(obj)
 
     async def _translate(self, obj: Obj) -> ObjectKey | None:

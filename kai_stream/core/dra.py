@@ -10,7 +10,9 @@ added to its GPU count and labelled ``LABEL_DRA_GPUS``); a pod's claimed GPUs ar
 without published devices; a bound pod's claims already allocated (``status.allocation``) give its GPU indices
 (``allocated_indices``), so those devices are counted as taken; a pod of device-plugin GPUs gets the opposite
 affinity once any node publishes GPU devices (a DRA node's GPUs are not the device plugin's); a pod that cannot be
-served carries ``PodSpec.refused`` and stays pending with code ``ResourceClaimUnusable``.
+served carries ``PodSpec.refused`` and stays pending with code ``ResourceClaimUnusable``. Devices allocated to a
+claim no observed pod names (by name, or as its template-made claim in ``status.resourceClaimStatuses``) are held
+elsewhere: they are left out of the node's devices, so the core never gives them again.
 
 A device class is a GPU class when its CEL selectors name the GPU driver (``device.driver == "gpu.nvidia.com"``) or
 when it is named after it. Supported: claims by name (one pod per claim) or from a template, requests for
@@ -88,7 +90,10 @@ class DraIndex:
         key = f"{namespace}/{meta.get('name')}"
         wanted = {
             (namespace, str(ref["resourceClaimName"]))
-            for ref in _items((pod.get("spec") or {}).get("resourceClaims"))
+            for ref in [
+                *_items((pod.get("spec") or {}).get("resourceClaims")),
+                *_items((pod.get("status") or {}).get("resourceClaimStatuses")),
+            ]
             if ref.get("resourceClaimName")
         } if present else set()
         changed = False
@@ -125,20 +130,35 @@ class DraIndex:
             for (kind, _, _), obj in self.objects.items()
         )
 
+    def held_elsewhere(self) -> set[tuple[str, str, str]]:
+        """(driver, pool, device) of the devices allocated (``status.allocation``) to claims no observed pod names
+        (a claim another scheduler allocated, or whose pod is not seen): taken, though no bound pod counts them."""
+        held: set[tuple[str, str, str]] = set()
+        for (kind, namespace, name), obj in self.objects.items():
+            if kind != "ResourceClaim" or self.claim_users.get((namespace, name)):
+                continue
+            allocation = (obj.get("status") or {}).get("allocation")
+            if isinstance(allocation, Mapping):
+                for result in _items((allocation.get("devices") or {}).get("results")):
+                    held.add((str(result.get("driver")), str(result.get("pool")), str(result.get("device"))))
+        return held
+
     def node_devices(self, node: str) -> tuple[DraDevice, ...]:
-        """The GPU devices the ResourceSlices of ``node`` publish for the GPU driver: slices by (pool, name), each
-        slice's devices in its order."""
+        """The GPU devices the ResourceSlices of ``node`` publish for the GPU driver and no unseen pod's claim holds
+        (``held_elsewhere``): slices by (pool, name), each slice's devices in its order."""
         slices = []
         for (kind, _, name), obj in self.objects.items():
             spec = obj.get("spec") or {}
             if kind == "ResourceSlice" and spec.get("nodeName") == node and spec.get("driver") == GPU_DRIVER:
                 pool = str((spec.get("pool") or {}).get("name") or node)
                 slices.append((pool, name, spec))
-        return tuple(
+        held = self.held_elsewhere()
+        published = (
             DraDevice(driver=GPU_DRIVER, pool=pool, device=str(device.get("name", "")))
             for pool, _, spec in sorted(slices, key=lambda s: (s[0], s[1]))
             for device in _items(spec.get("devices"))
         )
+        return tuple(d for d in published if (d.driver, d.pool, d.device) not in held)
 
     def node_gpus(self, node: str) -> int:
         """GPU devices the ResourceSlices of ``node`` publish for the GPU driver."""

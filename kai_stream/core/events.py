@@ -575,6 +575,9 @@ class ConfigRecorded(Model):
     config_hash: Name
     code_version: Name
     config: Annotated[str, Field(max_length=MAX_TEXT * 64)]
+    emulation: Annotated[str, Field(max_length=MAX_TEXT * 4)] = ""
+    """For a simulated run (a trace run): the canonical JSON of how its emulated cluster answered and when it
+    cycled (``kai_stream.emulation.recorded``), so a what-if re-runs it the same way; empty for a live run."""
 
 
 class QueueShare(Model):

@@ -30,15 +30,19 @@ from kai_stream.emulation.react import (
     recreated_uid,
     removal,
 )
+from kai_stream.emulation.recorded import Emulation, emulation_json, emulation_of
 
 __all__ = [
     "DEFAULT_TERMINATION_GRACE_S",
     "LABEL_RECREATE",
     "ClusterLog",
     "EmulatedCluster",
+    "Emulation",
     "Marks",
     "Policy",
     "bind_failed",
+    "emulation_json",
+    "emulation_of",
     "eviction_failed",
     "finished",
     "finishes_at",

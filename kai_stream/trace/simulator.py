@@ -78,7 +78,7 @@ from kai_stream.core.scheduler.cycle import run_cycle
 from kai_stream.core.scheduler.framework.info import CPU, GPU, MEM
 from kai_stream.core.scheduler.framework.session import Session
 from kai_stream.core.state import ClusterState, apply
-from kai_stream.emulation import Policy, finished, finishes_at, react
+from kai_stream.emulation import Emulation, Policy, emulation_json, finished, finishes_at, react
 from kai_stream.history.schema import event_values, write_segment
 from kai_stream.trace.loaders import GPUS_PER_POD, Trace
 
@@ -167,7 +167,14 @@ class _Log:
 
 class _Simulation:
     def __init__(
-        self, base: list[ObservedEvent], config: SchedulerConfig, *, pool: str, max_cycles: int, skip: bool = True
+        self,
+        base: list[ObservedEvent],
+        config: SchedulerConfig,
+        *,
+        pool: str,
+        max_cycles: int,
+        skip: bool = True,
+        cycle_every: float = 0.0,
     ) -> None:
         self.config = config
         self.pool = pool
@@ -202,6 +209,7 @@ class _Simulation:
             config_hash=self.hash,
             code_version=self.version,
             config=orjson.dumps(config.model_dump(mode="json"), option=orjson.OPT_SORT_KEYS).decode(),
+            emulation=emulation_json(Emulation(POLICY, cycle_every=cycle_every, max_cycles=max_cycles)),
         )
         self.log.add(DECISIONS, recorded, dumps(recorded))
         for event in base:
@@ -509,7 +517,9 @@ def simulate_trace(
     """Run ``trace`` on the cluster ``base`` (Nodes, Queues … as observed events) and write the history.
     ``skip_cycles=False`` runs every cycle (the history is the same; see rule 5)."""
     started = time.perf_counter()
-    sim = _Simulation(base, config, pool=pool, max_cycles=max_cycles_per_batch, skip=skip_cycles)
+    sim = _Simulation(
+        base, config, pool=pool, max_cycles=max_cycles_per_batch, skip=skip_cycles, cycle_every=cycle_every
+    )
     sim.run(trace, cycle_every, progress)
     stats = sim.stats
     write_started = time.perf_counter()

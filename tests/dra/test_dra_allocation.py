@@ -105,3 +105,15 @@ def test_allocate_is_empty_when_an_index_is_not_a_published_device() -> None:
     assert [d.device for d in allocate(pod, node, (0,))] == ["g0"]
     assert allocate(pod, node, (2,)) == (), "a device-plugin GPU is no device of the claim"
     assert allocate(pod, node, (0, 1)) == (), "more GPUs than the claims ask for"
+
+
+def test_devices_of_claims_no_seen_pod_names_are_taken() -> None:
+    """The claim ``held`` is allocated gpu-1 but its pod is not observed (another scheduler's, or not seen): gpu-1
+    is left out of the node, so b-one gets gpu-0 and a second one-GPU pod finds no device."""
+    docs = [d for d in yaml.safe_load_all(_with_one_held()) if (d.get("metadata") or {}).get("name") != "other"]
+    nodes = {e.node.name: e.node for e in load_scenario(yaml.safe_dump_all(docs)) if isinstance(e, NodeObserved)}
+    assert [d.device for d in nodes["node-dra"].dra_devices] == ["gpu-0"]
+    assert nodes["node-dra"].allocatable.gpu_milli == 1000
+    binds = _binds(yaml.safe_dump_all(docs))
+    assert [(d.resource_claim, d.device) for d in binds["b-one"].dra_devices] == [("one-gpu", "gpu-0")]
+    assert all(d.device != "gpu-1" for b in binds.values() for d in b.dra_devices)

@@ -12,8 +12,10 @@ import pytest
 from typer.testing import CliRunner
 
 from kai_stream.cli import _register, app
+from kai_stream.core.config import SchedulerConfig
 from kai_stream.core.events import (
     BindRequested,
+    Decision,
     EvictionRequested,
     PodObserved,
     PodRemoved,
@@ -21,10 +23,13 @@ from kai_stream.core.events import (
     loads_cluster_event,
     loads_decisions_record,
 )
+from kai_stream.emulation import emulation_of
 from kai_stream.explain import explain_pod
 from kai_stream.history.reader import History, read_history
 from kai_stream.history.schema import scan_history
+from replay.engine import run_engine
 from replay.testing import assert_replays_identically
+from replay.whatif import WhatIfSpec, observed_cycles, run_whatif
 from tests.trace.itp_slice import simulate_itp_slice
 
 DATA = Path(__file__).parent / "data"
@@ -173,3 +178,29 @@ def test_every_history_value_is_the_canonical_dumps(
     for topic, _, value in rows:
         loads = loads_decisions_record if topic == "decisions" else loads_cluster_event
         assert dumps(loads(value.encode())).decode() == value
+
+
+def _story(decisions: list[Decision]) -> list[tuple[object, ...]]:
+    return [
+        (type(d).__name__, d.uid, d.ts, getattr(d, "node", None), getattr(d, "gpu_indices", None), d.action)
+        for d in decisions
+    ]
+
+
+def test_whatif_of_a_trace_history_under_its_own_policy_reproduces_its_decisions(itp_history: Path) -> None:
+    history = read_history(itp_history)
+    log = history.pools["default"]
+    recorded = emulation_of(log.configs[-1].emulation)
+    assert recorded is not None and recorded.policy.recreate == "restart" and recorded.cycle_every == 0
+    evicted = sum(1 for d in log.decisions if isinstance(d, EvictionRequested))
+    assert evicted > 0
+    pool = run_whatif(history, WhatIfSpec()).pools["default"]
+    for side in (pool.baseline, pool.whatif):
+        assert sum(len(o.evictions) for o in side.values()) == evicted
+    assert pool.baseline_decisions == pool.whatif_decisions == len(log.decisions)
+    assert pool.changed_pods() == []
+    rerun = run_engine(
+        (), SchedulerConfig(), cycles=observed_cycles(log, by_time=True), emulation=recorded,
+        max_cycles=recorded.max_cycles,
+    )
+    assert _story(rerun.log.decisions) == _story(log.decisions)

@@ -79,15 +79,31 @@ def test_the_kai_example_request() -> None:
     assert {uid: share["gpu"] for uid, share in answer.items()} == {"queue1": 70.0, "queue2": 30.0}
 
 
+ASKS = 8
+"""How often a case KAI answered differently is asked again: KAI hands out a remainder that several queues tie for
+in Go map order, so the same request can get different answers from one run to the next."""
+
+
+def _rounded(answer: dict[str, dict[str, float]]) -> dict[str, dict[str, float]]:
+    return {uid: {"gpu": round(s["gpu"], 6), "cpu": round(s["cpu"], 6)} for uid, s in answer.items()}
+
+
 def test_generated_sibling_queues_get_kai_fair_shares(kai: FairshareSimulator) -> None:
+    """Ours must equal KAI's answer; where KAI's answers to one case vary between runs (a tie it breaks in map
+    order), ours must equal one of them."""
     rng = random.Random(25)
     differences = []
+    ties = 0
     for n in range(CASES):
         total, queues = _case(rng)
-        theirs = kai.simulate({**total, "Memory": 10**9}, queues)
+        request = {**total, "Memory": 10**9}
         ours = _ours(total, queues)
-        for uid, share in ours.items():
-            got = {"gpu": round(theirs[uid]["gpu"], 6), "cpu": round(theirs[uid]["cpu"], 6)}
-            if got != share:
-                differences.append((n, uid, got, share, total, queues))
+        answers = [_rounded(kai.simulate(request, queues))]
+        if answers[0] != ours:
+            answers += [_rounded(kai.simulate(request, queues)) for _ in range(ASKS - 1)]
+            if ours in answers:
+                ties += 1
+                continue
+            differences.append((n, answers[0], ours, total, queues))
     assert not differences, f"{len(differences)} differ; first: {differences[0]}"
+    assert ties <= CASES // 10, f"{ties} of {CASES} cases matched only one of KAI's varying answers"

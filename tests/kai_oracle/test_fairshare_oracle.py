@@ -96,7 +96,7 @@ def test_generated_sibling_queues_get_kai_fair_shares(kai: FairshareSimulator) -
     ties = 0
     for n in range(CASES):
         total, queues = _case(rng)
-        request = {**total, "Memory": 10**9}
+        request: dict[str, float] = {**total, "Memory": 10**9}
         ours = _ours(total, queues)
         answers = [_rounded(kai.simulate(request, queues))]
         if answers[0] != ours:

@@ -7,35 +7,23 @@ partition revoked while it is being built ahead is dropped, build and all."""
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from kai_stream.core.config import SchedulerConfig
-from kai_stream.core.events import ClusterEvent, Model, Tick, dumps, stable_id
+from kai_stream.core.events import ClusterEvent, Model, dumps
 from kai_stream.core.manifests import load_scenario
 from kai_stream.core.state import ClusterState, apply
 from kai_stream.settings import KafkaSettings
 from kai_stream.streams.runtime import InRecord, SchedulerRuntime
 from kai_stream.topics import TopicNames
+from tests.streams.records import FakeRecord, tick
 
 ROOT = Path(__file__).resolve().parents[2]
 CODE = "test"
 TOPICS = TopicNames.with_prefix("ahead-")
-
-
-@dataclass
-class _Record:
-    offset: int
-    value: bytes
-    key: bytes | None = b"default"
-    timestamp: int = 0
-
-
-def _tick(ts: float) -> Tick:
-    return Tick(event_id=stable_id("tick", repr(ts)), ts=ts, pool="default")
 
 
 class _Log:
@@ -43,7 +31,7 @@ class _Log:
 
     def __init__(self) -> None:
         self.events: list[ClusterEvent] = [
-            *load_scenario((ROOT / "examples" / "fair-share.yaml").read_text()), _tick(5.0)
+            *load_scenario((ROOT / "examples" / "fair-share.yaml").read_text()), tick(5.0)
         ]
         self.end = len(self.events)
         self.reads: list[int] = []
@@ -58,8 +46,8 @@ class _Log:
             return []
         self.reads.append(start)
         await self.gate.wait()
-        records = [_Record(i, dumps(e)) for i, e in enumerate(self.events[: self.end]) if i >= start]
-        return records + [_Record(i, b"\xff garbage") for i in self.garbage if i >= start]
+        records = [FakeRecord(i, dumps(e)) for i, e in enumerate(self.events[: self.end]) if i >= start]
+        return records + [FakeRecord(i, b"\xff garbage") for i in self.garbage if i >= start]
 
     async def read_from_start(
         self, runtime: SchedulerRuntime, tps: list[tuple[str, int]]
@@ -107,7 +95,7 @@ async def test_a_partition_built_ahead_is_used_when_its_first_record_comes(monke
     await asyncio.sleep(0.05)
     assert log.reads == [0]  # read before any record was delivered
     assert log.bulk_reads == [[(TOPICS.cluster_events, 0), (TOPICS.decisions, 0)]]
-    log.events.append(_tick(9.0))
+    log.events.append(tick(9.0))
     published = await runtime.process(log.batch(len(log.events) - 3))
     assert log.reads == [0], "rebuilt again although the state built ahead covered the batch's start"
     state = runtime.engines[0].pools["default"].state

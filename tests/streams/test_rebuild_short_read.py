@@ -6,40 +6,28 @@ offset, so the events between the short end and that offset were skipped for goo
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
 import pytest
 
 from kai_stream.core.config import SchedulerConfig
-from kai_stream.core.events import AnyEvent, ClusterEvent, Model, Tick, dumps, stable_id
+from kai_stream.core.events import AnyEvent, ClusterEvent, Model, dumps
 from kai_stream.core.manifests import load_scenario
 from kai_stream.core.state import ClusterState, apply
 from kai_stream.settings import KafkaSettings
 from kai_stream.streams.engine import Outgoing, PartitionEngine
 from kai_stream.streams.runtime import InRecord, SchedulerRuntime
 from kai_stream.topics import TopicNames
+from tests.streams.records import FakeRecord, tick
 
 ROOT = Path(__file__).resolve().parents[2]
 CODE = "test"
 
 
-@dataclass
-class _Record:
-    offset: int
-    value: bytes
-    key: bytes | None = b"default"
-    timestamp: int = 0
-
-
-def _tick(ts: float) -> Tick:
-    return Tick(event_id=stable_id("tick", repr(ts)), ts=ts, pool="default")
-
-
 def _log() -> list[ClusterEvent]:
     events: list[ClusterEvent] = list(load_scenario((ROOT / "examples" / "fair-share.yaml").read_text()))
-    return [*events, _tick(5.0)]
+    return [*events, tick(5.0)]
 
 
 @pytest.mark.parametrize("skipped", [0, 1])
@@ -63,10 +51,10 @@ async def test_rebuild_from_a_short_read_skips_no_event_and_folds_decisions_afte
 
     async def read(self: SchedulerRuntime, topic: str, partition: int, start: int = 0) -> list[Any]:
         if topic == topics.decisions:
-            return [_Record(i, dumps(r)) for i, r in enumerate(recorded)]
+            return [FakeRecord(i, dumps(r)) for i, r in enumerate(recorded)]
         reads.append(start)
         end = short + 1 if len(reads) == 1 else len(events)
-        return [_Record(i, dumps(e)) for i, e in enumerate(events[:end]) if i >= start]
+        return [FakeRecord(i, dumps(e)) for i, e in enumerate(events[:end]) if i >= start]
 
     sent: list[Model] = []
 
@@ -80,7 +68,7 @@ async def test_rebuild_from_a_short_read_skips_no_event_and_folds_decisions_afte
 
     monkeypatch.setattr(SchedulerRuntime, "_read_partition", read)
     runtime = SchedulerRuntime(KafkaSettings(), topics, SchedulerConfig(), send, partitions=1, code_version=CODE)
-    later = [*events, _tick(9.0)]
+    later = [*events, tick(9.0)]
     delivered_from = short + 1 + skipped
     batch = [InRecord(0, offset, b"default", dumps(later[offset]), 0) for offset in range(delivered_from, len(later))]
     published: list[Outgoing] = await runtime.process(batch)

@@ -11,7 +11,7 @@ from typing import Any
 
 import kai_stream
 from kai_stream.core.config import SchedulerConfig
-from kai_stream.core.events import ClusterEvent, Model, Tick, dumps, stable_id
+from kai_stream.core.events import ClusterEvent, Model, dumps
 from kai_stream.core.manifests import load_scenario
 from kai_stream.kafka import (
     UNIT_MAX_BYTES,
@@ -28,13 +28,10 @@ from kai_stream.streams.acked_snapshots import AckedSnapshots
 from kai_stream.streams.engine import PartitionEngine
 from kai_stream.streams.runtime import InRecord, SchedulerRuntime
 from kai_stream.topics import TopicNames
+from tests.streams.records import tick
 
 ROOT = Path(__file__).resolve().parents[2]
 POOL = "default"
-
-
-def _tick(ts: float) -> Tick:
-    return Tick(event_id=stable_id("tick", repr(ts)), ts=ts, pool=POOL)
 
 
 def _events() -> list[ClusterEvent]:
@@ -89,16 +86,16 @@ async def test_a_rebuild_from_a_snapshot_and_the_tail_equals_the_rebuild_from_of
         )
         writer = AckedSnapshots(live, kafka_settings, state_topic, interval_s=0.0)
         await writer.start()
-        await publish([*events[:first], _tick(5.0)])
+        await publish([*events[:first], tick(5.0)])
         assert await live.process(await _batch(kafka_settings, topics, partition, 0))
         decided_before = live.decisions_end[partition]
         await writer.after_batch([partition])
         await asyncio.gather(*writer._writing.values())
         snapshot_offset = live.engines[partition].offset
-        await publish([*events[first:second], _tick(6.0)])
+        await publish([*events[first:second], tick(6.0)])
         assert await live.process(await _batch(kafka_settings, topics, partition, snapshot_offset + 1))
         assert live.decisions_end[partition] > decided_before, "the tail after the snapshot holds decisions"
-        await publish([*events[second:], _tick(7.0)])
+        await publish([*events[second:], tick(7.0)])
         await writer.stop()
     finally:
         await producer.stop()

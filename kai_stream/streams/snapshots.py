@@ -1,5 +1,6 @@
 """The processor's state changelog on Apache Kafka: a compacted topic holding, per cluster-events partition, the
-latest snapshot of its ``PartitionEngine`` and where the logs stood when it was taken.
+latest snapshot of its ``PartitionEngine`` and where the logs stood when it was taken. (On Tansu, which compacts
+nothing, the snapshots go to generations of topics named after it instead: ``snapshot_generations.py``.)
 
 A restarted (or newly assigned) processor starts from the snapshot and folds only what cluster-events and the
 decisions topic hold past it, instead of both logs from offset 0. A snapshot is taken after the processor's
@@ -26,18 +27,21 @@ import zlib
 from dataclasses import dataclass
 from typing import Any
 
-from aiokafka import TopicPartition
+from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import NewTopic
 from aiokafka.errors import TopicAlreadyExistsError
 
-from kai_stream.kafka import READ_TO_END_WAIT_MS, make_admin, make_consumer, read_to_end, topic_partitions
+from kai_stream.internals import kafka_client
+from kai_stream.kafka import READ_TO_END_WAIT_MS, make_admin, make_consumer, read_to_end
 from kai_stream.settings import KafkaSettings
+from kai_stream.streams import snapshot_generations as generations
 from kai_stream.streams.engine import PartitionEngine
 
 MAX_SNAPSHOT_BYTES = 64 * 1024 * 1024
 _HEADER = struct.Struct(">qq")
 _ALLOWED_MODULES = ("kai_stream.core.", "kai_stream.streams.engine")
 _ALLOWED_GLOBALS = frozenset({("collections", "deque")})
+_LISTINGS = 3
 
 
 def topic_name(app_id: str) -> str:
@@ -138,39 +142,69 @@ async def latest(settings: KafkaSettings, topic: str, partition: int, *, usable_
 async def latest_of(
     settings: KafkaSettings, topic: str, usable_by: dict[int, PartitionEngine]
 ) -> dict[int, Snapshot | None]:
-    """``latest`` for several partitions, all read by one consumer: backwards from each partition's end (the last
-    2, 8, 32 ... offsets) until it holds the partition's record. A topic without compaction (Tansu) keeps every
-    snapshot; only the last ones are read. An end reported low (Tansu) costs nothing: the read goes on to the fetch
-    high-watermark; one reported past the end makes the consumer read the partition from its start."""
+    """``latest`` for several partitions, all read by one consumer, from where the broker lists a partition's
+    snapshots (``snapshot_generations.candidates``: Tansu's generation topics, highest first, then the state
+    topic). A partition whose candidates all hold no snapshot is listed again, and read again while the listing
+    changes (a generation it listed was deleted once a newer one held a snapshot)."""
     consumer = make_consumer(
         settings, group_id=None, fetch_max_wait_ms=READ_TO_END_WAIT_MS, max_partition_fetch_bytes=MAX_SNAPSHOT_BYTES
     )
     await consumer.start()
-    values: dict[int, list[bytes]] = {partition: [] for partition in usable_by}
+    values: dict[int, bytes] = {}
     try:
-        present = set(await topic_partitions(consumer, topic))
-        missing = sorted(p for p in usable_by if p in present)
-        back = 2
-        while missing:
-            tps = [TopicPartition(topic, p) for p in missing]
-            consumer.assign(tps)
-            ends = await consumer.end_offsets(tps)
-            for tp in tps:
-                consumer.seek(tp, max(0, ends[tp] - back))
-            for record in await read_to_end(consumer, timeout_s=60.0):
-                if record.key == key(record.partition) and record.value and record.partition in values:
-                    values[record.partition].append(record.value)
-            missing = [tp.partition for tp in tps if not values[tp.partition] and ends[tp] - back > 0]
-            back *= 4
+        listed: dict[int, list[TopicPartition]] = {}
+        missing = sorted(usable_by)
+        for _ in range(_LISTINGS):
+            if not missing:
+                break
+            cluster: Any = await kafka_client(consumer).fetch_all_metadata()
+            names, base = cluster.topics(), cluster.partitions_for_topic(topic) or ()
+            where = {p: generations.candidates(names, topic, p, base) for p in missing}
+            missing = [p for p in missing if where[p] != listed.get(p)]
+            listed.update(where)
+            values.update(await _last_values(consumer, {p: where[p] for p in missing}))
+            missing = [p for p in missing if p not in values]
     finally:
         await consumer.stop()
-    return {partition: _usable(found, usable_by[partition]) for partition, found in values.items()}
+    return {partition: _usable(values.get(partition), usable_by[partition]) for partition in usable_by}
 
 
-def _usable(values: list[bytes], usable_by: PartitionEngine) -> Snapshot | None:
-    if not values:
+async def _last_values(consumer: AIOKafkaConsumer, where: dict[int, list[TopicPartition]]) -> dict[int, bytes]:
+    """The last snapshot of each partition in the first of its ``where`` that holds one: read backwards from the
+    end (the last 2, 8, 32 ... offsets) until it holds the partition's record. An end reported low (Tansu) costs
+    nothing: the read goes on to the fetch high-watermark; one reported past the end makes the consumer read the
+    partition from its start."""
+    found: dict[int, bytes] = {}
+    at = {partition: (0, 2) for partition, tps in where.items() if tps}
+    while at:
+        reading = {where[partition][i]: partition for partition, (i, _) in at.items()}
+        tps = sorted(reading)
+        consumer.assign(tps)
+        ends = await consumer.end_offsets(tps)
+        for tp in tps:
+            consumer.seek(tp, max(0, ends[tp] - at[reading[tp]][1]))
+        for record in await read_to_end(consumer, timeout_s=60.0):
+            partition = reading.get(TopicPartition(record.topic, record.partition))
+            if partition is not None and record.key == key(partition) and record.value:
+                found[partition] = record.value
+        further: dict[int, tuple[int, int]] = {}
+        for tp in tps:
+            partition = reading[tp]
+            i, back = at[partition]
+            if partition in found:
+                continue
+            if ends[tp] - back > 0:
+                further[partition] = (i, back * 4)
+            elif i + 1 < len(where[partition]):
+                further[partition] = (i + 1, 2)
+        at = further
+    return found
+
+
+def _usable(value: bytes | None, usable_by: PartitionEngine) -> Snapshot | None:
+    if value is None:
         return None
-    snapshot = decode(values[-1])
+    snapshot = decode(value)
     engine = snapshot.engine
     if (engine.partition, engine.code_version, engine.config_hash) != (
         usable_by.partition, usable_by.code_version, usable_by.config_hash

@@ -1,6 +1,8 @@
 """On Tansu (no transactions, no compaction): a processor that snapshots its engine after an acknowledged batch
 rebuilds from the last snapshot and the logs' tail to exactly the engine a rebuild from offset 0 makes, and decides
-the same next records; the snapshot says which decisions it holds, and a snapshot of another config is not used."""
+the same next records; the snapshot says which decisions it holds, and a snapshot of another config is not used.
+The snapshots take a bounded room (generations of topics, the old ones deleted), in Tansu's memory and on its s3
+storage's disk, and the latest is found through rotations, restarts and deletions."""
 
 from __future__ import annotations
 
@@ -9,12 +11,19 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import pytest
+from aiokafka import TopicPartition
+from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
+
 import kai_stream
+from kai_stream.broker import EmbeddedBroker
 from kai_stream.core.config import SchedulerConfig
 from kai_stream.core.events import ClusterEvent, Model, dumps
 from kai_stream.core.manifests import load_scenario
+from kai_stream.internals import kafka_client
 from kai_stream.kafka import (
     UNIT_MAX_BYTES,
+    make_admin,
     make_consumer,
     make_producer,
     partition_for,
@@ -23,11 +32,14 @@ from kai_stream.kafka import (
     topic_partitions,
 )
 from kai_stream.settings import KafkaSettings
-from kai_stream.streams import snapshots
+from kai_stream.streams import snapshot_generations, snapshots
 from kai_stream.streams.acked_snapshots import AckedSnapshots
 from kai_stream.streams.engine import PartitionEngine
 from kai_stream.streams.runtime import InRecord, SchedulerRuntime
+from kai_stream.streams.snapshot_generations import generation_topic, generations
 from kai_stream.topics import TopicNames
+from tests.broker.admin import create_topic
+from tests.engines import EngineUnderTest
 from tests.streams.records import tick
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -187,3 +199,191 @@ async def test_no_snapshot_is_taken_while_a_rebuilds_malformed_records_wait_for_
     await task
     runtime._letting_out.discard(task)
     assert writer.due(0, now=0.0)
+
+
+def _folded(partitions: int, settings: KafkaSettings) -> SchedulerRuntime:
+    """A runtime whose partitions' engines have folded the reclaim scenario (no log behind them: only written)."""
+    names = TopicNames.with_prefix("x-")
+    runtime = SchedulerRuntime(settings, names, SchedulerConfig(), _Capture(), partitions=partitions)
+    for partition in range(partitions):
+        engine = runtime._new_engine(partition)
+        for offset, event in enumerate(_events()):
+            engine.fold(offset, event)
+        runtime.engines[partition] = engine
+    return runtime
+
+
+async def _snapshot_after_ticks(writer: AckedSnapshots, count: int) -> dict[int, list[int]]:
+    """``count`` times: every engine of the writer's runtime folds a tick, then is snapshotted (each write
+    acknowledged before the next); the engine offsets written, per partition."""
+    runtime = writer.runtime
+    written: dict[int, list[int]] = {partition: [] for partition in runtime.engines}
+    for _ in range(count):
+        for partition, engine in runtime.engines.items():
+            engine.fold(engine.offset + 1, tick(float(engine.offset)))
+            written[partition].append(engine.offset)
+        await writer.after_batch(list(runtime.engines))
+        await asyncio.gather(*writer._writing.values())
+    return written
+
+
+async def _stored(settings: KafkaSettings, state_topic: str, partition: int) -> dict[str, int]:
+    """The records each generation topic of ``partition`` holds now."""
+    consumer = make_consumer(settings, group_id=None)
+    await consumer.start()
+    try:
+        listed = (await kafka_client(consumer).fetch_all_metadata()).topics()
+    finally:
+        await consumer.stop()
+    return {
+        topic: len(await read_topic(settings, topic))
+        for g in generations(listed, state_topic, partition)
+        if (topic := generation_topic(state_topic, partition, g))
+    }
+
+
+async def test_snapshots_on_tansu_stay_within_two_generations_and_a_restart_finds_the_latest(
+    kafka_settings: KafkaSettings, topic_prefix: str
+) -> None:
+    """Generations of ``per_generation`` snapshots, each partition's old ones deleted: 15 snapshots of each of two
+    partitions leave at most ``2 * per_generation + 1`` records of it at any moment, and the latest is found; a
+    restarted writer (its engines rebuilt, so new) starts a generation above all and deletes what is below the one
+    before it; an empty highest generation (a writer killed between creating and writing it) is passed over."""
+    state_topic = f"{topic_prefix}engine-changelog"
+    per_generation = 2
+    bound = 2 * per_generation + 1
+    runtime = _folded(2, kafka_settings)
+    writer = AckedSnapshots(runtime, kafka_settings, state_topic, interval_s=0.0, per_generation=per_generation)
+    await writer.start()
+    peaks = {0: 0, 1: 0}
+    written: dict[int, list[int]] = {0: [], 1: []}
+    try:
+        for _ in range(15):
+            for partition, offsets in (await _snapshot_after_ticks(writer, 1)).items():
+                written[partition].extend(offsets)
+                stored = await _stored(kafka_settings, state_topic, partition)
+                peaks[partition] = max(peaks[partition], sum(stored.values()))
+                assert sum(stored.values()) <= bound and len(stored) <= 3, stored
+        assert writer._producer is not None
+        await writer._producer.client.force_metadata_update()  # Tansu creates any topic a metadata request names
+    finally:
+        await writer.stop()
+    assert peaks == {0: 2 * per_generation, 1: 2 * per_generation}  # 2K+1 only until the rotation's deletion
+    for partition in (0, 1):
+        stored = await _stored(kafka_settings, state_topic, partition)
+        assert sorted(stored) == [generation_topic(state_topic, partition, g) for g in (6, 7)], stored
+        assert list(stored.values()) == [per_generation, 1]
+
+    fresh = {p: PartitionEngine.for_config(p, SchedulerConfig(), kai_stream.__version__) for p in (0, 1)}
+    found = await snapshots.latest_of(kafka_settings, state_topic, fresh)
+    assert {p: s.engine.offset if s else None for p, s in found.items()} == {p: written[p][-1] for p in (0, 1)}
+    other = PartitionEngine.for_config(0, SchedulerConfig(stale_gang_grace_s=30.0), kai_stream.__version__)
+    assert await snapshots.latest(kafka_settings, state_topic, 0, usable_by=other) is None
+
+    await create_topic(kafka_settings, generation_topic(state_topic, 0, 8))  # created, never written
+    latest = await snapshots.latest(kafka_settings, state_topic, 0, usable_by=fresh[0])
+    assert latest is not None and latest.engine.offset == written[0][-1]
+
+    restarted = _folded(1, kafka_settings)
+    restarted.engines[0] = latest.engine
+    writer = AckedSnapshots(restarted, kafka_settings, state_topic, interval_s=0.0, per_generation=per_generation)
+    await writer.start()
+    try:
+        again = await _snapshot_after_ticks(writer, 1)
+    finally:
+        await writer.stop()
+    stored = await _stored(kafka_settings, state_topic, 0)
+    assert sorted(stored) == [generation_topic(state_topic, 0, g) for g in (8, 9)]
+    assert list(stored.values()) == [0, 1]
+    latest = await snapshots.latest(kafka_settings, state_topic, 0, usable_by=fresh[0])
+    assert latest is not None and latest.engine.offset == again[0][-1] > written[0][-1]
+
+
+async def test_a_reader_that_listed_a_generation_deleted_since_lists_again(
+    kafka_settings: KafkaSettings, topic_prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A reader lists the topics, then the writer rotates and deletes what the reader listed: the read finds
+    nothing there (Tansu even creates the topic again, empty), so the reader lists again and finds the latest."""
+    state_topic = f"{topic_prefix}engine-changelog"
+    runtime = _folded(1, kafka_settings)
+    writer = AckedSnapshots(runtime, kafka_settings, state_topic, interval_s=0.0, per_generation=1)
+    await writer.start()
+    try:
+        written = await _snapshot_after_ticks(writer, 3)
+    finally:
+        await writer.stop()
+    assert sorted(await _stored(kafka_settings, state_topic, 0)) == [
+        generation_topic(state_topic, 0, g) for g in (1, 2)
+    ]
+    listings: list[list[TopicPartition]] = []
+    real = snapshot_generations.candidates
+
+    def first_before_the_rotation(*args: Any) -> list[TopicPartition]:
+        listings.append(real(*args) if listings else [TopicPartition(generation_topic(state_topic, 0, 0), 0)])
+        return listings[-1]
+
+    monkeypatch.setattr(snapshot_generations, "candidates", first_before_the_rotation)
+    fresh = PartitionEngine.for_config(0, SchedulerConfig(), kai_stream.__version__)
+    latest = await snapshots.latest(kafka_settings, state_topic, 0, usable_by=fresh)
+    assert latest is not None and latest.engine.offset == written[0][-1]
+    assert len(listings) == 2
+
+
+async def test_snapshots_on_tansu_durable_storage_take_a_bounded_room_on_disk(tmp_path: Path) -> None:
+    """On Tansu's s3 storage a deleted generation's files go: 24 snapshots written, the state topics' directories
+    never hold more than ``2 * per_generation + 1`` of them (plus their watermark files)."""
+    broker = EmbeddedBroker(memory=False, unsafe_durable=True, data_dir=tmp_path)
+    await asyncio.to_thread(broker.start)
+    try:
+        settings = KafkaSettings(bootstrap_servers=broker.bootstrap_servers, client_id="kai-stream-test")
+        state_topic = "durable-engine-changelog"
+        per_generation = 2
+        runtime = _folded(1, settings)
+        size = len(snapshots.encode(snapshots.Snapshot(runtime.engines[0], 0)))
+        topics_dir = tmp_path / "s3" / "tansu" / "clusters" / "kai-stream" / "topics"
+        writer = AckedSnapshots(runtime, settings, state_topic, interval_s=0.0, per_generation=per_generation)
+        await writer.start()
+        on_disk: list[int] = []
+        try:
+            for _ in range(24):
+                await _snapshot_after_ticks(writer, 1)
+                on_disk.append(sum(f.stat().st_size for f in topics_dir.rglob("*") if f.is_file()))
+        finally:
+            await writer.stop()
+    finally:
+        await asyncio.to_thread(broker.stop)
+    assert max(on_disk) <= (2 * per_generation + 1) * (size + 1024), (size, on_disk)
+    assert on_disk[-1] < 24 * size / 4
+
+
+@pytest.mark.kafka
+async def test_generations_are_tansus_alone_and_kafkas_state_topic_is_compacted(
+    engine: EngineUnderTest, topic_prefix: str
+) -> None:
+    """The snapshot writer rotates generations on Tansu only; on Apache Kafka it writes the state topic, which is
+    compacted (the broker keeps the last snapshot per partition key), and no generation topic appears."""
+    state_topic = f"{topic_prefix}engine-changelog"
+    runtime = _folded(1, engine.settings)
+    writer = AckedSnapshots(runtime, engine.settings, state_topic, interval_s=0.0, per_generation=1)
+    await writer.start()
+    try:
+        written = await _snapshot_after_ticks(writer, 3)
+    finally:
+        await writer.stop()
+    admin = make_admin(engine.settings)
+    await admin.start()
+    try:
+        listed = await admin.list_topics()
+        if engine.is_kafka:
+            described = await admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, state_topic)])
+            configs = {entry[0]: entry[1] for entry in described[0].resources[0][4]}
+    finally:
+        await admin.close()
+    if engine.is_kafka:
+        assert state_topic in listed and not generations(listed, state_topic, 0)
+        assert configs["cleanup.policy"] == "compact"
+    else:
+        assert state_topic not in listed and generations(listed, state_topic, 0) == [1, 2]
+    fresh = PartitionEngine.for_config(0, SchedulerConfig(), kai_stream.__version__)
+    latest = await snapshots.latest(engine.settings, state_topic, 0, usable_by=fresh)
+    assert latest is not None and latest.engine.offset == written[0][-1]

@@ -9,14 +9,16 @@ Writing (``Generations``, one per ``AckedSnapshots``):
 
 * a generation holds at most ``per_generation`` snapshots; the next one goes to a new topic, one generation above
   every topic of the partition the broker lists at that moment; so does the first snapshot of an engine this
-  writer has not written yet (a start, a reassignment, a rebuild after a failure);
+  writer has not written yet (a start, a reassignment, a rebuild after a failure; engines told apart by ``id``),
+  so a writer that gets a partition back does not go on below the generations its other owner wrote;
 * once a snapshot is acknowledged in generation ``g``, the partition's generations below ``g - 1`` are deleted:
-  the previous one stays, so a reader that listed the topics just before the rotation still finds it;
+  the previous one stays (``per_generation`` snapshot intervals at least, two minutes at the default 30 s), so a
+  reader that listed the topics just before the rotation still finds it;
 * a topic is dropped from the producer's metadata before it is deleted: Tansu creates any topic a metadata
   request names, so the producer's next refresh would bring it back.
 
-So a partition holds at most ``2 * per_generation + 1`` snapshots, and between ``per_generation + 1`` and
-``2 * per_generation`` once a rotation's deletion is done.
+So a partition holds at most ``2 * per_generation + 1`` snapshots, and ``2 * per_generation`` once a rotation's
+deletion is done.
 
 Reading (``candidates``): the partition's generations from the highest down, then the partition of the state
 topic itself (Apache Kafka's compacted topic, which has no generations). The first that holds a snapshot of the

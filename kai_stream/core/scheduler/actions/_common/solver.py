@@ -176,24 +176,21 @@ def _still_evicted(taken: list[VictimUnit], moved: list[TaskInfo]) -> list[Victi
 
 def _scopes(taken: list[VictimUnit], preemptor_tasks: int) -> Iterator[list[VictimUnit]]:
     """The victim sets a simulation of ``taken`` evicts, in turn (KAI's ``byPodSolver.solveOnPotentialNodes``): per
-    node of the last unit's job, the units of the jobs with a unit on that node (``ByNodeScenario
-    .VictimsTasksFromNodes``), the others left running; each distinct set once. KAI walks the nodes in Go map order;
-    here by name. For a preemptor placing several tasks, KAI also evicts the victims it recorded for the tasks before
-    (``JobSolver.Solve``, one task more per step), which this one-pass search does not track: ``taken`` whole."""
+    node where the last unit's job has a pod (``getNodesOfJob``), the units of the jobs with a unit on that node
+    (``ByNodeScenario.VictimsTasksFromNodes``), the others left running; each distinct set once, none empty (KAI
+    would simulate evicting nothing there). KAI walks the nodes in Go map order; here by name. For a preemptor placing
+    several tasks, KAI also evicts the victims it recorded for the tasks before (``JobSolver.Solve``, one task more
+    per step), which this one-pass search does not track: ``taken`` whole."""
     if preemptor_tasks != 1 or len(taken) == 1:
         yield taken
         return
-    last = taken[-1].job
-    nodes: set[str] = set()
-    for unit in taken:
-        if unit.job is last:
-            nodes |= unit.node_names()
+    nodes = {t.node.name for t in taken[-1].job.tasks if t.node is not None}
     seen: set[tuple[int, ...]] = set()
     for name in sorted(nodes):
         jobs = {id(unit.job) for unit in taken if name in unit.node_names()}
         scope = [unit for unit in taken if id(unit.job) in jobs]
         key = tuple(id(unit) for unit in scope)
-        if key not in seen:
+        if scope and key not in seen:
             seen.add(key)
             yield scope
 

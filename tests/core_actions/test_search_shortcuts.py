@@ -26,12 +26,13 @@ from kai_stream.core.events import (
 from kai_stream.core.scheduler.cycle import run_cycle
 from kai_stream.core.state import ClusterState
 
-from .builders import fold, node_events, pending, queue, running
+from .builders import fold, gang, node_events, pending, queue, running
 
 
-def _state(seed: int, nodes: int = 12, gpus: int = 4) -> ClusterState:
+def _state(seed: int, nodes: int = 12, gpus: int = 4, gangs: bool = False) -> ClusterState:
     """One queue; nodes full of running pods, a low-priority 'train' pod (a victim) on some devices and 'build'
-    pods on the others, spread or packed by the seed; pending 'inference' pods of 1 to 4 GPUs."""
+    pods on the others, spread or packed by the seed; pending 'inference' pods of 1 to 4 GPUs (``gangs``: gangs of
+    2 or 3 such pods)."""
     rng = random.Random(seed)
     events: list[AnyEvent] = node_events(nodes, gpus)
     events.append(queue("q"))
@@ -43,7 +44,12 @@ def _state(seed: int, nodes: int = 12, gpus: int = 4) -> ClusterState:
             events.append(running(uid, "q", f"n{i:02d}", g, "train" if g < victims else "build"))
     for k in range(6):
         uid += 1
-        events.append(pending(k, uid, "q", rng.choice([1, 2, 3, 4]), "inference"))
+        if gangs:
+            pods = rng.choice([2, 3])
+            events.extend(gang(k, uid, "q", pods, rng.choice([1, 2, 3, 4]), "inference"))
+            uid += pods
+        else:
+            events.append(pending(k, uid, "q", rng.choice([1, 2, 3, 4]), "inference"))
     return fold(events)
 
 
@@ -82,11 +88,12 @@ def test_some_evictions_are_never_made(monkeypatch: pytest.MonkeyPatch) -> None:
     assert True in answers and False in answers
 
 
-def _departments(seed: int, nodes: int = 24, gpus: int = 8) -> ClusterState:
+def _departments(seed: int, nodes: int = 24, gpus: int = 8, gangs: bool = False) -> ClusterState:
     """Two departments of three teams; team a-0 holds most GPUs with non-preemptible 'build' pods (department a
     past its deserved quota with them), team a-2 (a GPU limit below what it holds, so over its allocatable share)
     and the teams of department b the rest with 'train' pods. Team a-1's pending 'build' pods (non-preemptible)
-    would pass their department's deserved quota and are refused by the job check; the teams of b reclaim."""
+    would pass their department's deserved quota and are refused by the job check; the teams of b reclaim (``gangs``:
+    their jobs are gangs of 2 pods)."""
     rng = random.Random(seed)
     events: list[AnyEvent] = node_events(nodes, gpus)
     total = nodes * gpus * 1000
@@ -113,6 +120,9 @@ def _departments(seed: int, nodes: int = 24, gpus: int = 8) -> ClusterState:
         team = "a-1" if rng.random() < 0.7 else rng.choice(leaves[3:])
         if team == "a-1":
             events.append(pending(k, uid, team, 1, "build"))
+        elif gangs:
+            events.extend(gang(k, uid, team, 2, rng.choice([1, 2]), "train"))
+            uid += 2
         else:
             events.append(pending(k, uid, team, rng.choice([1, 2, 4]), "train"))
     return fold(events)
@@ -157,8 +167,10 @@ def _replayed(self: solver._Search, taken: list[Any], kept: list[Any]) -> bool:
 @pytest.mark.parametrize(("build", "seed"), [(_state, s) for s in range(6)] + [(_departments, s) for s in range(4)])
 def test_narrowed_prune_changes_nothing(build: Any, seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
     """An accepted victim set pruned by undoing the dropped units' evictions (``_Search.narrow``, preempt's and
-    reclaim's searches) gives what evicting the kept units again from scratch gave."""
-    state = build(seed)
+    reclaim's searches) gives what evicting the kept units again from scratch gave. The preemptors are gangs: a
+    single-pod preemptor's simulation evicts only the units of one node's victim jobs (``solver._scopes``), which
+    leaves nothing to prune."""
+    state = build(seed, gangs=True)
     calls: list[int] = []
     real = solver._Search.narrow
 

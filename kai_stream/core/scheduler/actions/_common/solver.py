@@ -4,8 +4,10 @@
 generator reads the live session, so its filters see the evictions made so far). After each unit, once the freed GPU
 could cover what the pool's free GPU cannot, it tries inside a checkpoint: place the preemptor's whole gang (on free
 capacity first, else pipelined onto the capacity being released), re-place every moved victim on free capacity when
-the action moves rather than kills (consolidation), and ask the action's validator. A try is skipped while the last
-unit's nodes could not host even the preemptor's smallest pod. A failed try rolls back to the checkpoint and the
+the action moves rather than kills (consolidation), and ask the action's validator. A single-pod preemptor's try
+evicts, as KAI's by-node scenarios do, only the units of the victim jobs on one node of the last unit's job at a time
+(``_scopes``); the others keep running. A try is skipped while the last unit's nodes could not host even the
+preemptor's smallest pod. A failed try rolls back to the checkpoint and the
 next unit is added; the first accepted set is then pruned of units on nodes the preemptor does not use
 (re-simulated; the full set is kept if the pruned one fails) and committed. Nothing accepted -> everything is rolled
 back. The pruned set is re-simulated from the accepted try's evictions, less those of the dropped units (evictions
@@ -172,6 +174,27 @@ def _still_evicted(taken: list[VictimUnit], moved: list[TaskInfo]) -> list[Victi
     return out
 
 
+def _scopes(taken: list[VictimUnit], preemptor_tasks: int) -> Iterator[list[VictimUnit]]:
+    """The victim sets a simulation of ``taken`` evicts, in turn (KAI's ``byPodSolver.solveOnPotentialNodes``): per
+    node where the last unit's job has a pod (``getNodesOfJob``), the units of the jobs with a unit on that node
+    (``ByNodeScenario.VictimsTasksFromNodes``), the others left running; each distinct set once, none empty (KAI
+    would simulate evicting nothing there). KAI walks the nodes in Go map order; here by name. For a preemptor placing
+    several tasks, KAI also evicts the victims it recorded for the tasks before (``JobSolver.Solve``, one task more
+    per step), which this one-pass search does not track: ``taken`` whole."""
+    if preemptor_tasks != 1 or len(taken) == 1:
+        yield taken
+        return
+    nodes = {t.node.name for t in taken[-1].job.tasks if t.node is not None}
+    seen: set[tuple[int, ...]] = set()
+    for name in sorted(nodes):
+        jobs = {id(unit.job) for unit in taken if name in unit.node_names()}
+        scope = [unit for unit in taken if id(unit.job) in jobs]
+        key = tuple(id(unit) for unit in scope)
+        if scope and key not in seen:
+            seen.add(key)
+            yield scope
+
+
 def _first_in_leaf(session: Session, preemptor: JobInfo, taken: list[VictimUnit]) -> bool:
     """Whether ``preemptor`` goes before the jobs of ``taken`` (all of its leaf) by job order."""
     key = session.job_key(preemptor)
@@ -287,6 +310,8 @@ class _Search:
         """How many units of the current victim set are evicted (a prefix; see ``worth_a_try``)."""
         self.tried_at = 0
         """The statement's checkpoint at the start of the last try (its operations before it are the evictions)."""
+        self.accepted: list[VictimUnit] = []
+        """The units whose evictions the last accepted simulation made (its scope)."""
         self.copies: dict[int, TaskInfo] = {}
         """Per victim task (by ``id``): its pending copy for moves (``_moved``), made once per search (a rolled back
         placement leaves it pending again)."""
@@ -305,16 +330,34 @@ class _Search:
                 self.near.setdefault(task.node.name, task.node)
 
     def attempt(self, taken: list[VictimUnit]) -> bool:
-        """Simulate the current evictions: the preemptor and the victims' jobs are placed again in queue order
+        """Simulate ``taken`` (all evicted) scope by scope (``_scopes``): the units outside the scope keep running
+        (un-evicted inside the try's checkpoint) and only the scope's nodes are searched for releasing capacity; the
+        first scope accepted is kept (``self.accepted``)."""
+        spec = self.spec
+        for scope in _scopes(taken, len(self.tasks)):
+            if spec.doomed is not None and spec.doomed(scope):
+                continue
+            checkpoint = self.tried_at = self.stmt.checkpoint()
+            nodes = self.near
+            if len(scope) < len(taken):
+                inside = {id(unit) for unit in scope}
+                for unit in taken:
+                    if id(unit) not in inside:
+                        for task in unit.tasks:
+                            self.stmt.unevict(task)
+                nodes = {node.name: node for unit in scope for node in unit.nodes()}
+            if self._simulate(scope, sorted(nodes.values(), key=lambda node: node.idx), checkpoint):
+                self.accepted = scope
+                return True
+        return False
+
+    def _simulate(self, taken: list[VictimUnit], near: list[NodeInfo], checkpoint: int) -> bool:
+        """Simulate the evictions of ``taken``: the preemptor and the victims' jobs are placed again in queue order
         (``_in_queue_order``; victims of the preemptor's own leaf by job order), the preemptor's tasks as
         ``place_job`` places them, each victim job as ``_put_back`` does; keep it only if the preemptor was placed,
         no victim stays evicted when the action moves rather than kills (consolidation), and the validator
-        accepts."""
+        accepts; else roll back to ``checkpoint``."""
         spec = self.spec
-        if spec.doomed is not None and spec.doomed(taken):
-            return False
-        checkpoint = self.tried_at = self.stmt.checkpoint()
-        near = sorted(self.near.values(), key=lambda node: node.idx)
         ssn = self.ssn
         preemptor = spec.preemptor
         leaf = preemptor.queue
@@ -357,13 +400,12 @@ class _Search:
 
     def _put_back(self, chosen: list[TaskInfo], near: list[NodeInfo]) -> list[TaskInfo]:
         """KAI's re-placement of a victim job in the simulation: its ``chosen`` evicted tasks (``_to_put_back``), each
-        on free capacity of another node (bin-packing counts what the task releases on its own node as free there),
-        else back on its own node (it keeps running; a fraction only when the
-        device KAI's packing picks there, counting what is released, is its own, else it moves to that device), else
-        pipelined onto another victim's node; all of them or none (none when the job checks refuse them: a queue
-        limit). A task placed elsewhere is moved (a pending copy is placed); the copies are returned. The placements
-        are looked for with the evicted task itself (the node index reads only its shape and scheduling
-        constraints, the same on its pending copy)."""
+        on free capacity of another node when bin-packing picks one (``_free_placement``), else back on its own node
+        (it keeps running; a fraction only when the device KAI's packing picks there, counting what is released, is
+        its own, else it moves to that device), else pipelined onto another victim's node; all of them or none (none
+        when the job checks refuse them: a queue limit). A task placed elsewhere is moved (a pending copy is placed);
+        the copies are returned. The placements are looked for with the evicted task itself (the node index reads
+        only its shape and scheduling constraints, the same on its pending copy)."""
         ssn = self.ssn
         index = ssn.index
         index.allowed = None
@@ -396,11 +438,12 @@ class _Search:
 
     def _free_placement(self, task: TaskInfo, own: NodeInfo, near: list[NodeInfo]) -> Placement | None:
         """The free capacity KAI's bin-packing picks for a copy of the evicted ``task``: among the nodes where it fits
-        now, the one with the least left once what is being released there is free too (so its own node, where it
-        releases its share, comes after a node as full without it, and after one as full with it). The nodes of this
-        search's victims (``near``, the victim's own among them) are scanned; the others are ranked by ``find_free``
-        (by what is free now: what earlier searches of the cycle release there is mostly taken by their
-        preemptors)."""
+        now, the one with the least left once what is being released there is free too (``nodeplacement/pack.go``
+        scores idle + releasing, so its own node, where it releases its share, comes after a node as full without
+        it), ties to the first by name (``framework/session.go`` ``sortNodesByScore``: its own node when that is
+        first). The nodes of this search's victims (``near``, the victim's own among them) are scanned; the others
+        are ranked by ``find_free`` (by what is free now: what earlier searches of the cycle release there is mostly
+        taken by their preemptors)."""
         ssn = self.ssn
         index = ssn.index
         index.allowed = _AllBut({node.idx for node in near}, len(ssn.nodes))
@@ -416,7 +459,7 @@ class _Search:
             found = index.find_free_on(task, node)
             if found is not None:
                 left = _future_left(task, node)
-                if score is None or left < score or (left == score and best is not None and best.node is own):
+                if score is None or left < score or (left == score and best is not None and node.idx < best.node.idx):
                     best, score = found, left
         return best
 
@@ -573,8 +616,8 @@ class _Search:
 
     def prune(self, taken: list[VictimUnit]) -> None:
         used = {t.node.name for t in self.placed if t.node is not None}
-        kept = [u for u in taken if u.node_names() & used]
-        if len(kept) == len(taken) or not kept:
+        kept = [u for u in self.accepted if u.node_names() & used]
+        if len(kept) == len(self.accepted) or not kept:
             return
         narrowed = self.replay(kept) if self.spec.move_victims else self.narrow(taken, kept)
         if not narrowed and not self.replay(taken):

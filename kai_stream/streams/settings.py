@@ -18,7 +18,8 @@ class ProcessorSettings(BaseSettings):
     every rebalance). ``fair_share_interval_s``: with it, fair shares (a full session) are recomputed on a Tick at
     most this often, and only when the pool changed since. ``gc_freeze_interval_s``: how often the long-lived
     state is frozen out of the garbage collector's scans.
-    ``cycle_on``: ``batch`` (default) runs a cycle for every pool a consumed batch touched; ``tick`` only for
+    ``cycle_on``: ``batch`` (default) runs a cycle for every pool a consumed batch touched with a record other than
+    feedback (``urgency.is_feedback``); ``tick`` only for
     the pools a Tick touched, everything else is folded and waits for the next Tick. ``tick`` is for runs driven
     in rounds from outside (``simulate --live`` publishes a round-barrier Tick once the log holds the cluster's
     whole reaction), so where a cycle lands never depends on how the broker split the log into fetches.

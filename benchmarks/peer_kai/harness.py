@@ -207,13 +207,6 @@ async def measure(session: Session, workload: Workload, rate: float, settle_s: f
     now = time.monotonic()
     for pod in listed:
         ledger.observe("MODIFIED", pod, now)
-    _b = [r for r in ledger.pods.values() if r.phase == "burst" and r.created is not None]
-    if _b:
-        _c0 = min(r.created for r in _b)
-        import sys as _s
-        print(f"DBG burst created span {max(r.created for r in _b) - _c0:.2f}s; bound 50% at "
-              f"{sorted(r.bound - _c0 for r in _b if r.bound)[len(_b)//2]:.2f}s, last at "
-              f"{max(r.bound - _c0 for r in _b if r.bound):.2f}s", file=_s.stderr, flush=True)
     found = await session.scheduler.trails(set(ledger.pods))
     stages = stage_figures(ledger, found, wall_offset) if found else {}
     return RunResult(session.scheduler.name, session.scheduler.scheduler_component, figures_by_phase(ledger),

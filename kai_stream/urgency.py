@@ -7,7 +7,8 @@ or running there (not terminating), or a successful bind. Producers hold feedbac
 pending pod, a pod that finished or is going away, nodes, queues, pod groups, ticks, failed binds, evictions) is
 sent at once, taking the held feedback along (``internals.expedite``). Holding feedback never reorders a partition:
 one producer, one batch queue per partition. On Apache Kafka nothing is held (``quirks.feedback_linger_ms``): its
-fetch does not grow with the number of batches.
+fetch does not grow with the number of batches. The processor folds feedback without running a cycle for it
+(``streams/runtime.py``).
 """
 
 from __future__ import annotations

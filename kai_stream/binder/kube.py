@@ -348,13 +348,11 @@ class KubeApplier:
 
     async def _post_binding(self, decision: BindRequested, group: str | None) -> Outcome:
         indices = ",".join(map(str, decision.gpu_indices))
-        annotations = {ANNOTATION_GPU_INDICES: indices} if indices else None
-        body = client.V1Binding(
-            metadata=client.V1ObjectMeta(
-                name=decision.name, namespace=decision.namespace, uid=decision.uid, annotations=annotations
-            ),
-            target=client.V1ObjectReference(api_version="v1", kind="Node", name=decision.node),
-        )
+        metadata: dict[str, Any] = {"name": decision.name, "namespace": decision.namespace, "uid": decision.uid}
+        if indices:
+            metadata["annotations"] = {ANNOTATION_GPU_INDICES: indices}
+        # a plain dict is sent as is; the client walks a V1Binding model attribute by attribute to serialize it
+        body: Any = {"metadata": metadata, "target": {"apiVersion": "v1", "kind": "Node", "name": decision.node}}
         try:
             await self._raw(
                 "bind",
@@ -492,10 +490,10 @@ class KubeApplier:
                 "lastProbeTime": None,
                 "lastTransitionTime": rfc3339(decision.ts),
             }
-            await self._call(
+            await self._raw(
                 "patch",
                 lambda: self.core.patch_namespaced_pod_status(
-                    decision.name, decision.namespace, {"status": {"conditions": [condition]}}
+                    decision.name, decision.namespace, {"status": {"conditions": [condition]}}, _preload_content=False
                 ),
             )
         group = pod.annotations.get(ANNOTATION_POD_GROUP)

@@ -89,7 +89,8 @@ class RoomView:
 
     def _pod_changed(self, change: str, obj: Obj) -> None:
         uid = str((obj.get("metadata") or {}).get("uid", ""))
-        spec = None if change == "DELETED" else pod_spec(obj)
+        bound = bool((obj.get("spec") or {}).get("nodeName"))
+        spec = None if change == "DELETED" or not bound else pod_spec(obj)
         old = self.pods.pop(uid, None)
         if old is not None and old.node_name is not None:
             self.on_node.get(old.node_name, {}).pop(uid, None)

@@ -59,6 +59,7 @@ from kai_stream.streams import snapshots
 from kai_stream.streams.engine import Outgoing, PartitionEngine
 from kai_stream.streams.queue_metrics import QueueMeter
 from kai_stream.topics import TopicNames
+from kai_stream.urgency import is_feedback
 
 log = logging.getLogger(__name__)
 
@@ -487,7 +488,9 @@ class SchedulerRuntime:
         self, batch: Sequence[InRecord], backlog: Callable[[int, int], int] | None = None
     ) -> tuple[list[Outgoing], list[Awaitable[Any]]]:
         """Fold a batch, run the touched pools' cycles, hand their decisions to the producer; return what was
-        published and the deliveries to await before the batch's offsets may be committed.
+        published and the deliveries to await before the batch's offsets may be committed. Feedback
+        (``urgency.is_feedback``: a bind confirmed, our pod seen where we bound it) is folded but touches no pool: it
+        cannot change what a cycle decides, so a batch of it alone runs none.
 
         ``backlog(partition, last_offset)`` says how many records of the partition are known to follow; while
         there are, cycles wait for them (as long as the last cycle took, up to ``max_cycle_delay_s``), so a busy
@@ -518,7 +521,8 @@ class SchedulerRuntime:
                 continue
             EVENTS_CONSUMED.labels(component=COMPONENT, topic=self.names.cluster_events, type=event.type).inc()
             folded = engine.fold(record.offset, event)
-            touched[record.partition].update(folded)
+            if not is_feedback(event):
+                touched[record.partition].update(folded)
             if isinstance(event, Tick):
                 ticked[record.partition].update(folded)
             else:

@@ -13,12 +13,14 @@ class ProcessorSettings(BaseSettings):
     ``app_id`` is the faust app id and Kafka consumer group; ``topic_prefix`` isolates a deployment (or a
     test) on a shared broker; ``config_path`` is a scheduler config YAML (defaults when unset).
     ``max_cycle_delay_s``: while more records are known to be waiting, a cycle waits for them as long as the
-    previous cycle took, never longer than this.
+    previous cycle took, never longer than this (a cheap cycle is barely delayed; a backlog that makes cycles
+    expensive is decided in fewer, larger batches).
     ``fair_share_table``: keep a faust table of fair shares (``tables.py``; off: its changelog recovery delays
     every rebalance). ``fair_share_interval_s``: with it, fair shares (a full session) are recomputed on a Tick at
     most this often, and only when the pool changed since. ``gc_freeze_interval_s``: how often the long-lived
     state is frozen out of the garbage collector's scans.
-    ``cycle_on``: ``batch`` (default) runs a cycle for every pool a consumed batch touched; ``tick`` only for
+    ``cycle_on``: ``batch`` (default) runs a cycle for every pool a consumed batch touched with a record other than
+    feedback (``urgency.is_feedback``); ``tick`` only for
     the pools a Tick touched, everything else is folded and waits for the next Tick. ``tick`` is for runs driven
     in rounds from outside (``simulate --live`` publishes a round-barrier Tick once the log holds the cluster's
     whole reaction), so where a cycle lands never depends on how the broker split the log into fetches.
@@ -46,7 +48,7 @@ class ProcessorSettings(BaseSettings):
     config_path: str | None = None
     batch_max: int = 5000
     batch_within_s: float = 0.005
-    max_cycle_delay_s: float = 0.25
+    max_cycle_delay_s: float = 1.0
     fetch_max_wait_ms: int = 5
     commit_interval_s: float = 0.5
     data_dir: str = ".kai-stream/faust"

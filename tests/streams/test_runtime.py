@@ -9,9 +9,10 @@ from typing import Any
 from aiokafka import AIOKafkaProducer
 
 from kai_stream.core.config import SchedulerConfig
-from kai_stream.core.events import ALL_POOLS, DeadLetter, Model, dumps, loads_decisions_record
+from kai_stream.core.events import ALL_POOLS, BindRequested, DeadLetter, Model, dumps, loads_decisions_record
 from kai_stream.core.manifests import load_scenario
 from kai_stream.emulation import round_barrier
+from kai_stream.emulation.outcomes import pod_bound
 from kai_stream.kafka import make_producer, partition_for, read_topic
 from kai_stream.settings import KafkaSettings
 from kai_stream.streams.engine import is_decision
@@ -107,5 +108,49 @@ async def test_cycle_on_tick_decides_only_at_a_tick_even_one_a_rebuild_already_r
         fresh = _runtime(kafka_settings, fresh_topics, producer, cycle_on_tick=True)
         rebuilt = [o.record for o in await fresh.process(records[:1]) if is_decision(o.record)]
         assert [dumps(d) for d in rebuilt] == [dumps(d) for d in decided]
+    finally:
+        await producer.stop()
+
+
+async def test_a_batch_of_feedback_alone_runs_no_cycle(kafka_settings: KafkaSettings, topics: TopicNames) -> None:
+    """Binds confirmed (``urgency.is_feedback``) are folded but start no cycle; the next other record does."""
+    partition = partition_for("default", 8)
+    producer = make_producer(kafka_settings)
+    await producer.start()
+    try:
+        for event in load_scenario((ROOT / "examples" / "fair-share.yaml").read_text()):
+            await producer.send_and_wait(topics.cluster_events, dumps(event), key=b"default", partition=partition)
+        scenario = [
+            InRecord(r.partition, r.offset, r.key, r.value, r.timestamp)
+            for r in await read_topic(kafka_settings, topics.cluster_events)
+        ]
+        runtime = _runtime(kafka_settings, topics, producer)
+        binds = [o.record for o in await runtime.process(scenario) if isinstance(o.record, BindRequested)]
+        assert binds
+        engine = runtime.engines[partition]
+        cycled: list[set[str]] = []
+        cycle = engine.cycle
+
+        def counted(pools: Any, inspect: Any = None) -> Any:
+            cycled.append(set(pools))
+            return cycle(pools, inspect)
+
+        engine.cycle = counted  # type: ignore[method-assign]
+        for bind in binds:
+            await producer.send_and_wait(
+                topics.cluster_events, dumps(pod_bound(bind)), key=b"default", partition=partition
+            )
+        await producer.send_and_wait(
+            topics.cluster_events, dumps(round_barrier(1, 0.0)), key=ALL_POOLS.encode(), partition=partition
+        )
+        records = [
+            InRecord(r.partition, r.offset, r.key, r.value, r.timestamp)
+            for r in await read_topic(kafka_settings, topics.cluster_events)
+        ][len(scenario):]
+        await runtime.process(records[:-1])
+        assert cycled == [], "feedback alone: folded, no cycle"
+        assert engine.offset == records[-2].offset
+        await runtime.process(records[-1:])
+        assert cycled == [{"default"}], "a Tick cycles the pool"
     finally:
         await producer.stop()

@@ -60,10 +60,14 @@ class _Reclaim:
     def __init__(self, session: Session) -> None:
         self.ssn = session
         self._pool_free: int | None = None
+        self._released_at_start = session.released_gpu
+        """``Session.released_gpu`` as the action began: what it grew by since is GPU that this action's committed
+        evictions put into release, which a later preemptor of the run may be pipelined onto (KAI's idle-GPU
+        scenario filter counts idle and releasing GPU as each search starts)."""
         self._pool_free_cpu: int | None = None
         self._movable: dict[str, bool] = {}
         """Per leaf: ``may_move_some``, read when first asked."""
-        self.victims = VictimLists(session.hooks.job_key, victim_judges(session, NAME))
+        self.victims = VictimLists(session.hooks.job_key, victim_judges(session, NAME), pipelined=True)
         self._gave_up: set[tuple[object, ...]] = set()
         self._leaves = [q for q in session.queues.values() if not q.children and q.jobs]
         self._spent: set[Hashable] = set()
@@ -179,7 +183,9 @@ class _Reclaim:
                     spent.add(pool.key)
                     del pools[name]
                     continue
-                units = pool.units = units_in_victim_order(jobs, surplus, start, victims.runs(pool.key, jobs))
+                units = pool.units = units_in_victim_order(
+                    jobs, surplus, start, victims.runs(pool.key, jobs), pipelined=True
+                )
             unit = next(units, None)
             if unit is None:
                 del pools[name]
@@ -292,7 +298,7 @@ class _Reclaim:
             doomed=lambda taken: self.ssn.hooks.check_job(reclaimer, request) is not None or not saturation(taken),
             details=details,
             reason=f"reclaimed for {reclaimer.key} (queue {leaf.name} within fair share)",
-            pool_free_gpu=self.pool_free,
+            pool_free_gpu=self.pool_free + self.ssn.released_gpu - self._released_at_start,
             fixed_candidates=True,
         )
 

@@ -111,6 +111,8 @@ class Session:
     """Keys of the jobs with a task nominated when the session opened (``TaskInfo.prev_pipelined``: pipelined by an
     earlier cycle); kept by the snapshot, so reading it costs nothing per job."""
     state_id: int = 0
+    released_gpu: int = 0
+    """GPU that this session's evictions put into release so far (undone ones taken back)."""
     _stamp: int = 0
     queue_epoch: int = 0
     """Bumped with every change of any ``QueueInfo.version``: while it stands still, no queue changed."""
@@ -292,13 +294,23 @@ class Session:
         self.touch()
 
     def release(self, task: TaskInfo) -> str:
-        """Mark a running task as releasing (evicted): its resources become pipelinable. Returns old status."""
+        """Mark a running task as releasing (evicted): its resources become pipelinable. Returns old status.
+
+        A task pipelined in this session (KAI's active-allocated ``Pipelined``) gives up its reservation instead:
+        the capacity it waited for is released again, and it holds nothing while releasing."""
         node = task.node
         assert node is not None
         if self._saved_tasks is not None:
             self._save(task, node)
         previous = task.status
         index = self.index
+        if previous == PIPELINED:
+            index.remove(node)
+            self.move(task, PIPE, -1, -1)
+            index.add(node)
+            task.status = RELEASING
+            self.touch()
+            return previous
         placed_same = index.release_keeps_entries(node, task.gpus)
         if not placed_same:
             index.remove(node)
@@ -309,6 +321,7 @@ class Session:
             index.add(node)
         task.status = RELEASING
         self.releasing_tasks.setdefault(node.name, []).append(task)
+        self.released_gpu += len(task.gpus) * task.gpu_portion
         self.touch()
         return previous
 
@@ -319,6 +332,13 @@ class Session:
         if self._saved_tasks is not None:
             self._save(task, node)
         index = self.index
+        if previous == PIPELINED:
+            index.remove(node)
+            self.move(task, PIPE, +1, +1)
+            index.add(node)
+            task.status = previous
+            self.touch()
+            return
         placed_same = index.release_keeps_entries(node, task.gpus)
         if not placed_same:
             index.remove(node)
@@ -329,6 +349,7 @@ class Session:
             index.add(node)
         task.status = previous
         self.releasing_tasks[node.name].remove(task)
+        self.released_gpu -= len(task.gpus) * task.gpu_portion
         self.touch()
 
     def dispose(self) -> None:

@@ -228,7 +228,13 @@ def _in_queue_order(session: Session, entries: list[tuple[JobInfo, list[TaskInfo
     """The jobs of ``entries`` in KAI's queue order, each taken after the caller placed the one before: the leaf
     whose first job (by job order) goes first (``_before``, as things stand then) gives that job next. A job is
     read with the request of the tasks it places (the queue keys read ``JobInfo.request_cache``, set meanwhile and
-    restored at the end)."""
+    restored at the end).
+
+    As in KAI (``actions/common/action.go`` ``GetJobsToAllocate``), a leaf's other pending jobs stand in its line
+    too: the simulation passes over them (``TryToVirtuallyAllocatePreemptorAndGetVictims``), but while one is first
+    in its leaf by job order it is the job the leaf is ranked with. Only those of the entries' leaves that come
+    before an entry by job order can be first while an entry waits (a pending job of another leaf only ranks a
+    parent queue: not read)."""
     if len(entries) == 1:
         yield entries[0][0]
         return
@@ -236,7 +242,16 @@ def _in_queue_order(session: Session, entries: list[tuple[JobInfo, list[TaskInfo
     for job, _ in entries:
         assert job.queue is not None
         by_leaf.setdefault(job.queue.name, []).append(job)
+    listed = {id(job) for job, _ in entries}
     for jobs in by_leaf.values():
+        leaf = jobs[0].queue
+        assert leaf is not None
+        last = max(session.job_key(job) for job in jobs)
+        jobs.extend(
+            job
+            for job in leaf.jobs
+            if id(job) not in listed and session.pending_of(job) and session.job_key(job) < last
+        )
         jobs.sort(key=session.job_key, reverse=True)
     saved = [(job, job.request_cache) for job, _ in entries]
     try:
@@ -254,7 +269,8 @@ def _in_queue_order(session: Session, entries: list[tuple[JobInfo, list[TaskInfo
             jobs.pop()
             if not jobs:
                 del by_leaf[best.queue.name]
-            yield best
+            if id(best) in listed:
+                yield best
     finally:
         for job, cached in saved:
             job.request_cache = cached

@@ -1,7 +1,8 @@
 """reclaim: a pending job takes resources from other queues that hold more than their share.
 
 Per pending job (queue order), when its leaf queue stays within fair share with the job (a non-preemptible job:
-within deserved), victims are preemptible running jobs of other leaf queues that the victim scopes allow for the
+within deserved), victims are preemptible running jobs of other leaf queues (their pods pipelined earlier in the
+session too: KAI's active-allocated victims; taking one withdraws its nomination) that the victim scopes allow for the
 job's leaf queue (min-runtime, resolved per reclaimer and victim leaf; a protected elastic job gives only its
 surplus pods). Victim queues come in KAI's victim order: the queue that would be scheduled last gives first,
 re-ranked after every victim unit with what it gave taken off its dominant share (``VictimOrder``); each queue's

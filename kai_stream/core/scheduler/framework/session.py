@@ -113,6 +113,8 @@ class Session:
     state_id: int = 0
     released_gpu: int = 0
     """GPU that this session's evictions put into release so far (undone ones taken back)."""
+    _pending_by_leaf: dict[str, list[JobInfo]] | None = None
+    """``pending_jobs`` per leaf queue name (``pending_in``), built when first asked."""
     _stamp: int = 0
     queue_epoch: int = 0
     """Bumped with every change of any ``QueueInfo.version``: while it stands still, no queue changed."""
@@ -182,6 +184,17 @@ class Session:
         pending = [t for t in job.tasks if t.status == PENDING]
         job.pending_memo, job.pending_at = pending, job.version
         return pending
+
+    def pending_in(self, leaf: QueueInfo) -> list[JobInfo]:
+        """The jobs of ``pending_jobs`` in the leaf queue ``leaf``, in ``pending_jobs`` order (some may have no
+        pending task left)."""
+        by_leaf = self._pending_by_leaf
+        if by_leaf is None:
+            by_leaf = self._pending_by_leaf = {}
+            for job in self.pending_jobs:
+                if job.queue is not None:
+                    by_leaf.setdefault(job.queue.name, []).append(job)
+        return by_leaf.get(leaf.name, [])
 
     def to_allocate(self, job: JobInfo) -> list[TaskInfo]:
         """The pending tasks the job offers in one pass (KAI ``GetTasksToAllocate``), memoised like ``pending_of``:
@@ -363,6 +376,7 @@ class Session:
         self.decisions = []
         self.pending = {}
         self.pending_jobs = []
+        self._pending_by_leaf = None
         self.awaited = {}
         self.nominated = set()
         self.topologies = {}

@@ -249,7 +249,7 @@ def _in_queue_order(session: Session, entries: list[tuple[JobInfo, list[TaskInfo
         last = max(session.job_key(job) for job in jobs)
         jobs.extend(
             job
-            for job in leaf.jobs
+            for job in session.pending_in(leaf)
             if id(job) not in listed and session.pending_of(job) and session.job_key(job) < last
         )
         jobs.sort(key=session.job_key, reverse=True)

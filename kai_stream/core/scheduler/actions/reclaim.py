@@ -61,10 +61,6 @@ class _Reclaim:
     def __init__(self, session: Session) -> None:
         self.ssn = session
         self._pool_free: int | None = None
-        self._released_at_start = session.released_gpu
-        """``Session.released_gpu`` as the action began: what it grew by since is GPU that this action's committed
-        evictions put into release, which a later preemptor of the run may be pipelined onto (KAI's idle-GPU
-        scenario filter counts idle and releasing GPU as each search starts)."""
         self._pool_free_cpu: int | None = None
         self._movable: dict[str, bool] = {}
         """Per leaf: ``may_move_some``, read when first asked."""
@@ -299,7 +295,7 @@ class _Reclaim:
             doomed=lambda taken: self.ssn.hooks.check_job(reclaimer, request) is not None or not saturation(taken),
             details=details,
             reason=f"reclaimed for {reclaimer.key} (queue {leaf.name} within fair share)",
-            pool_free_gpu=self.pool_free + self.ssn.released_gpu - self._released_at_start,
+            pool_free_gpu=self.pool_free,
             fixed_candidates=True,
         )
 

@@ -111,8 +111,6 @@ class Session:
     """Keys of the jobs with a task nominated when the session opened (``TaskInfo.prev_pipelined``: pipelined by an
     earlier cycle); kept by the snapshot, so reading it costs nothing per job."""
     state_id: int = 0
-    released_gpu: int = 0
-    """GPU that this session's evictions put into release so far (undone ones taken back)."""
     _pending_by_leaf: dict[str, list[JobInfo]] | None = None
     """``pending_jobs`` per leaf queue name (``pending_in``), built when first asked."""
     _stamp: int = 0
@@ -334,7 +332,6 @@ class Session:
             index.add(node)
         task.status = RELEASING
         self.releasing_tasks.setdefault(node.name, []).append(task)
-        self.released_gpu += len(task.gpus) * task.gpu_portion
         self.touch()
         return previous
 
@@ -362,7 +359,6 @@ class Session:
             index.add(node)
         task.status = previous
         self.releasing_tasks[node.name].remove(task)
-        self.released_gpu -= len(task.gpus) * task.gpu_portion
         self.touch()
 
     def dispose(self) -> None:

@@ -2,7 +2,8 @@
 
 ``search`` grows a victim set one unit at a time, in the order the action's candidate generator yields them (the
 generator reads the live session, so its filters see the evictions made so far). After each unit, once the freed GPU
-could cover what the pool's free GPU cannot, it tries inside a checkpoint: place the preemptor's whole gang (on free
+(with what is being released and not yet claimed on the victims' nodes) could cover what the pool's free GPU cannot,
+it tries inside a checkpoint: place the preemptor's whole gang (on free
 capacity first, else pipelined onto the capacity being released), re-place every moved victim on free capacity when
 the action moves rather than kills (consolidation), and ask the action's validator. A try is skipped while the last
 unit's nodes could not host even the preemptor's smallest pod. A failed try rolls back to the checkpoint and the
@@ -545,6 +546,7 @@ class _Search:
         pending = self.tasks
         smallest = min(pending, key=lambda t: (t.gpu_whole * UNIT + t.gpu_frac, t.cpu, t.mem)) if pending else None
         bound = _Released() if spec.fixed_candidates else None
+        seen: set[int] = set()
         for unit in spec.candidates():
             if unit.job.key not in jobs:
                 if spec.max_victim_jobs is not None and len(jobs) >= spec.max_victim_jobs:
@@ -552,6 +554,8 @@ class _Search:
                 jobs.add(unit.job.key)
             taken.append(unit)
             freed += unit.gpu
+            if freed < need:
+                freed += _released_unclaimed(unit, seen)
             if bound is None:
                 self.catch_up(taken)
             else:
@@ -595,6 +599,22 @@ class _Search:
         narrowed = self.replay(kept) if self.spec.move_victims else self.narrow(taken, kept)
         if not narrowed and not self.replay(taken):
             raise AssertionError("a victim set accepted once must be accepted again")
+
+
+def _released_unclaimed(unit: VictimUnit, seen: set[int]) -> int:
+    """GPU being released on the unit's nodes not in ``seen`` (added to it) that nothing is pipelined onto: what a
+    preemptor may be pipelined onto there besides what the victims free (KAI's idle-GPU scenario filter counts
+    releasing GPU; earlier searches of the action leave some). Read before this search evicts anything there."""
+    total = 0
+    for task in unit.tasks:
+        node = task.node
+        if node is None or node.idx in seen:
+            continue
+        seen.add(node.idx)
+        for ok, rel, pipe in zip(node.healthy, node.gpu_rel, node.gpu_pipe, strict=True):
+            if ok and rel > pipe:
+                total += rel - pipe
+    return total
 
 
 class _Released:

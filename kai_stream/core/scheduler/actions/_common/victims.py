@@ -77,7 +77,10 @@ def _split_units(
         if job.active_count() > job.min_member:
             return [VictimUnit(job, [task])], None
         return [], None if surplus_only else VictimUnit(job, [task])
-    running = [t for t in tasks if takeable(t, pipelined)] if pipelined else [t for t in tasks if t.status == RUNNING]
+    if pipelined:
+        running = [t for t in tasks if t.status == RUNNING or (t.status == PIPELINED and t.prev_pipelined is None)]
+    else:
+        running = [t for t in tasks if t.status == RUNNING]
     if not running:
         return [], None
     running.sort(key=lambda t: (t.created, t.name, t.uid), reverse=True)
@@ -192,8 +195,12 @@ def running(job: JobInfo) -> bool:
 
 
 def takeable_in(job: JobInfo) -> bool:
-    """Whether some pod of the job is ``takeable`` with pipelined pods."""
-    return any(takeable(t, True) for t in job.tasks)
+    """Whether some pod of the job is ``takeable`` with pipelined pods (inlined, as ``running``)."""
+    for t in job.tasks:
+        status = t.status
+        if status == RUNNING or (status == PIPELINED and t.prev_pipelined is None):
+            return True
+    return False
 
 
 JudgesFn = Callable[[JobInfo, QueueInfo], tuple[VictimJudgeFn, ...]]

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 from kai_stream.core.config import SchedulerConfig
 from kai_stream.core.events import (
+    EvictionRequested,
     NodeObserved,
     NodeSpec,
     PodObserved,
+    PodPipelined,
     PodSpec,
     QueueObserved,
     QueueResource,
@@ -21,7 +23,8 @@ from kai_stream.core.events import (
     Resources,
 )
 from kai_stream.core.scheduler.cycle import plugins_of, run_cycle
-from kai_stream.core.scheduler.framework.info import GPU, RELEASING, UNIT, NodeInfo, QueueInfo
+from kai_stream.core.scheduler.framework.info import GPU, PIPELINED, RELEASING, UNIT, NodeInfo, QueueInfo
+from kai_stream.core.scheduler.framework.nodeindex import Placement
 from kai_stream.core.scheduler.framework.reuse import Snapshot, open_session
 from kai_stream.core.scheduler.framework.session import Session
 from kai_stream.core.state import NODE_MARK, ClusterState, apply, fold
@@ -109,6 +112,29 @@ def test_release_and_unrelease_move_the_releasing_bucket_and_uncharge_the_queue(
     ssn.unrelease(running, previous)
     assert running.status == previous and ssn.releasing_tasks["n0"] == []
     assert _numbers(ssn) == opened
+
+
+def test_evicting_a_pod_pipelined_in_the_session_gives_up_its_nomination_and_undoes_exactly() -> None:
+    ssn = _session()
+    node = ssn.node_by_name["n0"]
+    team = ssn.queues["team"]
+    running, whole = ssn.tasks["run"], ssn.tasks["whole"]
+    stmt = ssn.statement("consolidation")
+    stmt.evict(running)
+    stmt.pipeline(whole, Placement(node, (0, 1), UNIT, pipelined=True))
+    pipelined = stmt.commit()
+    assert [type(d) for d in pipelined] == [EvictionRequested, PodPipelined]
+    before = _numbers(ssn)
+    stmt = ssn.statement("reclaim")
+    stmt.evict(whole)
+    assert whole.status == RELEASING and ssn.releasing_tasks["n0"] == [running], "it releases nothing"
+    assert node.gpu_pipe == [0, 0, 0, 0] and (node.cpu_pipe, node.mem_pipe) == (0, 0)
+    assert team.allocated == [0, 0, 0]
+    stmt.discard()
+    assert whole.status == PIPELINED and _numbers(ssn) == before
+    stmt.evict(whole)
+    assert stmt.commit() == [], "no eviction of a pod that never ran"
+    assert ssn.decisions == pipelined[:1], "its PodPipelined of this session is withdrawn"
 
 
 def test_a_parked_snapshot_keeps_the_keys_the_fold_reports() -> None:

@@ -1,7 +1,8 @@
 """reclaim: a pending job takes resources from other queues that hold more than their share.
 
 Per pending job (queue order), when its leaf queue stays within fair share with the job (a non-preemptible job:
-within deserved), victims are preemptible running jobs of other leaf queues that the victim scopes allow for the
+within deserved), victims are preemptible running jobs of other leaf queues (their pods pipelined earlier in the
+session too: KAI's active-allocated victims; taking one withdraws its nomination) that the victim scopes allow for the
 job's leaf queue (min-runtime, resolved per reclaimer and victim leaf; a protected elastic job gives only its
 surplus pods). Victim queues come in KAI's victim order: the queue that would be scheduled last gives first,
 re-ranked after every victim unit with what it gave taken off its dominant share (``VictimOrder``); each queue's
@@ -63,7 +64,7 @@ class _Reclaim:
         self._pool_free_cpu: int | None = None
         self._movable: dict[str, bool] = {}
         """Per leaf: ``may_move_some``, read when first asked."""
-        self.victims = VictimLists(session.hooks.job_key, victim_judges(session, NAME))
+        self.victims = VictimLists(session.hooks.job_key, victim_judges(session, NAME), pipelined=True)
         self._gave_up: set[tuple[object, ...]] = set()
         self._leaves = [q for q in session.queues.values() if not q.children and q.jobs]
         self._spent: set[Hashable] = set()
@@ -179,7 +180,9 @@ class _Reclaim:
                     spent.add(pool.key)
                     del pools[name]
                     continue
-                units = pool.units = units_in_victim_order(jobs, surplus, start, victims.runs(pool.key, jobs))
+                units = pool.units = units_in_victim_order(
+                    jobs, surplus, start, victims.runs(pool.key, jobs), pipelined=True
+                )
             unit = next(units, None)
             if unit is None:
                 del pools[name]

@@ -111,6 +111,8 @@ class Session:
     """Keys of the jobs with a task nominated when the session opened (``TaskInfo.prev_pipelined``: pipelined by an
     earlier cycle); kept by the snapshot, so reading it costs nothing per job."""
     state_id: int = 0
+    _pending_by_leaf: dict[str, list[JobInfo]] | None = None
+    """``pending_jobs`` per leaf queue name (``pending_in``), built when first asked."""
     _stamp: int = 0
     queue_epoch: int = 0
     """Bumped with every change of any ``QueueInfo.version``: while it stands still, no queue changed."""
@@ -180,6 +182,17 @@ class Session:
         pending = [t for t in job.tasks if t.status == PENDING]
         job.pending_memo, job.pending_at = pending, job.version
         return pending
+
+    def pending_in(self, leaf: QueueInfo) -> list[JobInfo]:
+        """The jobs of ``pending_jobs`` in the leaf queue ``leaf``, in ``pending_jobs`` order (some may have no
+        pending task left)."""
+        by_leaf = self._pending_by_leaf
+        if by_leaf is None:
+            by_leaf = self._pending_by_leaf = {}
+            for job in self.pending_jobs:
+                if job.queue is not None:
+                    by_leaf.setdefault(job.queue.name, []).append(job)
+        return by_leaf.get(leaf.name, [])
 
     def to_allocate(self, job: JobInfo) -> list[TaskInfo]:
         """The pending tasks the job offers in one pass (KAI ``GetTasksToAllocate``), memoised like ``pending_of``:
@@ -292,13 +305,23 @@ class Session:
         self.touch()
 
     def release(self, task: TaskInfo) -> str:
-        """Mark a running task as releasing (evicted): its resources become pipelinable. Returns old status."""
+        """Mark a running task as releasing (evicted): its resources become pipelinable. Returns old status.
+
+        A task pipelined in this session (KAI's active-allocated ``Pipelined``) gives up its reservation instead:
+        the capacity it waited for is released again, and it holds nothing while releasing."""
         node = task.node
         assert node is not None
         if self._saved_tasks is not None:
             self._save(task, node)
         previous = task.status
         index = self.index
+        if previous == PIPELINED:
+            index.remove(node)
+            self.move(task, PIPE, -1, -1)
+            index.add(node)
+            task.status = RELEASING
+            self.touch()
+            return previous
         placed_same = index.release_keeps_entries(node, task.gpus)
         if not placed_same:
             index.remove(node)
@@ -319,6 +342,13 @@ class Session:
         if self._saved_tasks is not None:
             self._save(task, node)
         index = self.index
+        if previous == PIPELINED:
+            index.remove(node)
+            self.move(task, PIPE, +1, +1)
+            index.add(node)
+            task.status = previous
+            self.touch()
+            return
         placed_same = index.release_keeps_entries(node, task.gpus)
         if not placed_same:
             index.remove(node)
@@ -342,6 +372,7 @@ class Session:
         self.decisions = []
         self.pending = {}
         self.pending_jobs = []
+        self._pending_by_leaf = None
         self.awaited = {}
         self.nominated = set()
         self.topologies = {}

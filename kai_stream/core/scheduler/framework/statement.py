@@ -1,7 +1,8 @@
 """The statement: tentative changes to a session with an undo log; ``commit`` returns decisions, no I/O.
 
 Operations: ``allocate`` (bind onto free capacity), ``pipeline`` (onto capacity being released),
-``evict`` (mark a running task releasing; victims for reclaim/preempt/consolidation), ``unevict`` (a victim of
+``evict`` (mark a running task releasing, victims for reclaim/preempt/consolidation; a task pipelined earlier in
+the session gives up its nomination: its ``PodPipelined`` is withdrawn at commit), ``unevict`` (a victim of
 this statement keeps running after all: its eviction and the unevict leave no decision, and pipelined pods that
 waited for it no longer name it). ``checkpoint`` marks
 the log, ``rollback(cp)`` undoes back to it, ``discard`` undoes everything, ``withdraw_evictions`` undoes some
@@ -164,6 +165,9 @@ class Statement:
             task = op.task
             if op.kind == "unevict" or (op.kind == "evict" and id(task) in kept):
                 continue
+            if op.kind == "evict" and op.previous == PIPELINED:
+                self._retract_pipeline(task)
+                continue
             job = task.job
             node = task.node
             assert node is not None
@@ -218,3 +222,13 @@ class Statement:
         self.ops = []
         self.ssn.decisions.extend(out)
         return out
+
+    def _retract_pipeline(self, task: TaskInfo) -> None:
+        """An eviction of a task pipelined earlier in this session: its ``PodPipelined`` is withdrawn, so the pod
+        stays pending with no node (a nomination from an earlier cycle is never taken: ``victims.takeable``)."""
+        decisions = self.ssn.decisions
+        for i in range(len(decisions) - 1, -1, -1):
+            d = decisions[i]
+            if isinstance(d, PodPipelined) and d.uid == task.uid:
+                del decisions[i]
+                return

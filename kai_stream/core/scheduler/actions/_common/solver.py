@@ -2,7 +2,8 @@
 
 ``search`` grows a victim set one unit at a time, in the order the action's candidate generator yields them (the
 generator reads the live session, so its filters see the evictions made so far). After each unit, once the freed GPU
-could cover what the pool's free GPU cannot, it tries inside a checkpoint: place the preemptor's whole gang (on free
+(with what is being released and not yet claimed on the victims' nodes) could cover what the pool's free GPU cannot,
+it tries inside a checkpoint: place the preemptor's whole gang (on free
 capacity first, else pipelined onto the capacity being released), re-place every moved victim on free capacity when
 the action moves rather than kills (consolidation), and ask the action's validator. A single-pod preemptor's try
 evicts, as KAI's by-node scenarios do, only the units of the victim jobs on one node of the last unit's job at a time
@@ -251,7 +252,13 @@ def _in_queue_order(session: Session, entries: list[tuple[JobInfo, list[TaskInfo
     """The jobs of ``entries`` in KAI's queue order, each taken after the caller placed the one before: the leaf
     whose first job (by job order) goes first (``_before``, as things stand then) gives that job next. A job is
     read with the request of the tasks it places (the queue keys read ``JobInfo.request_cache``, set meanwhile and
-    restored at the end)."""
+    restored at the end).
+
+    As in KAI (``actions/common/action.go`` ``GetJobsToAllocate``), a leaf's other pending jobs stand in its line
+    too: the simulation passes over them (``TryToVirtuallyAllocatePreemptorAndGetVictims``), but while one is first
+    in its leaf by job order it is the job the leaf is ranked with. Only those of the entries' leaves that come
+    before an entry by job order can be first while an entry waits (a pending job of another leaf only ranks a
+    parent queue: not read)."""
     if len(entries) == 1:
         yield entries[0][0]
         return
@@ -259,7 +266,16 @@ def _in_queue_order(session: Session, entries: list[tuple[JobInfo, list[TaskInfo
     for job, _ in entries:
         assert job.queue is not None
         by_leaf.setdefault(job.queue.name, []).append(job)
+    listed = {id(job) for job, _ in entries}
     for jobs in by_leaf.values():
+        leaf = jobs[0].queue
+        assert leaf is not None
+        last = max(session.job_key(job) for job in jobs)
+        jobs.extend(
+            job
+            for job in session.pending_in(leaf)
+            if id(job) not in listed and session.pending_of(job) and session.job_key(job) < last
+        )
         jobs.sort(key=session.job_key, reverse=True)
     saved = [(job, job.request_cache) for job, _ in entries]
     try:
@@ -277,7 +293,8 @@ def _in_queue_order(session: Session, entries: list[tuple[JobInfo, list[TaskInfo
             jobs.pop()
             if not jobs:
                 del by_leaf[best.queue.name]
-            yield best
+            if id(best) in listed:
+                yield best
     finally:
         for job, cached in saved:
             job.request_cache = cached
@@ -572,6 +589,7 @@ class _Search:
         pending = self.tasks
         smallest = min(pending, key=lambda t: (t.gpu_whole * UNIT + t.gpu_frac, t.cpu, t.mem)) if pending else None
         bound = _Released() if spec.fixed_candidates else None
+        seen: set[int] = set()
         for unit in spec.candidates():
             if unit.job.key not in jobs:
                 if spec.max_victim_jobs is not None and len(jobs) >= spec.max_victim_jobs:
@@ -579,6 +597,8 @@ class _Search:
                 jobs.add(unit.job.key)
             taken.append(unit)
             freed += unit.gpu
+            if freed < need:
+                freed += _released_unclaimed(unit, seen)
             if bound is None:
                 self.catch_up(taken)
             else:
@@ -622,6 +642,22 @@ class _Search:
         narrowed = self.replay(kept) if self.spec.move_victims else self.narrow(taken, kept)
         if not narrowed and not self.replay(taken):
             raise AssertionError("a victim set accepted once must be accepted again")
+
+
+def _released_unclaimed(unit: VictimUnit, seen: set[int]) -> int:
+    """GPU being released on the unit's nodes not in ``seen`` (added to it) that nothing is pipelined onto: what a
+    preemptor may be pipelined onto there besides what the victims free (KAI's idle-GPU scenario filter counts
+    releasing GPU; earlier searches of the action leave some). Read before this search evicts anything there."""
+    total = 0
+    for task in unit.tasks:
+        node = task.node
+        if node is None or node.idx in seen:
+            continue
+        seen.add(node.idx)
+        for ok, rel, pipe in zip(node.healthy, node.gpu_rel, node.gpu_pipe, strict=True):
+            if ok and rel > pipe:
+                total += rel - pipe
+    return total
 
 
 class _Released:

@@ -4,7 +4,10 @@ An elastic job (more active pods than ``minMember``) first offers its surplus po
 own unit, so a search that needs little takes only pods above the minimum; then the rest of the job (its gang
 core) as one unit, so a gang is never left partly running. In a job with subgroups the surplus pods are those
 above each subgroup's minMember, taken from the subgroup most above its own each turn. A plain job is one unit.
-Only pods that were running when the cycle started are offered (pods placed during this cycle are not victims).
+Only pods that were running when the cycle started are offered (pods placed during this cycle are not victims),
+but for reclaim, which also offers pods pipelined earlier in the session (``takeable``: KAI's victims are its
+active-allocated pods, ``pod_status.activeAllocatedStatuses``; a pod nominated by an earlier cycle is left alone,
+as giving up a nomination made before this cycle has no decision).
 A job the victim scopes limit to its surplus (min-runtime) offers its surplus units only.
 """
 
@@ -50,24 +53,34 @@ class VictimUnit:
         return {t.node.name for t in self.tasks if t.node is not None}
 
 
-def victim_units(job: JobInfo, surplus_only: bool = False) -> list[VictimUnit]:
+def takeable(task: TaskInfo, pipelined: bool) -> bool:
+    """Whether a search may take ``task``: running, or (``pipelined``) pipelined in this session onto a node."""
+    return task.status == RUNNING or (pipelined and task.status == PIPELINED and task.prev_pipelined is None)
+
+
+def victim_units(job: JobInfo, surplus_only: bool = False, pipelined: bool = False) -> list[VictimUnit]:
     """The job's units in the order a search takes them (surplus pods first, then the gang core unless
-    ``surplus_only``)."""
-    surplus, core = _split_units(job, surplus_only)
+    ``surplus_only``); ``pipelined``: its pods pipelined in this session too (``takeable``)."""
+    surplus, core = _split_units(job, surplus_only, pipelined)
     return surplus if core is None else [*surplus, core]
 
 
-def _split_units(job: JobInfo, surplus_only: bool) -> tuple[list[VictimUnit], VictimUnit | None]:
+def _split_units(
+    job: JobInfo, surplus_only: bool, pipelined: bool = False
+) -> tuple[list[VictimUnit], VictimUnit | None]:
     """The job's surplus units (newest pod first) and its gang core (None with ``surplus_only`` or none left)."""
     tasks = job.tasks
     if len(tasks) == 1:
         task = tasks[0]
-        if task.status != RUNNING:
+        if task.status != RUNNING and not takeable(task, pipelined):
             return [], None
         if job.active_count() > job.min_member:
             return [VictimUnit(job, [task])], None
         return [], None if surplus_only else VictimUnit(job, [task])
-    running = [t for t in tasks if t.status == RUNNING]
+    if pipelined:
+        running = [t for t in tasks if t.status == RUNNING or (t.status == PIPELINED and t.prev_pipelined is None)]
+    else:
+        running = [t for t in tasks if t.status == RUNNING]
     if not running:
         return [], None
     running.sort(key=lambda t: (t.created, t.name, t.uid), reverse=True)
@@ -146,25 +159,26 @@ def units_in_victim_order(
     start: int = 0,
     runs: Runs | None = None,
     keep: Callable[[JobInfo], bool] | None = None,
+    pipelined: bool = False,
 ) -> Iterator[VictimUnit]:
     """The units of ``jobs[start:]`` (in reverse job order; those ``keep`` allows) in KAI's victim order: a job gives
     one unit per turn and goes back in line, and a job above its minimum comes before one at it (KAI's elastic job
     order), so within a run of jobs of one priority every job's surplus pods come first, job by job, then their gang
     cores. A job in ``surplus`` gives its surplus pods only. Jobs are read lazily up to the next run holding a job
-    of more pods than its minimum (``runs``, from ``priority_runs``)."""
+    of more pods than its minimum (``runs``, from ``priority_runs``); ``pipelined``: as ``victim_units``."""
     ends, elastic = priority_runs(jobs) if runs is None else runs
     i, n = start, len(jobs)
     while i < n:
         job = jobs[i]
         if elastic[i] < 0:
             if keep is None or keep(job):
-                yield from victim_units(job, job in surplus)
+                yield from victim_units(job, job in surplus, pipelined)
             i += 1
             continue
         cores: list[VictimUnit] = []
         for other in jobs[i : ends[i]]:
             if keep is None or keep(other):
-                units, core = _split_units(other, other in surplus)
+                units, core = _split_units(other, other in surplus, pipelined)
                 yield from units
                 if core is not None:
                     cores.append(core)
@@ -176,6 +190,15 @@ def running(job: JobInfo) -> bool:
     """Whether some pod of the job is running (``any(t.status == RUNNING ...)``)."""
     for t in job.tasks:  # noqa: SIM110 (a plain loop: any() over a generator costs twice as much here)
         if t.status == RUNNING:
+            return True
+    return False
+
+
+def takeable_in(job: JobInfo) -> bool:
+    """Whether some pod of the job is ``takeable`` with pipelined pods (inlined, as ``running``)."""
+    for t in job.tasks:
+        status = t.status
+        if status == RUNNING or (status == PIPELINED and t.prev_pipelined is None):
             return True
     return False
 
@@ -208,11 +231,13 @@ class VictimLists:
     jobs they refuse left out, and the set of jobs limited to their surplus pods. The judges for a (preemptor,
     victim queue) are asked at each ``key`` (scopes memoize them); the list is kept per (victim queue, judges), so
     preemptors whose leaves resolve to the same judges share it, and is derived from the queue's unfiltered list
-    (already sorted) the first time those judges are met."""
+    (already sorted) the first time those judges are met. With ``pipelined``, a job counts as running while some
+    pod of it is ``takeable`` with pipelined pods (reclaim)."""
 
-    def __init__(self, job_key: Callable[[JobInfo], Any], judges: JudgesFn | None) -> None:
+    def __init__(self, job_key: Callable[[JobInfo], Any], judges: JudgesFn | None, pipelined: bool = False) -> None:
         self.job_key = job_key
         self.judges = judges
+        self._running = takeable_in if pipelined else running
         self._lists: dict[Hashable, list[JobInfo]] = {}
         self._surplus: dict[Hashable, frozenset[JobInfo]] = {}
         self._start: dict[Hashable, int] = {}
@@ -236,7 +261,8 @@ class VictimLists:
     def _all(self, queue: QueueInfo) -> list[JobInfo]:
         jobs = self._lists.get(queue.name)
         if jobs is None:
-            jobs = [j for j in queue.jobs if j.preemptible and running(j)]
+            active = self._running
+            jobs = [j for j in queue.jobs if j.preemptible and active(j)]
             jobs.sort(key=self.job_key, reverse=True)
             self._lists[queue.name] = jobs
             self._surplus[queue.name] = NO_SURPLUS_ONLY
@@ -253,7 +279,7 @@ class VictimLists:
                 allowed: list[JobInfo] = []
                 limited: list[JobInfo] = []
                 for j in jobs:
-                    if not running(j):
+                    if not self._running(j):
                         continue
                     answer = narrowest(judges, j)
                     if answer == "none":
@@ -264,7 +290,8 @@ class VictimLists:
                 jobs = self._lists[key] = allowed
                 self._surplus[key] = frozenset(limited) if limited else NO_SURPLUS_ONLY
         i = self._start.get(key, 0)
-        while i < len(jobs) and not running(jobs[i]):
+        active = self._running
+        while i < len(jobs) and not active(jobs[i]):
             i += 1
         self._start[key] = i
         return jobs, i, self._surplus[key]

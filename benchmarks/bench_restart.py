@@ -7,11 +7,15 @@ processor (``python -m kai_stream.streams``, a subprocess as in production) deci
 until its snapshot is committed. Then, per mode: SIGKILL, one new pod observed, start a new processor; the figure is
 from that start to the producer timestamp of the new pod's decision on the decisions topic (target <= 5 s at 10,000
 pods), and the CPU seconds the new processor had used by then (imports and faust's start included): on a loaded
-machine the wall time is mostly waiting for a core. The snapshot mode runs only on Kafka (Tansu has no
-transactions; its processor always folds from 0).
+machine the wall time is mostly waiting for a core. Each restart's phases follow: the processor's start milestones
+(``kai_stream/streams/startup.py``: imported, faust's group assigned, the app's tasks started, consumer started,
+partitions assigned, first records fetched, producer fenced, snapshot read, logs read, rebuilt, first batch
+committed), each as seconds after the start and the CPU seconds by then. The snapshot mode runs only on Kafka (Tansu
+has no transactions; its processor always folds from 0).
 
 Usage: ``python benchmarks/bench_restart.py [--engine kafka|tansu] [--nodes 1000] [--pods 10000]
-[--bootstrap-servers HOST:PORT]``.
+[--bootstrap-servers HOST:PORT] [--log FILE] [--repeat 1] [--long-timeouts]``: ``--repeat`` restarts per mode,
+alternating the modes, then each mode's min and median.
 """
 
 from __future__ import annotations
@@ -19,6 +23,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import re
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -96,6 +102,20 @@ class Decisions:
         return max(self.at[n] for n in names)
 
 
+_MILESTONE = re.compile(r"\[(\d+)\] \[INFO\] processor start: (.+) at (\d+\.\d+) \(cpu (\d+\.\d+)s\)")
+
+
+def phases(log: str, pid: int, started: float, decided: float) -> str:
+    """Where a restarted processor's time went: each start milestone it logged (``streams/startup.py``) as seconds
+    after its start and its CPU seconds by then, then its decision."""
+    split = [
+        f"{name} +{float(at) - started:.2f}s (cpu {cpu}s)"
+        for found_pid, name, at, cpu in _MILESTONE.findall(log)
+        if int(found_pid) == pid
+    ]
+    return ", ".join([*split, f"decided +{decided - started:.2f}s"])
+
+
 def start_processor(env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
     with log.open("ab") as out:
         return subprocess.Popen(
@@ -104,10 +124,20 @@ def start_processor(env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
         )
 
 
-async def main(engine: Engine, nodes: int, pods: int, servers: str | None) -> None:
-    docs = list(yaml.safe_load_all(cluster_yaml(nodes, 16))) + [pod(i) for i in range(pods + 2)]
+async def main(
+    engine: Engine,
+    nodes: int,
+    pods: int,
+    servers: str | None,
+    keep_log: Path | None = None,
+    repeat: int = 1,
+    first_start_timeouts: bool = False,
+) -> None:
+    modes = [("snapshot", "5.0"), ("offset 0", "0")] if engine == "kafka" else [("offset 0", "0")]
+    restarts = repeat * len(modes)
+    docs = list(yaml.safe_load_all(cluster_yaml(nodes, 16))) + [pod(i) for i in range(pods + restarts)]
     events = load_scenario(yaml.safe_dump_all(docs))
-    late: dict[str, list[ObservedEvent]] = {pod(pods)["metadata"]["name"]: [], pod(pods + 1)["metadata"]["name"]: []}
+    late: dict[str, list[ObservedEvent]] = {pod(pods + i)["metadata"]["name"]: [] for i in range(restarts)}
     initial: list[ObservedEvent] = []
     for event in events:
         if isinstance(event, PodObserved) and event.pod.name in late:
@@ -135,7 +165,13 @@ async def main(engine: Engine, nodes: int, pods: int, servers: str | None) -> No
                 "KAI_STREAM_HEALTH_ENABLED": "false",
                 "KAI_STREAM_PROCESSOR_LOG_LEVEL": "INFO",
             }
-            log = Path(tmp) / "processor.log"
+            # as in the image, whose install compiled the package's bytecode: with it unset the first processor writes
+            # what the restarts read (set, every start compiled each kai_stream module from its source again)
+            env.pop("PYTHONDONTWRITEBYTECODE", None)
+            if first_start_timeouts:  # a loaded machine's first 10,000-pod cycle outlasts the defaults (6 s, 10 s)
+                env.setdefault("KAI_STREAM_KAFKA_SESSION_TIMEOUT_MS", "30000")
+                env.setdefault("KAI_STREAM_PROCESSOR_TRANSACTION_TIMEOUT_MS", "60000")
+            log = keep_log or Path(tmp) / "processor.log"
             decisions = Decisions(kafka, names.decisions)
             follower = asyncio.create_task(decisions.follow())
             proc = start_processor(env, log)
@@ -145,21 +181,27 @@ async def main(engine: Engine, nodes: int, pods: int, servers: str | None) -> No
                 decided = await decisions.wait_for(all_pods, 900)
                 print(f"first start: every pod decided {decided - first:.1f}s after the processor started")
                 await asyncio.sleep(3.0)  # its snapshot (taken with the first batch) is committed by now
-                figures: dict[str, float] = {}
-                modes = [("snapshot", "5.0"), ("offset 0", "0")] if engine == "kafka" else [("offset 0", "0")]
-                for (mode, interval), (name, observed) in zip(modes, late.items(), strict=False):
+                figures: dict[str, list[tuple[float, float]]] = {mode: [] for mode, _ in modes}
+                for (mode, interval), (name, observed) in zip(modes * repeat, late.items(), strict=True):
                     proc.kill()
                     proc.wait()
                     await publish(kafka, names.cluster_events, observed)
                     env["KAI_STREAM_PROCESSOR_SNAPSHOT_INTERVAL_S"] = interval
                     restarted = time.time()
                     proc = start_processor(env, log)
-                    figures[mode] = await decisions.wait_for({name}, 300) - restarted
+                    decided_at = await decisions.wait_for({name}, 300)
                     cpu = process_cpu_s(proc.pid)
-                    print(f"restart (SIGKILL, one new pod) back to deciding, from {mode}: {figures[mode]:.2f}s "
-                          f"(target <= 5 s); the new processor's CPU by then {cpu:.2f}s", flush=True)
-                if len(figures) == 2:
-                    print(f"ratio snapshot / offset 0: {figures['snapshot'] / figures['offset 0']:.2f}")
+                    figures[mode].append((decided_at - restarted, cpu))
+                    print(f"restart (SIGKILL, one new pod) back to deciding, from {mode}: "
+                          f"{decided_at - restarted:.2f}s (target <= 5 s); the new processor's CPU by then {cpu:.2f}s",
+                          flush=True)
+                    await asyncio.sleep(0.5)  # its log lines are flushed
+                    print(f"  phases: {phases(log.read_text(errors='replace'), proc.pid, restarted, decided_at)}")
+                for mode, runs in figures.items():
+                    walls, cpus = sorted(w for w, _ in runs), sorted(c for _, c in runs)
+                    print(f"from {mode}, {len(runs)} restarts: wall min {walls[0]:.2f}s median "
+                          f"{statistics.median(walls):.2f}s; CPU min {cpus[0]:.2f}s median "
+                          f"{statistics.median(cpus):.2f}s")
                 rebuilt = [line for line in log.read_text(errors="replace").splitlines() if "rebuilt partition" in line]
                 print("\n".join(rebuilt[-4:]))
             finally:
@@ -175,5 +217,16 @@ if __name__ == "__main__":
     parser.add_argument("--nodes", type=int, default=1000)
     parser.add_argument("--pods", type=int, default=10_000)
     parser.add_argument("--bootstrap-servers", help="a running broker of --engine")
+    parser.add_argument("--log", type=Path, help="keep the processors' log in this file")
+    parser.add_argument("--repeat", type=int, default=1, help="restarts per mode (one new pod each)")
+    parser.add_argument(
+        "--long-timeouts",
+        action="store_true",
+        help="session 30 s, transaction 60 s: on a loaded machine the first start's cycle over every pod blocks the "
+        "processor's loop past the defaults, and its group session and transaction expire (the restarts, static "
+        "members that fence their predecessor, wait for neither)",
+    )
     args = parser.parse_args()
-    asyncio.run(main(args.engine, args.nodes, args.pods, args.bootstrap_servers))
+    asyncio.run(
+        main(args.engine, args.nodes, args.pods, args.bootstrap_servers, args.log, args.repeat, args.long_timeouts)
+    )

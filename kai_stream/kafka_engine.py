@@ -239,7 +239,7 @@ class KafkaBroker(BrokerProcess):
             if not (log_dir / "meta.properties").is_file():
                 fmt = [*java, *classpath, "kafka.tools.StorageTool", "format", "--config", str(config)]
                 done = subprocess.run(
-                    [*fmt, "--cluster-id", random_cluster_id(), "--ignore-formatted"],
+                    [*fmt, f"--cluster-id={random_cluster_id()}", "--ignore-formatted"],  # an id may start with "-"
                     capture_output=True,
                     text=True,
                     check=False,

@@ -10,6 +10,9 @@ here, so the rules below stay in one place.
   where it also keeps the imported modules' pages shared copy-on-write with the workers).
 * ``frozen_heap``: the same for the length of a ``with`` block, thawed after it (a replay over its decoded
   history, a benchmark's measured phase).
+* ``freeze_heap``: every object alive now moved to the permanent generation without a collection first: for a
+  process that has just imported its modules and is about to build its state (the processor's start), where a
+  collection would scan every imported module's objects for the little garbage the imports left (kept for good).
 * ``thaw_heap``: back to normal collections (the end of ``frozen_heap``). A forked worker keeps its supervisor's
   frozen set: the imports stay out of its first collections and their pages stay shared.
 
@@ -22,7 +25,7 @@ import gc
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-__all__ = ["frozen_heap", "paused_gc", "settle_heap", "thaw_heap"]
+__all__ = ["freeze_heap", "frozen_heap", "paused_gc", "settle_heap", "thaw_heap"]
 
 
 @contextmanager
@@ -40,6 +43,11 @@ def paused_gc() -> Iterator[None]:
 def settle_heap() -> None:
     """Collect what is garbage now, then freeze every surviving object out of later collections."""
     gc.collect()
+    gc.freeze()
+
+
+def freeze_heap() -> None:
+    """Freeze every object alive now out of later collections, without collecting first."""
     gc.freeze()
 
 

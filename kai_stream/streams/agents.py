@@ -29,7 +29,7 @@ from kai_stream.core.events import Model, dumps
 from kai_stream.internals import faust_commit, faust_kafka_consumer, faust_kafka_producer, member_id
 from kai_stream.kafka import send_unit
 from kai_stream.observability import Health, HealthSettings, serve_health
-from kai_stream.streams import snapshots, tables, topics
+from kai_stream.streams import snapshots, startup, tables, topics
 from kai_stream.streams.acked_snapshots import AckedSnapshots
 from kai_stream.streams.app import BULK, PARTITIONS, app, kafka, names, settings
 from kai_stream.streams.exactly_once import TransactionalLoop
@@ -217,6 +217,7 @@ async def _parent_alive() -> None:
 @app.on_partitions_assigned.connect
 async def _assigned(sender: Any, /, *args: Any, signal: BaseSignalT[Any], **kwargs: Any) -> None:
     assigned: set[TP] = args[0] if args else kwargs.get("assigned", set())
+    startup.reached("faust group assigned")
     if not BULK:
         succession.record(settings.app_id, member_id(faust_kafka_consumer(app.consumer)))
     runtime.assigned(

@@ -56,7 +56,7 @@ from kai_stream.core.events import Model, dumps
 from kai_stream.hoptrace import HopTrace
 from kai_stream.kafka import make_consumer, make_producer, start_consumer
 from kai_stream.settings import KafkaSettings
-from kai_stream.streams import snapshots
+from kai_stream.streams import snapshots, startup
 from kai_stream.streams.runtime import InRecord, SchedulerRuntime
 from kai_stream.topics import TopicNames
 
@@ -143,8 +143,10 @@ class TransactionalLoop(ConsumerRebalanceListener):  # type: ignore[misc]
 
     async def run(self) -> None:
         """Consume until cancelled; a failing batch drops the state and restarts the consumer (re-delivered)."""
+        startup.reached("app started")
         if self.snapshot_interval_s > 0:
             await snapshots.ensure_topic(self.kafka, self.state_topic, self.runtime.partitions)
+            startup.reached("state topic ensured")
         while True:
             try:
                 await self._consume()
@@ -165,6 +167,7 @@ class TransactionalLoop(ConsumerRebalanceListener):  # type: ignore[misc]
             max_partition_fetch_bytes=FETCH_BYTES_PER_PARTITION,
         )
         await start_consumer(consumer)
+        startup.reached("consumer started")
         self.consumer = consumer
         reader = asyncio.create_task(self._read(consumer), name="processor-reader")
         try:
@@ -219,6 +222,7 @@ class TransactionalLoop(ConsumerRebalanceListener):  # type: ignore[misc]
             batches = await consumer.getmany(timeout_ms=100, max_records=self.batch_max)
             if not batches:
                 continue
+            startup.reached("first records fetched")
             now = time.time()
             for tp, records in batches.items():
                 self._fetched.setdefault(tp, _Fetched(now)).records.extend(records)
@@ -244,6 +248,7 @@ class TransactionalLoop(ConsumerRebalanceListener):  # type: ignore[misc]
                 retry_backoff_ms=TRANSACTION_RETRY_BACKOFF_MS,
             )
             await producer.start()  # InitProducerId: the partition's previous owner is fenced, its open batch aborted
+            startup.reached("producer fenced")
             self._producers[partition] = producer
         return producer
 
@@ -264,6 +269,7 @@ class TransactionalLoop(ConsumerRebalanceListener):  # type: ignore[misc]
                             self.runtime.decisions_end.get(partition, 0), meta.offset + 1
                         )
                 await self._write_snapshot(producer, partition)
+            startup.reached("first batch committed")
             self._uncommitted[tp] = records[-1].offset + 1
             self._maybe_snapshot(partition)
             self._hops.batch(partition, records[0].offset, records[-1].offset,
@@ -364,3 +370,4 @@ class TransactionalLoop(ConsumerRebalanceListener):  # type: ignore[misc]
 
     async def on_partitions_assigned(self, assigned: list[TopicPartition]) -> None:
         """Nothing to do before a partition's first batch, which rebuilds its state."""
+        startup.reached("assigned")

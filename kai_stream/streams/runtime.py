@@ -11,7 +11,8 @@ not at all, so a processor killed while publishing never leaves half a cycle for
 to read. Without one (tests that publish record by record) they are sent one at a time.
 
 Between cycles the processor keeps a large, long-lived state (every pod and node of its pools); it is moved
-out of the cyclic garbage collector's reach (``gc.freeze``) after a rebuild and then every
+out of the cyclic garbage collector's reach (``gc.freeze``) once the first batch after a rebuild is decided (the
+rebuild decodes and folds with the collector paused, so nothing rescans the state before that) and then every
 ``gc_freeze_interval_s`` (when set: it acts on the whole process), after a collection of what is young, so
 collections stop rescanning it; by ``submit``, or between batches by a caller that turns ``settle_in_submit`` off.
 Fair shares (the ``on_fair_share`` cache) are computed on a Tick of a pool only when something other than
@@ -28,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import math
 import time
 from collections import defaultdict
 from collections.abc import Awaitable, Callable, Collection, Sequence
@@ -50,12 +52,12 @@ from kai_stream.core.events import (
     loads_cluster_event,
     loads_decisions_record,
 )
-from kai_stream.core.gcpause import settle_heap
+from kai_stream.core.gcpause import paused_gc, settle_heap
 from kai_stream.core.scheduler.framework.session import Session
 from kai_stream.kafka import READ_TO_END_WAIT_MS, UnitTooLarge, make_consumer, partition_for, read_to_end, read_topic
 from kai_stream.observability import CYCLE_DURATION, DEAD_LETTERS, DECISIONS, EVENTS_CONSUMED, EVENTS_PUBLISHED
 from kai_stream.settings import KafkaSettings
-from kai_stream.streams import snapshots
+from kai_stream.streams import snapshots, startup
 from kai_stream.streams.engine import Outgoing, PartitionEngine
 from kai_stream.streams.queue_metrics import QueueMeter
 from kai_stream.topics import TopicNames
@@ -277,6 +279,7 @@ class SchedulerRuntime:
             snapshot = (await asyncio.shield(resume))[partition]
         elif self.state_topic is not None:
             snapshot = await snapshots.latest(self.kafka, self.state_topic, partition, usable_by=engine)
+        startup.reached("snapshot read")
         if snapshot is not None:
             engine, decisions_from = snapshot.engine, snapshot.decisions_from
             resumed = f" after its snapshot at offset {engine.offset}"
@@ -289,30 +292,34 @@ class SchedulerRuntime:
                 self._read_partition(self.names.decisions, partition, decisions_from),
                 self._read_through(partition, needed, start=engine.offset + 1),
             )
-        recorded: list[DecisionsRecord] = []
-        for record in published:
-            decisions_end = record.offset + 1
-            try:
-                recorded.append(loads_decisions_record(record.value or b""))
-            except MalformedEvent:
-                continue
-        events: list[tuple[int, ClusterEvent]] = []
-        last = -1
-        malformed: list[tuple[InRecord, str]] = []
-        for record in logged:
-            last = record.offset
-            raw = InRecord(partition, record.offset, record.key, record.value, record.timestamp)
-            try:
-                events.append((record.offset, self.decode(raw)))
-            except MalformedEvent as exc:
-                malformed.append((raw, str(exc)))
+        startup.reached("logs read")
+        with paused_gc():  # what it decodes is the rebuilt state: collections meanwhile would rescan it
+            recorded: list[DecisionsRecord] = []
+            for record in published:
+                decisions_end = record.offset + 1
+                try:
+                    recorded.append(loads_decisions_record(record.value or b""))
+                except MalformedEvent:
+                    continue
+            events: list[tuple[int, ClusterEvent]] = []
+            last = -1
+            malformed: list[tuple[InRecord, str]] = []
+            for record in logged:
+                last = record.offset
+                raw = InRecord(partition, record.offset, record.key, record.value, record.timestamp)
+                try:
+                    events.append((record.offset, self.decode(raw)))
+                except MalformedEvent as exc:
+                    malformed.append((raw, str(exc)))
         if malformed and reading is not None:
             # off the rebuild's path (it reads the whole dead-letter topic); a build ahead is in no transaction
             self._letting_out.add(task := asyncio.get_running_loop().create_task(self._dead_letter_missing(malformed)))
             task.add_done_callback(self._let_out)
         elif malformed:
             await self._dead_letter_missing(malformed)
-        engine.rebuild(events, recorded)
+        with paused_gc():
+            engine.rebuild(events, recorded)
+        startup.reached("rebuilt")
         engine.offset = max(engine.offset, last)
         ticks = [
             (offset, set(engine.pools) if event.pool == ALL_POOLS else {event.pool})
@@ -336,8 +343,7 @@ class SchedulerRuntime:
         self._rebuilt_ticks[partition] = {pool for offset, pools in built.ticks if offset >= before for pool in pools}
         self.engines[partition] = engine
         self._fair_share_stale[partition].update(engine.pools)
-        if self.gc_freeze_interval_s is not None:
-            self.settle_heap()
+        self._frozen_at = -math.inf  # settled once its first batch is decided (``settle_due``), not before
         return engine
 
     def _build_ahead(self, partitions: Collection[int]) -> None:

@@ -31,6 +31,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import NewTopic
 from aiokafka.errors import TopicAlreadyExistsError
 
+from kai_stream.core.gcpause import paused_gc
 from kai_stream.internals import kafka_client
 from kai_stream.kafka import READ_TO_END_WAIT_MS, make_admin, make_consumer, read_to_end
 from kai_stream.settings import KafkaSettings
@@ -100,7 +101,8 @@ async def encode_aside(snapshot: Snapshot) -> bytes:
 
 def decode(value: bytes) -> Snapshot:
     _, decisions_from = _HEADER.unpack_from(value)
-    engine = _EngineUnpickler(io.BytesIO(zlib.decompress(value[_HEADER.size :]))).load()
+    with paused_gc():  # every object it builds is long-lived state: collections meanwhile would rescan them
+        engine = _EngineUnpickler(io.BytesIO(zlib.decompress(value[_HEADER.size :]))).load()
     if not isinstance(engine, PartitionEngine):
         raise pickle.UnpicklingError(f"snapshot holds a {type(engine).__name__}, not a PartitionEngine")
     return Snapshot(engine=engine, decisions_from=decisions_from)

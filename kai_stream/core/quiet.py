@@ -11,9 +11,11 @@
   running job's start + every positive preempt/reclaim min-runtime a queue or the pool default sets
   (inheritance and reclaim's resolution below the common ancestor only pick among them); a held pod's bind
   back-off end; and, with ``usage_params``, the usage window, which moves with time.
-* ``shares_when_idle``: the fair shares when nothing is pending: every queue's requestable is its allocation,
-  so its fair share is exactly that (each gets min(deserved, allocated), and the remainder covers every unmet
-  request); a pod on one of the pool's nodes counts for its queue and every ancestor.
+* ``queue_shares``: what a cycle's session says of each queue (fair share, deserved, allocation), as
+  ``FairShareRecorded`` carries it; ``shares_when_idle`` says the same without a session when nothing is
+  pending: every queue's requestable is its allocation, so its fair share is exactly that (each gets
+  min(deserved, allocated), and the remainder covers every unmet request); a pod on one of the pool's nodes
+  counts for its queue and every ancestor.
 """
 
 from __future__ import annotations
@@ -22,15 +24,25 @@ import math
 from collections.abc import Iterable
 
 from kai_stream.core.config import SchedulerConfig
-from kai_stream.core.events import QueueSpec
+from kai_stream.core.events import QueueShare, QueueSpec, ResourceAmounts
 from kai_stream.core.scheduler.actions.stalegangeviction import below_minimum, stale
 from kai_stream.core.scheduler.framework.backoff import backoff_until
+from kai_stream.core.scheduler.framework.info import CPU, GPU, MEM
 from kai_stream.core.scheduler.framework.reuse import Snapshot, kept_snapshot, repark
+from kai_stream.core.scheduler.framework.session import Session
 from kai_stream.core.scheduler.plugins.aging import next_change
 from kai_stream.core.scheduler.plugins.minruntime import job_started
 from kai_stream.core.state import ClusterState
 
-__all__ = ["decides_nothing", "idle", "min_runtimes", "next_deadline", "shares_when_idle"]
+__all__ = [
+    "amounts",
+    "decides_nothing",
+    "idle",
+    "min_runtimes",
+    "next_deadline",
+    "queue_shares",
+    "shares_when_idle",
+]
 
 
 def decides_nothing(snapshot: Snapshot, state: ClusterState, config: SchedulerConfig) -> bool:
@@ -84,9 +96,25 @@ def next_deadline(state: ClusterState, config: SchedulerConfig, *, pool: str) ->
     return min((t for t in found if t > now), default=math.inf)
 
 
-def shares_when_idle(state: ClusterState, *, pool: str) -> dict[str, list[int]]:
-    """Per queue (all of the state's), the GPU milli, CPU milli and memory of the pods running on ``pool``'s nodes
-    in it or below (a pod's queue: its own label, else its PodGroup's)."""
+def amounts(vector: list[int]) -> ResourceAmounts:
+    """A session's (GPU milli, CPU milli, memory) vector as recorded."""
+    return ResourceAmounts(gpu_milli=vector[GPU], cpu_milli=vector[CPU], memory=vector[MEM])
+
+
+def queue_shares(session: Session) -> tuple[QueueShare, ...]:
+    """Every queue's fair share, deserved quota and allocation in a cycle's session (names sorted)."""
+    return tuple(
+        QueueShare(
+            queue=name, fair_share=amounts(q.fair_share), deserved=amounts(q.quota), allocated=amounts(q.allocated)
+        )
+        for name, q in sorted(session.queues.items())
+    )
+
+
+def shares_when_idle(state: ClusterState, *, pool: str) -> tuple[QueueShare, ...]:
+    """``queue_shares`` of an ``idle`` pool without a session (module doc): per queue of the state (names sorted),
+    the pods running on ``pool``'s nodes in it or below (a pod's queue: its own label, else its PodGroup's) as its
+    fair share and its allocation."""
     queues = state.queues
     used: dict[str, list[int]] = {name: [0, 0, 0] for name in queues}
     for pod in state.pods.values():
@@ -103,4 +131,10 @@ def shares_when_idle(state: ClusterState, *, pool: str) -> dict[str, list[int]]:
             used[name][1] += requests.cpu_milli
             used[name][2] += requests.memory
             name = queues[name].parent
-    return used
+    shares = []
+    for name in sorted(used):
+        resources = queues[name].resources
+        deserved = [resources.gpu.quota, resources.cpu.quota, resources.memory.quota]
+        allocated = amounts(used[name])
+        shares.append(QueueShare(queue=name, fair_share=allocated, deserved=amounts(deserved), allocated=allocated))
+    return tuple(shares)

@@ -67,16 +67,14 @@ from kai_stream.core.events import (
     PodPipelined,
     PodSpec,
     QueueShare,
-    QueueSpec,
     ResourceAmounts,
     Resources,
     Tick,
     dumps,
     stable_id,
 )
-from kai_stream.core.quiet import idle, next_deadline, shares_when_idle
+from kai_stream.core.quiet import idle, next_deadline, queue_shares, shares_when_idle
 from kai_stream.core.scheduler.cycle import run_cycle
-from kai_stream.core.scheduler.framework.info import CPU, GPU, MEM
 from kai_stream.core.scheduler.framework.session import Session
 from kai_stream.core.state import ClusterState, apply
 from kai_stream.emulation import Emulation, Finishing, Policy, emulation_json, finished
@@ -186,10 +184,10 @@ class _Simulation:
         self.job_left: dict[int, int] = {}
         self.groups: dict[int, PodGroupSpec] = {}
         self.finishing = Finishing(POLICY)
-        self.last_shares: dict[str, tuple[int, ...]] = {}
-        self.shares: dict[str, tuple[int, ...]] = {}
-        self.share_records: dict[str, tuple[tuple[int, ...], QueueSpec | None, QueueShare]] = {}
-        """Per queue, the last ``QueueShare`` recorded, with the shares and the spec it was made of."""
+        self.shares: tuple[QueueShare, ...] = ()
+        """The queue shares of the last cycle (``core.quiet.queue_shares``, or ``shares_when_idle``)."""
+        self.last_fair: tuple[tuple[str, ResourceAmounts], ...] = ()
+        """The fair shares last recorded."""
         self.skip = skip
         self.quiet_until: float | None = None
         """After a cycle that returned no decision, with nothing but Ticks folded since: the core's next deadline
@@ -289,17 +287,7 @@ class _Simulation:
         shares."""
 
         def keep_shares(session: Session) -> None:
-            self.shares = {
-                name: (
-                    q.fair_share[GPU],
-                    q.fair_share[CPU],
-                    q.fair_share[MEM],
-                    q.allocated[GPU],
-                    q.allocated[CPU],
-                    q.allocated[MEM],
-                )
-                for name, q in sorted(session.queues.items())
-            }
+            self.shares = queue_shares(session)
 
         return run_cycle(
             self.state, self.config, pool=self.pool, input_offset=self.state.offset, code_version=self.version,
@@ -364,42 +352,16 @@ class _Simulation:
 
     def shares_when_idle(self) -> None:
         """Fair shares when nothing is pending (``core.quiet.shares_when_idle``): each queue's allocation."""
-        used = shares_when_idle(self.state, pool=self.pool)
-        self.shares = {name: (*used[name], *used[name]) for name in sorted(used)}
+        self.shares = shares_when_idle(self.state, pool=self.pool)
 
     def record_shares(self, ts: float) -> None:
         """Emit ``FairShareRecorded`` when the cycle's fair shares differ from the last ones recorded."""
-        current = {name: v[:3] for name, v in self.shares.items()}
-        if current == self.last_shares:
+        fair = tuple((share.queue, share.fair_share) for share in self.shares)
+        if fair == self.last_fair:
             return
-        self.last_shares = current
-        records = []
-        for name, values in self.shares.items():
-            spec: QueueSpec | None = self.state.queues.get(name)
-            last = self.share_records.get(name)
-            if last is not None and last[0] == values and last[1] is spec:
-                records.append(last[2])
-                continue
-            gpu, cpu, mem, a_gpu, a_cpu, a_mem = values
-            deserved = (
-                ResourceAmounts(
-                    gpu_milli=spec.resources.gpu.quota,
-                    cpu_milli=spec.resources.cpu.quota,
-                    memory=spec.resources.memory.quota,
-                )
-                if spec is not None
-                else ResourceAmounts()
-            )
-            record = QueueShare(
-                queue=name,
-                fair_share=ResourceAmounts(gpu_milli=gpu, cpu_milli=cpu, memory=mem),
-                deserved=deserved,
-                allocated=ResourceAmounts(gpu_milli=a_gpu, cpu_milli=a_cpu, memory=a_mem),
-            )
-            self.share_records[name] = (values, spec, record)
-            records.append(record)
+        self.last_fair = fair
         recorded = FairShareRecorded(
-            ts=ts, pool=self.pool, input_offset=self.state.offset, config_hash=self.hash, queues=tuple(records)
+            ts=ts, pool=self.pool, input_offset=self.state.offset, config_hash=self.hash, queues=self.shares
         )
         self.log.add(DECISIONS, recorded, _encode(recorded))
 

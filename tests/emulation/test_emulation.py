@@ -23,6 +23,7 @@ from kai_stream.core.events import (
     PodSpec,
     QueueObserved,
     QueueSpec,
+    ResourceAmounts,
     Resources,
 )
 from kai_stream.core.quiet import shares_when_idle
@@ -145,9 +146,15 @@ def test_shares_when_idle_count_a_running_pod_for_its_queue_and_every_ancestor()
         events.append(PodObserved(event_id=f"p{i}", ts=0.0, pod=pod))
     for offset, event in enumerate(events):
         apply(state, event, offset)
-    expected = {"root": [1500, 300, 30], "q": [1500, 300, 30], "z": [0, 0, 0]}
-    assert shares_when_idle(state, pool="default") == expected
-    assert shares_when_idle(state, pool="other") == {name: [0, 0, 0] for name in expected}
+    expected = {"q": (1500, 300, 30), "root": (1500, 300, 30), "z": (0, 0, 0)}
+
+    def used(pool: str) -> dict[str, tuple[int, int, int]]:
+        shares = shares_when_idle(state, pool=pool)
+        assert all(s.fair_share == s.allocated and s.deserved == ResourceAmounts() for s in shares)
+        return {s.queue: (s.allocated.gpu_milli, s.allocated.cpu_milli, s.allocated.memory) for s in shares}
+
+    assert list(used("default").items()) == list(expected.items())
+    assert used("other") == {name: (0, 0, 0) for name in expected}
 
 
 def test_a_completion_is_queued_by_its_bind_and_cancelled_by_an_eviction() -> None:

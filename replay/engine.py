@@ -158,7 +158,7 @@ class _Loop:
         if self.emulation is None:
             self.finish_until(batch[0].ts)
             only_time = all(_only_time(event, self.state) for event in batch)
-            quiet = only_time and self.quiet_at == self.state.offset
+            quiet = tick_cycles and only_time and self.quiet_at == self.state.offset
             if quiet and math.isnan(self.wake):
                 self.wake = next_deadline(self.state, self.config, pool=self.pool)
             for event in batch:

@@ -20,6 +20,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Iterable
 
@@ -96,17 +97,25 @@ def next_deadline(state: ClusterState, config: SchedulerConfig, *, pool: str) ->
     return min((t for t in found if t > now), default=math.inf)
 
 
+@functools.lru_cache(maxsize=4096)
+def _amounts(gpu: int, cpu: int, memory: int) -> ResourceAmounts:
+    return ResourceAmounts(gpu_milli=gpu, cpu_milli=cpu, memory=memory)
+
+
 def amounts(vector: list[int]) -> ResourceAmounts:
-    """A session's (GPU milli, CPU milli, memory) vector as recorded."""
-    return ResourceAmounts(gpu_milli=vector[GPU], cpu_milli=vector[CPU], memory=vector[MEM])
+    """A session's (GPU milli, CPU milli, memory) vector as recorded (immutable, so shared between equal ones)."""
+    return _amounts(vector[GPU], vector[CPU], vector[MEM])
+
+
+@functools.lru_cache(maxsize=4096)
+def _share(queue: str, fair: ResourceAmounts, deserved: ResourceAmounts, allocated: ResourceAmounts) -> QueueShare:
+    return QueueShare(queue=queue, fair_share=fair, deserved=deserved, allocated=allocated)
 
 
 def queue_shares(session: Session) -> tuple[QueueShare, ...]:
     """Every queue's fair share, deserved quota and allocation in a cycle's session (names sorted)."""
     return tuple(
-        QueueShare(
-            queue=name, fair_share=amounts(q.fair_share), deserved=amounts(q.quota), allocated=amounts(q.allocated)
-        )
+        _share(name, amounts(q.fair_share), amounts(q.quota), amounts(q.allocated))
         for name, q in sorted(session.queues.items())
     )
 
@@ -117,8 +126,12 @@ def shares_when_idle(state: ClusterState, *, pool: str) -> tuple[QueueShare, ...
     fair share and its allocation."""
     queues = state.queues
     used: dict[str, list[int]] = {name: [0, 0, 0] for name in queues}
+    nodes = state.nodes
     for pod in state.pods.values():
-        node = state.nodes.get(pod.node_name) if pod.node_name is not None else None
+        node_name = pod.node_name
+        if node_name is None:
+            continue
+        node = nodes.get(node_name)
         if node is None or node.pool != pool or pod.phase in ("Succeeded", "Failed"):
             continue
         name: str | None = pod.queue
@@ -136,5 +149,5 @@ def shares_when_idle(state: ClusterState, *, pool: str) -> tuple[QueueShare, ...
         resources = queues[name].resources
         deserved = [resources.gpu.quota, resources.cpu.quota, resources.memory.quota]
         allocated = amounts(used[name])
-        shares.append(QueueShare(queue=name, fair_share=allocated, deserved=amounts(deserved), allocated=allocated))
+        shares.append(_share(name, allocated, amounts(deserved), allocated))
     return tuple(shares)

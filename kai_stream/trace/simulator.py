@@ -298,13 +298,13 @@ class _Simulation:
         """No pod pending and no stale gang: every action and every pending reason has nothing (``core.quiet``)."""
         return idle(self.state, self.config, pool=self.pool)
 
+    def quiet(self, ts: float) -> bool:
+        """Whether the last cycle decided nothing and ``ts`` is before the core's next deadline after it."""
+        return self.quiet_until is not None and ts < self.quiet_until
+
     def worth_a_cycle(self, ts: float) -> bool:
         """False only when a cycle provably returns no decision (the rules in the module docstring)."""
-        if not self.skip:
-            return True
-        if self.idle():
-            return False
-        return self.quiet_until is None or ts >= self.quiet_until
+        return not self.skip or not (self.idle() or self.quiet(ts))
 
     def cycle(self, ts: float) -> None:
         if self.skip and self.idle():
@@ -312,7 +312,7 @@ class _Simulation:
             self.shares_when_idle()
             self.record_shares(ts)
             return
-        if not self.worth_a_cycle(ts):
+        if self.skip and self.quiet(ts):
             self.stats.skipped_cycles += 1
             return
         for _ in range(self.max_cycles):

@@ -14,8 +14,7 @@
 * ``queue_shares``: what a cycle's session says of each queue (fair share, deserved, allocation), as
   ``FairShareRecorded`` carries it; ``shares_when_idle`` says the same without a session when nothing is
   pending: every queue's requestable is its allocation, so its fair share is exactly that (each gets
-  min(deserved, allocated), and the remainder covers every unmet request); a pod on one of the pool's nodes
-  counts for its queue and every ancestor.
+  min(deserved, allocated), and the remainder covers every unmet request).
 """
 
 from __future__ import annotations
@@ -120,34 +119,14 @@ def queue_shares(session: Session) -> tuple[QueueShare, ...]:
     )
 
 
-def shares_when_idle(state: ClusterState, *, pool: str) -> tuple[QueueShare, ...]:
-    """``queue_shares`` of an ``idle`` pool without a session (module doc): per queue of the state (names sorted),
-    the pods running on ``pool``'s nodes in it or below (a pod's queue: its own label, else its PodGroup's) as its
-    fair share and its allocation."""
-    queues = state.queues
-    used: dict[str, list[int]] = {name: [0, 0, 0] for name in queues}
-    nodes = state.nodes
-    for pod in state.pods.values():
-        node_name = pod.node_name
-        if node_name is None:
-            continue
-        node = nodes.get(node_name)
-        if node is None or node.pool != pool or pod.phase in ("Succeeded", "Failed"):
-            continue
-        name: str | None = pod.queue
-        if not name and pod.pod_group:
-            group = state.pod_groups.get(f"{pod.namespace}/{pod.pod_group}")
-            name = group.queue if group is not None else None
-        requests = pod.requests
-        while name is not None and name in used:
-            used[name][0] += requests.gpu_milli
-            used[name][1] += requests.cpu_milli
-            used[name][2] += requests.memory
-            name = queues[name].parent
-    shares = []
-    for name in sorted(used):
-        resources = queues[name].resources
-        deserved = [resources.gpu.quota, resources.cpu.quota, resources.memory.quota]
-        allocated = amounts(used[name])
-        shares.append(_share(name, allocated, amounts(deserved), allocated))
-    return tuple(shares)
+def shares_when_idle(state: ClusterState, config: SchedulerConfig, *, pool: str) -> tuple[QueueShare, ...]:
+    """``queue_shares`` of an ``idle`` pool without opening a session (module doc): every queue's allocation in the
+    pool's kept snapshot as its fair share."""
+    snapshot = kept_snapshot(state, config, pool=pool)
+    try:
+        return tuple(
+            _share(name, amounts(q.allocated), amounts(q.quota), amounts(q.allocated))
+            for name, q in sorted(snapshot.base.queues.items())
+        )
+    finally:
+        repark(state, snapshot)

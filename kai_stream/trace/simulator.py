@@ -352,7 +352,7 @@ class _Simulation:
 
     def shares_when_idle(self) -> None:
         """Fair shares when nothing is pending (``core.quiet.shares_when_idle``): each queue's allocation."""
-        self.shares = shares_when_idle(self.state, pool=self.pool)
+        self.shares = shares_when_idle(self.state, self.config, pool=self.pool)
 
     def record_shares(self, ts: float) -> None:
         """Emit ``FairShareRecorded`` when the cycle's fair shares differ from the last ones recorded."""

@@ -8,6 +8,7 @@ import random
 
 from aiokafka.partitioner import murmur2 as aiokafka_murmur2
 
+from kai_stream.core.config import SchedulerConfig
 from kai_stream.core.events import (
     BindRequested,
     EvictionRequested,
@@ -132,7 +133,7 @@ def test_partition_for_is_kafkas_default_partitioner() -> None:
         assert partition_for(pool, 12) == (aiokafka_murmur2(pool.encode()) & 0x7FFFFFFF) % 12
 
 
-def test_shares_when_idle_count_a_running_pod_for_its_queue_and_every_ancestor() -> None:
+def test_shares_when_idle_are_the_allocations_of_the_running_pods_in_each_queue_and_below() -> None:
     state = ClusterState()
     node = NodeSpec(name="n1", allocatable=Resources(gpu_milli=8000, cpu_milli=8000, memory=2**30))
     events: list[ObservedEvent] = [NodeObserved(event_id="n1", ts=0.0, node=node)]
@@ -141,15 +142,15 @@ def test_shares_when_idle_count_a_running_pod_for_its_queue_and_every_ancestor()
     events.append(PodGroupObserved(event_id="g", ts=0.0, pod_group=PodGroupSpec(namespace="ns", name="g", queue="q")))
     for i in range(4):
         pod = PodSpec(namespace="ns", name=f"p{i}", uid=f"u{i}", queue="" if i == 2 else "q", pod_group="g",
-                      requests=Resources(gpu_milli=500, cpu_milli=100, memory=10), node_name=None if i == 3 else "n1",
-                      phase="Pending" if i == 3 else "Running")
+                      requests=Resources(gpu_milli=1000, cpu_milli=100, memory=10), node_name=None if i == 3 else "n1",
+                      gpu_indices=None if i == 3 else (i,), phase="Pending" if i == 3 else "Running")
         events.append(PodObserved(event_id=f"p{i}", ts=0.0, pod=pod))
     for offset, event in enumerate(events):
         apply(state, event, offset)
-    expected = {"q": (1500, 300, 30), "root": (1500, 300, 30), "z": (0, 0, 0)}
+    expected = {"q": (3000, 300, 30), "root": (3000, 300, 30), "z": (0, 0, 0)}
 
     def used(pool: str) -> dict[str, tuple[int, int, int]]:
-        shares = shares_when_idle(state, pool=pool)
+        shares = shares_when_idle(state, SchedulerConfig(), pool=pool)
         assert all(s.fair_share == s.allocated and s.deserved == ResourceAmounts() for s in shares)
         return {s.queue: (s.allocated.gpu_milli, s.allocated.cpu_milli, s.allocated.memory) for s in shares}
 

@@ -9,7 +9,10 @@ binder, kubelets and watch would:
   ``duration_s`` is observed ``Succeeded`` that much later and then deleted (as a Job's TTL controller does);
 * ``EvictionRequested`` -> a ``PodEvicted`` outcome, then the pod removed (no termination grace here).
 
-The answers are ``kai_stream.emulation.react``'s under ``POLICY``; this module is the clock. Given the
+The answers are ``kai_stream.emulation.react``'s under ``POLICY`` (completions queued by
+``kai_stream.emulation.Finishing``, as the trace simulator's are); this module is the clock. A batch that only
+advances time after a cycle that decided nothing cycles only once the core's next deadline
+(``core.quiet.next_deadline``) is reached: before it, that cycle would decide nothing either. Given the
 ``Emulation`` a simulated run recorded (a trace run: evicted pods restarted), it answers and cycles as that run
 did instead: completions due at a batch's time fold with it (one cycle), a completion alone cycles only when the
 run cycled per event time, and a cycle is repeated only as that run repeated it.
@@ -21,7 +24,7 @@ recorded log. The what-if runs use it on the observed part of a recorded history
 
 from __future__ import annotations
 
-import heapq
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
@@ -31,7 +34,6 @@ import kai_stream
 from kai_stream.core.config import SchedulerConfig, config_hash
 from kai_stream.core.decide import decide
 from kai_stream.core.events import (
-    BindRequested,
     ClusterEvent,
     ConfigRecorded,
     EvictionRequested,
@@ -40,8 +42,9 @@ from kai_stream.core.events import (
     PodPipelined,
     Tick,
 )
+from kai_stream.core.quiet import next_deadline
 from kai_stream.core.state import ClusterState, apply
-from kai_stream.emulation import Emulation, Policy, emulation_json, finished, finishes_at, react
+from kai_stream.emulation import Emulation, Finishing, Policy, emulation_json, finished
 from kai_stream.history.reader import PoolLog
 
 __all__ = ["CODE_VERSION", "EngineRun", "run_engine"]
@@ -62,14 +65,6 @@ class EngineRun:
     notes: list[str] = field(default_factory=list)
 
 
-@dataclass(order=True)
-class _Finish:
-    ts: float
-    seq: int
-    uid: str = field(compare=False)
-    decision_id: str = field(compare=False)
-
-
 class _Loop:
     def __init__(
         self,
@@ -83,8 +78,6 @@ class _Loop:
         self.config = config
         self.emulation = emulation
         self.policy = emulation.policy if emulation is not None else POLICY
-        self.bound_by: dict[str, str] = {}
-        """Per pod uid, the decision that bound it last: a completion of an earlier bind (evicted since) is none."""
         self.remove_finished = remove_finished
         self.pool = pool
         self.code_version = code_version
@@ -92,10 +85,13 @@ class _Loop:
         self.state = ClusterState()
         self.log = PoolLog(pool)
         self.head = ""
-        self.finishing: list[_Finish] = []
-        self.seq = 0
+        self.finishing = Finishing(self.policy)
         self.cycles = 0
         self.stopped_early = False
+        self.quiet_at: int | None = None
+        """The offset of the last cycle when it returned no decision (None: the last one decided)."""
+        self.wake = math.inf
+        """The core's next deadline after that cycle (``core.quiet.next_deadline``), once asked."""
 
     def emit(self, event: ClusterEvent) -> None:
         offset = len(self.log.events)
@@ -105,6 +101,7 @@ class _Loop:
 
     def settle(self) -> None:
         """Run cycles at the current offset until one changes nothing (at most ``max_cycles``)."""
+        self.quiet_at = None
         for _ in range(self.max_cycles):
             offset = self.state.offset
             linked, self.head = decide(
@@ -113,25 +110,16 @@ class _Loop:
             )
             self.cycles += 1
             if not linked:
+                self.quiet_at, self.wake = offset, math.nan
                 return
             for decision, _ in linked:
                 self.log.decisions.append(decision)
                 self.log.decision_offsets.append(len(self.log.decision_offsets))
             again = False
             for decision, _ in linked:
-                pod = self.state.pods.get(decision.uid)
-                for event in react(decision, self.state, self.policy):
+                for event in self.finishing.react(decision, self.state):
                     self.emit(event)
-                if isinstance(decision, BindRequested):
-                    self.bound_by[decision.uid] = decision.decision_id
-                    at = finishes_at(decision, pod, self.policy)
-                    if at is not None:
-                        self.seq += 1
-                        heapq.heappush(self.finishing, _Finish(at, self.seq, decision.uid, decision.decision_id))
-                elif isinstance(decision, EvictionRequested):
-                    self.bound_by.pop(decision.uid, None)
-                    again = True
-                again |= isinstance(decision, PodPipelined)
+                again |= isinstance(decision, EvictionRequested | PodPipelined)
             if self.state.offset == offset:
                 return
             if self.emulation is not None and not self.emulation.repeat_after_binds and not again:
@@ -141,22 +129,22 @@ class _Loop:
     def due(self, ts: float | None, before: bool) -> bool:
         if not self.finishing:
             return False
-        first = self.finishing[0].ts
+        first = self.finishing.next_at()
         return ts is None or first < ts or (not before and first == ts)
 
     def finish_until(self, ts: float | None, *, before: bool = False, settle: bool = True) -> None:
         """Complete the pods due by ``ts`` (``before``: strictly before it), a cycle after each completion time
         when ``settle``."""
         while self.due(ts, before):
-            batch_ts = self.finishing[0].ts
-            while self.finishing and self.finishing[0].ts == batch_ts:
-                done = heapq.heappop(self.finishing)
+            batch_ts = self.finishing.next_at()
+            while self.finishing.next_at() == batch_ts:
+                _, done = self.finishing.pop()
+                if done is None:
+                    continue
                 pod = self.state.pods.get(done.uid)
                 if pod is None or pod.node_name is None or pod.phase in ("Succeeded", "Failed"):
                     continue
                 if self.policy.running and pod.phase != "Running":
-                    continue
-                if self.bound_by.get(done.uid, done.decision_id) != done.decision_id:
                     continue
                 if self.state.assumed.get(done.uid) is not None:
                     continue
@@ -169,11 +157,17 @@ class _Loop:
         """Fold one batch and cycle after it (``run_engine``'s rules, or the recorded emulation's)."""
         if self.emulation is None:
             self.finish_until(batch[0].ts)
-            only_time = not tick_cycles and all(_only_time(event, self.state) for event in batch)
+            only_time = all(_only_time(event, self.state) for event in batch)
+            quiet = tick_cycles and only_time and self.quiet_at == self.state.offset
+            if quiet and math.isnan(self.wake):
+                self.wake = next_deadline(self.state, self.config, pool=self.pool)
             for event in batch:
                 self.emit(event)
-            if not only_time:
-                self.settle()
+            if only_time and (not tick_cycles or (quiet and self.state.now < self.wake)):
+                if quiet:
+                    self.quiet_at = self.state.offset
+                return
+            self.settle()
             return
         per_event = self.emulation.cycle_every <= 0
         self.finish_until(batch[0].ts, before=True, settle=per_event)
@@ -222,7 +216,8 @@ def run_engine(
     ``remove_finished``: delete a pod once it succeeded (as a Job's TTL controller would), keeping state small.
     ``tick_cycles=False`` skips the cycle after a batch that only advances time (ticks, GPU readings equal to
     the node's last ones): faster generation of long logs; only time-driven decisions such as stale-gang
-    eviction can then come later than a live processor's.
+    eviction can then come later than a live processor's. With it, such a batch cycles from the core's next
+    deadline on (module doc): the decisions of a cycle after every batch.
     ``emulation``: answer and cycle as the simulated run that recorded it did (module doc); pass its
     ``max_cycles`` too.
     """

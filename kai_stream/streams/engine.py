@@ -48,32 +48,17 @@ from kai_stream.core.events import (
     PodPending,
     PodPipelined,
     QueueShare,
-    ResourceAmounts,
     Tick,
     decision_hash,
 )
+from kai_stream.core.quiet import queue_shares
 from kai_stream.core.scheduler.cycle import fair_shares, run_cycle
-from kai_stream.core.scheduler.framework.info import CPU, GPU, MEM
 from kai_stream.core.scheduler.framework.session import Session
 from kai_stream.core.state import ClusterState, apply
 
 
 def is_decision(record: Model) -> TypeGuard[Decision]:
     return isinstance(record, BindRequested | EvictionRequested | PodPipelined | PodPending)
-
-
-def queue_shares(session: Session) -> tuple[QueueShare, ...]:
-    """Every queue's fair share, deserved quota and allocation in a cycle's session (names sorted)."""
-
-    def amounts(vector: list[int]) -> ResourceAmounts:
-        return ResourceAmounts(gpu_milli=vector[GPU], cpu_milli=vector[CPU], memory=vector[MEM])
-
-    return tuple(
-        QueueShare(
-            queue=name, fair_share=amounts(q.fair_share), deserved=amounts(q.quota), allocated=amounts(q.allocated)
-        )
-        for name, q in sorted(session.queues.items())
-    )
 
 
 @dataclass

@@ -19,21 +19,22 @@ Rules of the simulated world (``kai_stream.emulation.react`` under ``POLICY``, p
    works), outcomes also to ``bind-results``; decisions (hash-chained), ``ConfigRecorded`` and
    ``FairShareRecorded`` (whenever a queue's fair share changed) to ``decisions``. Layout
    ``DIR/<topic>/0/<first offset>-<last offset>.parquet``.
-5. A cycle is skipped (``skip_cycles``, on by default) only when it provably returns no decision, so the
+5. A cycle is skipped (``skip_cycles``, on by default) only when the core says it returns no decision, so the
    history is byte for byte the one of running every cycle (a test checks it):
 
-   * *idle*: no pod is pending and no gang runs below its minMember. Every action needs a pending job
-     (allocate, consolidation, reclaim, preempt) or a partial gang (stale-gang eviction), and a pending reason
+   * *idle* (``core.quiet.idle``): no pod is pending and no gang is stale. Every action needs a pending job
+     (allocate, consolidation, reclaim, preempt) or a stale gang (stale-gang eviction), and a pending reason
      needs a pending pod. The fair shares are then the allocations (``core.quiet.shares_when_idle``).
-   * *quiet*: the last cycle returned no decision, nothing but ``Tick``s was folded since, and no time
-     threshold the core reads was crossed since that cycle (``core.quiet.thresholds_crossed``: aging steps and
-     holds, stale-gang deadlines, min-runtime expiries). The cycle is a function of the state, and the state
-     then differs only in ``now`` and the offset, which only those thresholds read.
+   * *quiet*: the last cycle returned no decision, nothing but ``Tick``s was folded since, and the clock has
+     not reached the core's next deadline taken after that cycle (``core.quiet.next_deadline``: the time rules
+     the cycle reads). The cycle is a function of the state, and the state then differs only in ``now`` and the
+     offset, which only those rules read.
+
+   Completions are queued by the emulation (``kai_stream.emulation.Finishing``), as the what-if engine's are.
 """
 
 from __future__ import annotations
 
-import heapq
 import math
 import time
 from collections.abc import Callable
@@ -66,19 +67,17 @@ from kai_stream.core.events import (
     PodPipelined,
     PodSpec,
     QueueShare,
-    QueueSpec,
     ResourceAmounts,
     Resources,
     Tick,
     dumps,
     stable_id,
 )
-from kai_stream.core.quiet import shares_when_idle, thresholds_crossed
+from kai_stream.core.quiet import idle, next_deadline, queue_shares, shares_when_idle
 from kai_stream.core.scheduler.cycle import run_cycle
-from kai_stream.core.scheduler.framework.info import CPU, GPU, MEM
 from kai_stream.core.scheduler.framework.session import Session
 from kai_stream.core.state import ClusterState, apply
-from kai_stream.emulation import Emulation, Policy, emulation_json, finished, finishes_at, react
+from kai_stream.emulation import Emulation, Finishing, Policy, emulation_json, finished
 from kai_stream.history.schema import event_values, write_segment
 from kai_stream.trace.loaders import GPUS_PER_POD, Trace
 
@@ -124,9 +123,6 @@ class SimulationStats:
 class _Pod:
     spec: PodSpec
     job: int
-    generation: int = 0
-    running: bool = False
-    node: str | None = None
 
 
 def _fields(value: object) -> dict[str, Any]:
@@ -187,21 +183,15 @@ class _Simulation:
         self.pods: dict[str, _Pod] = {}
         self.job_left: dict[int, int] = {}
         self.groups: dict[int, PodGroupSpec] = {}
-        self.finishing: list[tuple[float, int, str, int, str]] = []
-        """(finish time, sequence, pod uid, pod generation, the bind's decision id)."""
-        self.seq = 0
-        self.last_shares: dict[str, tuple[int, ...]] = {}
-        self.shares: dict[str, tuple[int, ...]] = {}
-        self.share_records: dict[str, tuple[tuple[int, ...], QueueSpec | None, QueueShare]] = {}
-        """Per queue, the last ``QueueShare`` recorded, with the shares and the spec it was made of."""
+        self.finishing = Finishing(POLICY)
+        self.shares: tuple[QueueShare, ...] = ()
+        """The queue shares of the last cycle (``core.quiet.queue_shares``, or ``shares_when_idle``)."""
+        self.last_fair: tuple[tuple[str, ResourceAmounts], ...] = ()
+        """The fair shares last recorded."""
         self.skip = skip
-        self.waiting = 0
-        """Pods not running (pending or pipelined)."""
-        self.running_by_job: dict[int, int] = {}
-        self.partial: set[int] = set()
-        """Gangs (minMember > 1) with some but fewer than minMember pods running."""
-        self.quiet_since: float | None = None
-        """Time of the last cycle when it returned no decision and nothing but Ticks was folded since."""
+        self.quiet_until: float | None = None
+        """After a cycle that returned no decision, with nothing but Ticks folded since: the core's next deadline
+        (``core.quiet.next_deadline``), before which no cycle decides anything."""
         self.stats = SimulationStats()
         recorded = ConfigRecorded(
             ts=0.0,
@@ -222,7 +212,7 @@ class _Simulation:
         offset = self.log.add(CLUSTER_EVENTS, event, _encode(event) if value is None else value)
         apply(self.state, event, offset)  # type: ignore[arg-type]
         if not isinstance(event, Tick):
-            self.quiet_since = None
+            self.quiet_until = None
 
     def answer(self, event: Model) -> None:
         """Fold one event of the emulated cluster's answer; outcomes also go to bind-results."""
@@ -230,16 +220,6 @@ class _Simulation:
         if isinstance(event, PodBound | PodEvicted):
             self.log.add(BIND_RESULTS, event, value)
         self.observe(event, value)
-
-    # ------------------------------------------------------------------ bookkeeping for skipping cycles
-
-    def _running(self, job: int, delta: int) -> None:
-        running = self.running_by_job.get(job, 0) + delta
-        self.running_by_job[job] = running
-        if 0 < running < self.groups[job].min_member:
-            self.partial.add(job)
-        else:
-            self.partial.discard(job)
 
     # ------------------------------------------------------------------ jobs and pods
 
@@ -277,7 +257,6 @@ class _Simulation:
                 created=ts,
             )
             self.pods[spec.uid] = _Pod(spec, index)
-            self.waiting += 1
             self.observe(PodObserved(event_id=stable_id("pending", spec.uid, "0"), ts=ts, pool=self.pool, pod=spec))
             self.stats.pods += 1
         self.stats.jobs += 1
@@ -286,15 +265,11 @@ class _Simulation:
         pod = self.pods[uid]
         for event in finished(self.state.pods.get(uid) or pod.spec, decision_id, ts):
             self.observe(event)
-        pod.running = False
-        self._running(pod.job, -1)
         del self.pods[uid]
         self.job_left[pod.job] -= 1
         if self.job_left[pod.job] == 0:
             group = self.groups.pop(pod.job)
             del self.job_left[pod.job]
-            del self.running_by_job[pod.job]
-            self.partial.discard(pod.job)
             self.observe(
                 PodGroupRemoved(
                     event_id=stable_id("pg-removed", group.uid),
@@ -312,17 +287,7 @@ class _Simulation:
         shares."""
 
         def keep_shares(session: Session) -> None:
-            self.shares = {
-                name: (
-                    q.fair_share[GPU],
-                    q.fair_share[CPU],
-                    q.fair_share[MEM],
-                    q.allocated[GPU],
-                    q.allocated[CPU],
-                    q.allocated[MEM],
-                )
-                for name, q in sorted(session.queues.items())
-            }
+            self.shares = queue_shares(session)
 
         return run_cycle(
             self.state, self.config, pool=self.pool, input_offset=self.state.offset, code_version=self.version,
@@ -330,35 +295,25 @@ class _Simulation:
         )
 
     def idle(self) -> bool:
-        """No pod pending and no gang below its minimum: every action and every pending reason has nothing."""
-        return self.waiting == 0 and not self.partial
+        """No pod pending and no stale gang: every action and every pending reason has nothing (``core.quiet``)."""
+        return idle(self.state, self.config, pool=self.pool)
 
-    def crossed(self, since: float, now: float) -> bool:
-        """Whether a time threshold the core reads lies in (since, now] (``core.quiet.thresholds_crossed``)."""
-        return thresholds_crossed(
-            self.state,
-            self.config,
-            since,
-            now,
-            partial_groups=(f"{self.groups[job].namespace}/{self.groups[job].name}" for job in self.partial),
-            waiting_created=(self.groups[pod.job].created for pod in self.pods.values() if not pod.running),
-            running=(uid for uid, pod in self.pods.items() if pod.running),
-        )
+    def quiet(self, ts: float) -> bool:
+        """Whether the last cycle decided nothing and ``ts`` is before the core's next deadline after it."""
+        return self.quiet_until is not None and ts < self.quiet_until
 
     def worth_a_cycle(self, ts: float) -> bool:
         """False only when a cycle provably returns no decision (the rules in the module docstring)."""
-        if not self.skip:
-            return True
-        if self.idle():
-            return False
-        return self.quiet_since is None or self.crossed(self.quiet_since, ts)
+        return not self.skip or not (self.idle() or self.quiet(ts))
 
     def cycle(self, ts: float) -> None:
-        if not self.worth_a_cycle(ts):
+        if self.skip and self.idle():
             self.stats.skipped_cycles += 1
-            if self.idle():
-                self.shares_when_idle()
-                self.record_shares(ts)
+            self.shares_when_idle()
+            self.record_shares(ts)
+            return
+        if self.skip and self.quiet(ts):
+            self.stats.skipped_cycles += 1
             return
         for _ in range(self.max_cycles):
             started = time.perf_counter()
@@ -367,9 +322,9 @@ class _Simulation:
             self.stats.cycles += 1
             self.record_shares(ts)
             if not made:
-                self.quiet_since = ts
+                self.quiet_until = next_deadline(self.state, self.config, pool=self.pool)
                 return
-            self.quiet_since = None
+            self.quiet_until = None
             encoded, self.head = fold_linked(self.state, made, self.head)
             linked = [decision for decision, _ in encoded]
             again = False
@@ -385,71 +340,28 @@ class _Simulation:
     def react(self, decision: Decision) -> bool:
         """Fold the emulated cluster's answer to ``decision`` (``POLICY``); True when the cycle should run again
         at the same time (an eviction or a pipelined pod)."""
-        for event in react(decision, self.state, POLICY):
+        for event in self.finishing.react(decision, self.state):
             self.answer(event)
         if isinstance(decision, BindRequested):
-            pod = self.pods[decision.uid]
-            pod.running = True
-            pod.node = decision.node
-            self.waiting -= 1
-            self._running(pod.job, +1)
-            at = finishes_at(decision, pod.spec, POLICY)
-            if at is not None:
-                self.seq += 1
-                heapq.heappush(self.finishing, (at, self.seq, decision.uid, pod.generation, decision.decision_id))
             self.stats.binds += 1
             return False
         if isinstance(decision, EvictionRequested):
-            pod = self.pods[decision.uid]
-            pod.generation += 1
-            if pod.running:
-                self._running(pod.job, -1)
-                self.waiting += 1
-            pod.running = False
-            pod.node = None
             self.stats.evictions += 1
             return True
         return isinstance(decision, PodPipelined)
 
     def shares_when_idle(self) -> None:
         """Fair shares when nothing is pending (``core.quiet.shares_when_idle``): each queue's allocation."""
-        running = (pod.spec for pod in self.pods.values() if pod.running)
-        used = shares_when_idle(self.state.queues, running)
-        self.shares = {name: (*used[name], *used[name]) for name in sorted(used)}
+        self.shares = shares_when_idle(self.state, self.config, pool=self.pool)
 
     def record_shares(self, ts: float) -> None:
         """Emit ``FairShareRecorded`` when the cycle's fair shares differ from the last ones recorded."""
-        current = {name: v[:3] for name, v in self.shares.items()}
-        if current == self.last_shares:
+        fair = tuple((share.queue, share.fair_share) for share in self.shares)
+        if fair == self.last_fair:
             return
-        self.last_shares = current
-        records = []
-        for name, values in self.shares.items():
-            spec: QueueSpec | None = self.state.queues.get(name)
-            last = self.share_records.get(name)
-            if last is not None and last[0] == values and last[1] is spec:
-                records.append(last[2])
-                continue
-            gpu, cpu, mem, a_gpu, a_cpu, a_mem = values
-            deserved = (
-                ResourceAmounts(
-                    gpu_milli=spec.resources.gpu.quota,
-                    cpu_milli=spec.resources.cpu.quota,
-                    memory=spec.resources.memory.quota,
-                )
-                if spec is not None
-                else ResourceAmounts()
-            )
-            record = QueueShare(
-                queue=name,
-                fair_share=ResourceAmounts(gpu_milli=gpu, cpu_milli=cpu, memory=mem),
-                deserved=deserved,
-                allocated=ResourceAmounts(gpu_milli=a_gpu, cpu_milli=a_cpu, memory=a_mem),
-            )
-            self.share_records[name] = (values, spec, record)
-            records.append(record)
+        self.last_fair = fair
         recorded = FairShareRecorded(
-            ts=ts, pool=self.pool, input_offset=self.state.offset, config_hash=self.hash, queues=tuple(records)
+            ts=ts, pool=self.pool, input_offset=self.state.offset, config_hash=self.hash, queues=self.shares
         )
         self.log.add(DECISIONS, recorded, _encode(recorded))
 
@@ -468,21 +380,20 @@ class _Simulation:
         now = 0.0
         while nxt < len(jobs) or self.finishing:
             arrival = float(jobs[nxt]["submit"]) - t0 if nxt < len(jobs) else math.inf
-            completion = self.finishing[0][0] if self.finishing else math.inf
+            completion = self.finishing.next_at()
             now = min(arrival, completion)
             if cycle_every > 0:
                 now = math.ceil(now / cycle_every) * cycle_every
             happened = False
             while True:
                 arrival = float(jobs[nxt]["submit"]) - t0 if nxt < len(jobs) else math.inf
-                completion = self.finishing[0][0] if self.finishing else math.inf
+                completion = self.finishing.next_at()
                 if min(arrival, completion) > now:
                     break
                 if completion <= arrival:
-                    _, _, uid, generation, decision_id = heapq.heappop(self.finishing)
-                    pod = self.pods.get(uid)
-                    if pod is not None and pod.generation == generation and pod.running:
-                        self.finish(uid, completion, decision_id)
+                    _, done = self.finishing.pop()
+                    if done is not None:
+                        self.finish(done.uid, done.ts, done.decision_id)
                         happened = True
                 else:
                     self.arrive(nxt, jobs[nxt], arrival)

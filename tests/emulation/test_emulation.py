@@ -3,6 +3,7 @@ partitioner without aiokafka, and the core's read-outs for a clock that skips cy
 
 from __future__ import annotations
 
+import math
 import random
 
 from aiokafka.partitioner import murmur2 as aiokafka_murmur2
@@ -11,19 +12,27 @@ from kai_stream.core.config import SchedulerConfig
 from kai_stream.core.events import (
     BindRequested,
     EvictionRequested,
+    NodeObserved,
+    NodeSpec,
+    ObservedEvent,
     PodBound,
     PodEvicted,
+    PodGroupObserved,
+    PodGroupSpec,
     PodObserved,
     PodRemoved,
     PodSpec,
     QueueObserved,
     QueueSpec,
+    ResourceAmounts,
     Resources,
 )
-from kai_stream.core.quiet import shares_when_idle, thresholds_crossed
+from kai_stream.core.quiet import shares_when_idle
 from kai_stream.core.state import ClusterState, apply
 from kai_stream.emulation import (
     LABEL_RECREATE,
+    Completion,
+    Finishing,
     Policy,
     bind_failed,
     finished,
@@ -124,18 +133,42 @@ def test_partition_for_is_kafkas_default_partitioner() -> None:
         assert partition_for(pool, 12) == (aiokafka_murmur2(pool.encode()) & 0x7FFFFFFF) % 12
 
 
-def test_shares_when_idle_count_a_pod_for_its_queue_and_every_ancestor() -> None:
-    queues = {"root": QueueSpec(name="root"), "q": QueueSpec(name="q", parent="root"), "z": QueueSpec(name="z")}
-    pods = [PodSpec(namespace="ns", name=f"p{i}", uid=f"u{i}", queue="q",
-                    requests=Resources(gpu_milli=500, cpu_milli=100, memory=10)) for i in range(3)]
-    assert shares_when_idle(queues, pods) == {"root": [1500, 300, 30], "q": [1500, 300, 30], "z": [0, 0, 0]}
+def test_shares_when_idle_are_the_allocations_of_the_running_pods_in_each_queue_and_below() -> None:
+    state = ClusterState()
+    node = NodeSpec(name="n1", allocatable=Resources(gpu_milli=8000, cpu_milli=8000, memory=2**30))
+    events: list[ObservedEvent] = [NodeObserved(event_id="n1", ts=0.0, node=node)]
+    for queue in (QueueSpec(name="root"), QueueSpec(name="q", parent="root"), QueueSpec(name="z")):
+        events.append(QueueObserved(event_id=queue.name, ts=0.0, queue=queue))
+    events.append(PodGroupObserved(event_id="g", ts=0.0, pod_group=PodGroupSpec(namespace="ns", name="g", queue="q")))
+    for i in range(4):
+        pod = PodSpec(namespace="ns", name=f"p{i}", uid=f"u{i}", queue="" if i == 2 else "q", pod_group="g",
+                      requests=Resources(gpu_milli=1000, cpu_milli=100, memory=10), node_name=None if i == 3 else "n1",
+                      gpu_indices=None if i == 3 else (i,), phase="Pending" if i == 3 else "Running")
+        events.append(PodObserved(event_id=f"p{i}", ts=0.0, pod=pod))
+    for offset, event in enumerate(events):
+        apply(state, event, offset)
+    expected = {"q": (3000, 300, 30), "root": (3000, 300, 30), "z": (0, 0, 0)}
+
+    def used(pool: str) -> dict[str, tuple[int, int, int]]:
+        shares = shares_when_idle(state, SchedulerConfig(), pool=pool)
+        assert all(s.fair_share == s.allocated and s.deserved == ResourceAmounts() for s in shares)
+        return {s.queue: (s.allocated.gpu_milli, s.allocated.cpu_milli, s.allocated.memory) for s in shares}
+
+    assert list(used("default").items()) == list(expected.items())
+    assert used("other") == {name: (0, 0, 0) for name in expected}
 
 
-def test_a_min_runtime_expiry_is_a_threshold_only_inside_the_window() -> None:
-    state = _state(node_name="n1", phase="Running", started=10.0)
-    apply(state, QueueObserved(event_id="q", ts=1.0, queue=QueueSpec(name="q", preempt_min_runtime_s=60)), 2)
-    crossed = {"partial_groups": (), "waiting_created": (), "running": ("u1",)}
-    assert thresholds_crossed(state, SchedulerConfig(), 60.0, 70.0, **crossed)  # type: ignore[arg-type]
-    assert not thresholds_crossed(state, SchedulerConfig(), 70.0, 80.0, **crossed)  # type: ignore[arg-type]
-    assert not thresholds_crossed(state, SchedulerConfig(), 60.0, 70.0, partial_groups=(), waiting_created=(),
-                                  running=())
+def test_a_completion_is_queued_by_its_bind_and_cancelled_by_an_eviction() -> None:
+    state = _state()
+    finishing = Finishing(Policy(recreate="restart", steps=False, running=False, durations=True))
+    assert finishing.react(_bind("d-1"), state) == react(_bind("d-1"), state, finishing.policy)
+    finishing.react(_evict("d-2"), state)
+    rebind = _bind("d-3").model_copy(update={"ts": 120.0})
+    finishing.react(rebind, state)
+    assert len(finishing) == 2 and finishing.next_at() == 150.0
+    assert finishing.pop() == (150.0, None)
+    assert finishing.pop() == (170.0, Completion(170.0, "u1", "d-3"))
+    assert finishing.next_at() == math.inf
+    untimed = Finishing(Policy())
+    untimed.react(_bind("d-1"), state)
+    assert len(untimed) == 0

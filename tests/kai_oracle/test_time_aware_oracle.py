@@ -52,7 +52,7 @@ def _ours(tmp_path: Path) -> dict[str, tuple[float, float]]:
         sim.arrive(i, job, 0.0)
     for ts in range(0, 120, 10):
         sim.cycle(float(ts))
-    return {name: (v[3] / 1000, v[0] / 1000) for name, v in sim.shares.items()}
+    return {s.queue: (s.allocated.gpu_milli / 1000, s.fair_share.gpu_milli / 1000) for s in sim.shares}
 
 
 def test_time_aware_simulator_settles_where_the_core_does(tmp_path: Path) -> None:

@@ -119,7 +119,7 @@ def test_gangs_and_restart_after_eviction(cluster: Path) -> None:
     sim.arrive(1, jobs.row(1, named=True), 0.0)
     assert sim.groups[0].min_member == 2
     sim.cycle(0.0)
-    assert sum(p.running for p in sim.pods.values()) == 3
+    assert sum(1 for p in sim.state.pods.values() if p.node_name is not None) == 3
     small = stable_id("trace-pod", "small", "0")
     decisions = [dict(zip(COLUMNS, r, strict=True)) for r in sim.log.rows["decisions"]]
     bind = next(r for r in decisions if r["uid"] == small and r["type"] == "BindRequested")
@@ -139,13 +139,17 @@ def test_gangs_and_restart_after_eviction(cluster: Path) -> None:
     )
     sim.state.now = 10.0
     assert sim.react(eviction) is True
-    assert sim.pods[small].running is False and sim.pods[small].generation == 1
+    assert sim.state.pods[small].node_name is None
     restarted = dict(zip(COLUMNS, sim.log.rows["cluster-events"][-1], strict=True))
     assert restarted["type"] == PodObserved.model_fields["type"].default and restarted["node"] is None
     sim.cycle(10.0)
-    assert sim.pods[small].running
-    finishes = sorted((t, uid) for t, _, uid, gen, _ in sim.finishing if uid == small and gen == 1)
-    assert finishes == [(60.0, small)]
+    assert sim.state.pods[small].node_name is not None
+    finishes = []
+    while sim.finishing:
+        at, done = sim.finishing.pop()
+        if done is not None and done.uid == small:
+            finishes.append(at)
+    assert finishes == [60.0]
 
 
 def test_compare_policies_side_by_side(cluster: Path, slice_trace: Trace) -> None:

@@ -89,10 +89,10 @@ def test_a_quiet_cycle_is_skipped_until_a_min_runtime_expires(
     sim.cycle(0.0)
     sim.arrive(2, {**job, "job_id": "late", "submit": 10.0, "gpus": 4, "gpu_milli": 4000, "queue": "b"}, 10.0)
     sim.cycle(10.0)
-    assert sim.stats.evictions == 0 and sim.quiet_since is None
+    assert sim.stats.evictions == 0 and sim.quiet_until is None
     sim.observe(Tick(event_id="t20", ts=20.0, pool="default"))
     sim.cycle(20.0)
-    assert sim.quiet_since == 20.0
+    assert sim.quiet_until == 100.0
     sim.observe(Tick(event_id="t50", ts=50.0, pool="default"))
     assert not sim.worth_a_cycle(50.0)
     assert sim.run_cycle() == []

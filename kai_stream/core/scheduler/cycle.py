@@ -14,9 +14,9 @@ actions (``scheduler.actions``) by name; the config admits only registered names
 A bind of a pod with DRA claim requests carries the node's devices for them (``core.dra.allocate``, from the GPU
 indices the actions chose).
 
-A cycle on the pool's kept snapshot opens no session when it provably decides nothing (``_idle``: no pending task,
-no stale gang): the streaming processor runs a cycle for every batch, most of them on feedback events (binds
-confirmed, pods running) with nothing pending.
+A cycle on the pool's kept snapshot opens no session when it provably decides nothing (``core.quiet.idle``: no
+pending task, no stale gang): the streaming processor runs a cycle for every batch, most of them on feedback
+events (binds confirmed, pods running) with nothing pending.
 """
 
 from __future__ import annotations
@@ -28,12 +28,11 @@ from kai_stream.core.config import SchedulerConfig
 from kai_stream.core.dra import allocate
 from kai_stream.core.events import BindRequested, Decision
 from kai_stream.core.gcpause import paused_gc
+from kai_stream.core.quiet import decides_nothing
 from kai_stream.core.scheduler.actions import ACTIONS
-from kai_stream.core.scheduler.actions.stalegangeviction import stale
 from kai_stream.core.scheduler.framework.info import CPU, GPU, MEM, UNIT
 from kai_stream.core.scheduler.framework.plugins import Plugin
 from kai_stream.core.scheduler.framework.reuse import (
-    Snapshot,
     discard,
     kept_snapshot,
     open_session,
@@ -79,7 +78,7 @@ def run_cycle(
             discard(session)
             return decisions
         snapshot = kept_snapshot(state, config, pool=pool)
-        if inspect is None and _idle(snapshot, state, config):
+        if inspect is None and decides_nothing(snapshot, state, config):
             repark(state, snapshot)
             return []
         session = snapshot.start(
@@ -105,16 +104,6 @@ def _with_devices(state: ClusterState, decisions: list[Decision]) -> list[Decisi
                 decision = decision.model_copy(update={"dra_devices": devices})
         out.append(decision)
     return out
-
-
-def _idle(snapshot: Snapshot, state: ClusterState, config: SchedulerConfig) -> bool:
-    """Whether a cycle on the kept snapshot provably decides nothing, so that no session is opened: no job has a
-    pending task (allocate, consolidation, reclaim and preempt only act for one, and only a pending task gets a
-    reason) and no gang is stale (the one action that acts for running jobs alone)."""
-    if snapshot.pending:
-        return False
-    now, grace = state.now, config.stale_gang_grace_s
-    return not any(stale(job, now, grace) for job in snapshot.base.jobs)
 
 
 def plugins_of(config: SchedulerConfig) -> list[Plugin]:

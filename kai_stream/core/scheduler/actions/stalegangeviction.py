@@ -20,11 +20,16 @@ from kai_stream.core.scheduler.framework.session import Session
 NAME = "stalegangeviction"
 
 
-def stale(job: JobInfo, now: float, grace: float) -> bool:
-    """Whether ``job`` is a gang running below its minimum for the grace period or longer (see above)."""
-    if job.group_missing or job.min_member <= 1 or job.succeeded or now - job.changed < grace:
+def below_minimum(job: JobInfo) -> bool:
+    """Whether ``job`` is a gang running below its minimum (see above), for however long."""
+    if job.group_missing or job.min_member <= 1 or job.succeeded:
         return False
     return any(t.status == RUNNING for t in job.tasks) and job.active_count() < job.min_member
+
+
+def stale(job: JobInfo, now: float, grace: float) -> bool:
+    """Whether ``job`` has been ``below_minimum`` for the grace period or longer (see above)."""
+    return job.min_member > 1 and now - job.changed >= grace and below_minimum(job)
 
 
 def run(session: Session) -> None:

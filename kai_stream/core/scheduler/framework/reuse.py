@@ -307,23 +307,22 @@ def open_tracked_session(
 def kept_snapshot(state: ClusterState, config: SchedulerConfig, *, pool: str) -> Snapshot:
     """The pool's parked snapshot brought up to date with the fold (rebuilt when the fold does not allow it), taken
     out of ``state``: start a tracked session on it, or put it back with ``repark``."""
-    chash = config_hash(config)
     derived = state.derived
-    snapshot = derived.parked.pop(pool, None)
-    dirty = snapshot.dirty if isinstance(snapshot, Snapshot) else None
-    fresh = True
+    parked = derived.parked.pop(pool, None)
+    kept = parked if isinstance(parked, Snapshot) else None
+    same_config = kept is not None and kept.builder.config is config
+    chash = kept.config_hash if kept is not None and same_config else config_hash(config)
+    dirty = kept.dirty if kept is not None else None
     if (
-        isinstance(snapshot, Snapshot)
-        and snapshot.config_hash == chash
+        kept is not None
+        and kept.config_hash == chash
         and dirty is not None
         and len(derived.indexed or ()) == len(state.pods)
-        and len(dirty) * 2 <= len(snapshot.base.jobs) + 64
+        and len(dirty) * 2 <= len(kept.base.jobs) + 64
+        and kept.refresh(state, config, dirty)
     ):
-        fresh = not snapshot.refresh(state, config, dirty)
-    if fresh:
-        snapshot = Snapshot.build(state, config, pool, chash)
-    assert isinstance(snapshot, Snapshot)
-    return snapshot
+        return kept
+    return Snapshot.build(state, config, pool, chash)
 
 
 def repark(state: ClusterState, snapshot: Snapshot) -> None:

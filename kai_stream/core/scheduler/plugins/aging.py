@@ -17,6 +17,7 @@ session opens with this plugin on.
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
 from kai_stream.core.events import PendingCode
@@ -45,12 +46,24 @@ def boost(params: JobAging, wait: float | None) -> int:
     return min(params.max_boost, int(wait // params.interval_s))
 
 
-def steps_crossed(params: JobAging, created: float, since: float, now: float) -> bool:
-    """Whether a job created at ``created`` and waiting throughout reaches a new boost or its hold in
-    (``since``, ``now``]: a cycle then may decide differently though nothing else changed."""
-    before, after = boost(params, max(0.0, since - created)), boost(params, max(0.0, now - created))
+def next_change(params: JobAging, job: JobInfo, after: float) -> float:
+    """The earliest time after ``after`` at which waiting changes what ``job`` gets: its next boost step or its
+    hold (``after`` itself, just past, once it holds: the hold's reason counts the seconds waited); ``inf`` for a
+    job that is not waiting."""
+    wait = waited(job, after)
+    if wait is None:
+        return math.inf
     hold = params.hold_after_s
-    return before != after or (hold is not None and since < created + hold <= now)
+    if hold is not None and wait >= hold:
+        return math.nextafter(after, math.inf)
+    found = job.created + hold if hold is not None else math.inf
+    steps = boost(params, wait)
+    if steps < params.max_boost:
+        step = job.created + (steps + 1) * params.interval_s
+        while step > after and boost(params, math.nextafter(step, -math.inf) - job.created) > steps:
+            step = math.nextafter(step, -math.inf)
+        found = min(found, max(step, math.nextafter(after, math.inf)))
+    return found
 
 
 def _could_fit(task: TaskInfo, node: NodeInfo, session: Session) -> bool:

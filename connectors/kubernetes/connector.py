@@ -6,7 +6,8 @@
   the dead-letter topic with the reason.
 * Routing: a pool's events go to ``partition_for(pool)`` keyed by pool; cluster-wide objects (pool ``*``:
   Queue, PriorityClass, Topology) go to every partition, so each pool's partition is a complete log.
-* Resume: on start the catalog is rebuilt from the log (while the first lists are fetched), so a re-list after a
+* Resume: on start the catalog is rebuilt from the log (while the first lists are fetched; under a supervisor from
+  the catalog its predecessor saved and the log after it, ``resume``), so a re-list after a
   restart publishes only what changed in content (see ``catalog``) and the removals of what vanished meanwhile.
   A listed pod or node whose resourceVersion is the one of the last event published for it is not translated
   then: what is new or changed goes out first, and those are translated again (and sent if their translation
@@ -36,6 +37,7 @@ from aiokafka import AIOKafkaProducer
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from connectors.kubernetes import resume
 from connectors.kubernetes.catalog import Catalog, removal_event
 from connectors.kubernetes.kinds import KINDS, WatchedKind
 from connectors.kubernetes.watcher import Expired, Obj, list_objects, resource_version, watch_objects
@@ -53,7 +55,16 @@ from kai_stream.core.events import (
 )
 from kai_stream.core.manifests import ManifestError, object_to_events
 from kai_stream.internals import expedite
-from kai_stream.kafka import make_producer, partition_for, read_topic, send_keyed
+from kai_stream.kafka import (
+    READ_TO_END_WAIT_MS,
+    assign_from_start,
+    iter_to_end,
+    make_consumer,
+    make_producer,
+    partition_for,
+    send_keyed,
+    start_consumer,
+)
 from kai_stream.quirks import feedback_linger_ms
 from kai_stream.settings import KafkaSettings
 from kai_stream.topics import TopicNames
@@ -137,14 +148,29 @@ class KubernetesConnector:
             self._producer = None
 
     async def _load_catalog(self) -> None:
-        for record in await read_topic(self.kafka, self.topics.cluster_events):
-            if record.value is None:
-                continue
-            try:
-                self.catalog.record(loads_cluster_event(record.value))
-            except ValueError:
-                continue
+        topic = self.topics.cluster_events
+        resumed = resume.load(topic)
+        consumer = make_consumer(self.kafka, group_id=None, fetch_max_wait_ms=READ_TO_END_WAIT_MS)
+        await start_consumer(consumer)
+        try:
+            partitions = await assign_from_start(consumer, topic)
+            if resumed is not None:
+                self.catalog, offsets = resumed
+                for tp in partitions:
+                    consumer.seek(tp, offsets.get(tp.partition, 0))
+            async for batch in iter_to_end(consumer):
+                for record in batch:
+                    if record.value is None:
+                        continue
+                    try:
+                        self.catalog.record(loads_cluster_event(record.value))
+                    except ValueError:
+                        continue
+            ends = {tp.partition: await consumer.position(tp) for tp in partitions}
+        finally:
+            await consumer.stop()
         self._catalog_loaded.set()
+        await resume.save(topic, Catalog(dict(self.catalog.objects), set(self.catalog.pools)), ends)
 
     # ------------------------------------------------------------------ publishing
 

@@ -7,16 +7,20 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
 import yaml
+from kubernetes_asyncio import client
 
 from connectors.kubernetes import KubernetesConnector
+from connectors.kubernetes.catalog import Catalog
 from connectors.kubernetes.watcher import Obj
 from connectors.simcluster import SimCluster
 from connectors.simcluster.client import api_client
+from kai_stream import prefork
 from kai_stream.core.events import PodObserved, content_digest, dumps, loads_cluster_event
 from kai_stream.kafka import make_producer, read_topic, send_keyed
 from kai_stream.settings import KafkaSettings
@@ -131,3 +135,37 @@ async def test_the_background_pass_corrects_a_stale_last_word_at_the_current_ver
             await _until_translated(restarted, PODS)
         last = [e for e in await _pods_published(kafka_settings, topics) if e.pod.name == "p007"][-1]
         assert last.event_id != "forged-p007" and content_digest(last) == content_digest(true)
+
+
+async def test_a_supervised_successor_reads_only_the_log_after_its_predecessors_catalog(
+    cluster: SimCluster, kafka_settings: KafkaSettings, topics: TopicNames, tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(prefork, "state_dir", str(tmp_path))
+    folded: list[str] = []
+    record = Catalog.record
+
+    def counted(catalog: Catalog, event: Any) -> None:
+        folded.append(event.type)
+        record(catalog, event)
+
+    monkeypatch.setattr(Catalog, "record", counted)
+    async with api_client(cluster.url or "") as api:
+        for _ in range(2):  # the first publishes the cluster, the second saves the catalog it read back
+            connector = KubernetesConnector(api, kafka_settings, topics, tick_interval_s=None)
+            async with _running(connector):
+                await connector.flush()
+            assert list(tmp_path.glob("catalog-*.json")), "no catalog saved for the successor"
+        await cluster.create(_pod("z-new"))
+        core = client.CoreV1Api(api)
+        await core.delete_namespaced_pod("p003", "ns")
+        folded.clear()
+        successor = Recorded(api, kafka_settings, topics, tick_interval_s=None)
+        successor.translated = []
+        async with _running(successor):
+            await _until_translated(successor, PODS)
+        assert len([t for t in folded if t != "PodObserved"]) <= 1 and folded.count("PodObserved") <= 1, folded
+        assert successor.published == 2, successor.published
+        events = [loads_cluster_event(r.value or b"") for r in await read_topic(kafka_settings, topics.cluster_events)]
+        published = {(e.type, e.pod.name if isinstance(e, PodObserved) else getattr(e, "name", "")) for e in events}
+        assert {("PodObserved", "z-new"), ("PodRemoved", "p003")} <= published

@@ -46,7 +46,7 @@ async def save(topic: str, catalog: Catalog, positions: dict[int, int]) -> None:
         return
     objects = []
     for i, (key, known) in enumerate(sorted(catalog.objects.items())):
-        if i % 500 == 499:
+        if i % 100 == 99:
             await asyncio.sleep(0)
         objects.append([*key, known.event_id, known.pool, known.uid, known.version, known.content])
     body = {"positions": {str(p): offset for p, offset in positions.items()}, "pools": sorted(catalog.pools),

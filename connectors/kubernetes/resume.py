@@ -12,6 +12,7 @@ outside a supervised worker.
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 from pathlib import Path
 
@@ -19,6 +20,8 @@ import orjson
 
 from connectors.kubernetes.catalog import Catalog, Published
 from kai_stream import prefork
+
+log = logging.getLogger(__name__)
 
 
 def _path(topic: str) -> Path | None:
@@ -52,5 +55,8 @@ async def save(topic: str, catalog: Catalog, positions: dict[int, int]) -> None:
     body = {"positions": {str(p): offset for p, offset in positions.items()}, "pools": sorted(catalog.pools),
             "objects": objects}
     partial = path.with_suffix(".partial")
-    partial.write_bytes(orjson.dumps(body))
-    os.replace(partial, path)
+    try:
+        partial.write_bytes(orjson.dumps(body))
+        os.replace(partial, path)
+    except OSError as exc:  # the file only saves the successor time
+        log.warning("connector: could not save the catalog for a successor: %r", exc)

@@ -1,7 +1,8 @@
 """What the connector has published, per object: the basis for dedupe, removals and resume.
 
 The catalog maps an object key (kind, namespace, name) to the id of the last event published for it,
-its pool, uid and content digest. An observed event is new only when its content (the typed event less
+its pool, uid, resource version and content digest (computed when first compared: a catalog rebuilt from a long
+log digests only what a re-list compares). An observed event is new only when its content (the typed event less
 ``event_id``, ``ts`` and ``resource_version``) differs from the last one published for the object, so
 status writes the scheduler does not read (node heartbeats, Queue/PodGroup status, pod conditions) and
 re-lists of unchanged objects publish nothing; a removal forgets the object, so a re-creation is new.
@@ -35,12 +36,21 @@ from kai_stream.core.events import (
 )
 
 
-@dataclass(frozen=True)
+@dataclass
 class Published:
     event_id: str
     pool: str
     uid: str
-    content: str = ""
+    version: int | None = None
+    event: ObservedBase | None = None
+    """The event itself until its digest is first asked for."""
+    digest: str = ""
+
+    @property
+    def content(self) -> str:
+        if self.event is not None:
+            self.digest, self.event = content_digest(self.event), None
+        return self.digest
 
 
 def _uid(event: AnyEvent) -> str:
@@ -84,7 +94,8 @@ class Catalog:
         if isinstance(event, NodeRemoved | PodRemoved | QueueRemoved | PodGroupRemoved):
             self.objects.pop(key, None)
             return
-        self.objects[key] = Published(event.event_id, event.pool, _uid(event), content_digest(event))
+        version = getattr(event, "resource_version", None)
+        self.objects[key] = Published(event.event_id, event.pool, _uid(event), version, event)
         if event.pool != ALL_POOLS:
             self.pools.add(event.pool)
 
@@ -92,6 +103,11 @@ class Catalog:
         """Whether ``event`` says something about ``key`` that the last published event did not."""
         known = self.objects.get(key)
         return known is None or known.content != content_digest(event)
+
+    def unchanged(self, key: ObjectKey, version: str) -> bool:
+        """Whether the last event published for ``key`` was of this very resourceVersion of the object."""
+        known = self.objects.get(key)
+        return known is not None and known.version is not None and str(known.version) == version
 
     def keys_of(self, kind: str) -> list[ObjectKey]:
         return sorted(key for key in self.objects if key[0] == kind)

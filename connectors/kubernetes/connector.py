@@ -6,8 +6,13 @@
   the dead-letter topic with the reason.
 * Routing: a pool's events go to ``partition_for(pool)`` keyed by pool; cluster-wide objects (pool ``*``:
   Queue, PriorityClass, Topology) go to every partition, so each pool's partition is a complete log.
-* Resume: on start the catalog is rebuilt from the log, so a re-list after a restart publishes only what
-  changed in content (see ``catalog``) and the removals of what vanished meanwhile.
+* Resume: on start the catalog is rebuilt from the log (while the first lists are fetched; under a supervisor from
+  the catalog its predecessor saved and the log after it, ``resume``), so a re-list after a
+  restart publishes only what changed in content (see ``catalog``) and the removals of what vanished meanwhile.
+  A listed pod or node whose resourceVersion is the one of the last event published for it is not translated
+  then: what is new or changed goes out first, and those are translated again (and sent if their translation
+  differs, as after a change of a DRA object they depend on) in the background once the kind is listed, unless
+  the watch saw them change meanwhile. A restart's first publication does not wait for the cluster's size.
 * DRA (``resource.k8s.io``, ``kai_stream.core.dra``): DeviceClasses, ResourceClaims,
   ResourceClaimTemplates and ResourceSlices are kept in a ``DraIndex``, listed before any other kind is; a change
   to one translates again the pods that name claims (or, for a slice, the nodes), and only what changed is sent.
@@ -32,6 +37,7 @@ from aiokafka import AIOKafkaProducer
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from connectors.kubernetes import resume
 from connectors.kubernetes.catalog import Catalog, removal_event
 from connectors.kubernetes.kinds import KINDS, WatchedKind
 from connectors.kubernetes.watcher import Expired, Obj, list_objects, resource_version, watch_objects
@@ -49,7 +55,16 @@ from kai_stream.core.events import (
 )
 from kai_stream.core.manifests import ManifestError, object_to_events
 from kai_stream.internals import expedite
-from kai_stream.kafka import make_producer, partition_for, read_topic, send_keyed
+from kai_stream.kafka import (
+    READ_TO_END_WAIT_MS,
+    assign_from_start,
+    iter_to_end,
+    make_consumer,
+    make_producer,
+    partition_for,
+    send_keyed,
+    start_consumer,
+)
 from kai_stream.quirks import feedback_linger_ms
 from kai_stream.settings import KafkaSettings
 from kai_stream.topics import TopicNames
@@ -98,6 +113,8 @@ class KubernetesConnector:
         self._raw: dict[ObjectKey, Obj] = {}
         """The last Pod and Node objects seen, to translate again when a DRA object they depend on changes."""
         self._dra_ready = asyncio.Event()
+        self._catalog_loaded = asyncio.Event()
+        self._rechecks: asyncio.Queue[list[tuple[ObjectKey, Obj]]] = asyncio.Queue()
         if not any(k.kind in DRA_KINDS for k in kinds):
             self._dra_ready.set()
 
@@ -110,8 +127,9 @@ class KubernetesConnector:
         try:
             partitions = await self._producer.partitions_for(self.topics.cluster_events)
             self._partitions = len(partitions)
-            await self._load_catalog()
-            tasks = [asyncio.create_task(self._deliveries_checked(), name="connector-deliveries")]
+            tasks = [asyncio.create_task(self._load_catalog(), name="connector-catalog"),
+                     asyncio.create_task(self._deliveries_checked(), name="connector-deliveries"),
+                     asyncio.create_task(self._recheck(), name="connector-recheck")]
             tasks += [asyncio.create_task(self._run_kind(kind), name=f"connector-{kind.kind}") for kind in self.kinds]
             if self.tick_interval_s:
                 tasks.append(asyncio.create_task(self._ticks(self.tick_interval_s), name="connector-ticks"))
@@ -130,13 +148,29 @@ class KubernetesConnector:
             self._producer = None
 
     async def _load_catalog(self) -> None:
-        for record in await read_topic(self.kafka, self.topics.cluster_events):
-            if record.value is None:
-                continue
-            try:
-                self.catalog.record(loads_cluster_event(record.value))
-            except ValueError:
-                continue
+        topic = self.topics.cluster_events
+        resumed = resume.load(topic)
+        consumer = make_consumer(self.kafka, group_id=None, fetch_max_wait_ms=READ_TO_END_WAIT_MS)
+        await start_consumer(consumer)
+        try:
+            partitions = await assign_from_start(consumer, topic)
+            if resumed is not None:
+                self.catalog, offsets = resumed
+                for tp in partitions:
+                    consumer.seek(tp, offsets.get(tp.partition, 0))
+            async for batch in iter_to_end(consumer):
+                for record in batch:
+                    if record.value is None:
+                        continue
+                    try:
+                        self.catalog.record(loads_cluster_event(record.value))
+                    except ValueError:
+                        continue
+            ends = {tp.partition: await consumer.position(tp) for tp in partitions}
+        finally:
+            await consumer.stop()
+        self._catalog_loaded.set()
+        await resume.save(topic, Catalog(dict(self.catalog.objects), set(self.catalog.pools)), ends)
 
     # ------------------------------------------------------------------ publishing
 
@@ -252,14 +286,30 @@ class KubernetesConnector:
 
     # ------------------------------------------------------------------ list + watch
 
+    def _unchanged(self, obj: Obj) -> ObjectKey | None:
+        """The key of a listed pod or node that is, by its resourceVersion, what was last published of it."""
+        if obj.get("kind") not in ("Pod", "Node") or not (obj.get("metadata") or {}).get("name"):
+            return None
+        key = _object_key(obj)
+        return key if self.catalog.unchanged(key, resource_version(obj)) else None
+
     async def _relist(self, kind: WatchedKind) -> str:
         items, version = await list_objects(kind, kind.list_call(self.api))
+        await self._catalog_loaded.wait()
+        if kind.kind not in DRA_KINDS:
+            await self._dra_ready.wait()
         if kind.kind == "Pod":
             for obj in items:
                 self.dra.pod_seen(obj)
         seen: set[ObjectKey] = set()
+        unchanged: list[tuple[ObjectKey, Obj]] = []
         for obj in items:
-            key = await self._upsert(obj)
+            key = self._unchanged(obj)
+            if key is not None:
+                self._raw[key] = obj
+                unchanged.append((key, obj))
+            else:
+                key = await self._upsert(obj)
             if key is not None:
                 seen.add(key)
         gone = [k for k in self.dra.objects if k[0] == kind.kind] if kind.kind in DRA_KINDS else []
@@ -267,7 +317,18 @@ class KubernetesConnector:
             if key not in seen:
                 await self._remove(key, version)
         self._mark_listed(kind.kind)
+        if unchanged:
+            self._rechecks.put_nowait(unchanged)
         return version
+
+    async def _recheck(self) -> None:
+        """Translate the objects a re-list found unchanged by version, one at a time between the watches' events,
+        skipping each one the watch has seen again since (its newer version was translated then)."""
+        while True:
+            for key, obj in await self._rechecks.get():
+                await asyncio.sleep(0)
+                if self._raw.get(key) is obj:
+                    await self._translate(obj)
 
     def _mark_listed(self, kind: str) -> None:
         self._listed.add(kind)
@@ -278,8 +339,6 @@ class KubernetesConnector:
 
     async def _run_kind(self, kind: WatchedKind) -> None:
         call = kind.list_call(self.api)
-        if kind.kind not in DRA_KINDS:
-            await self._dra_ready.wait()
         version: str | None = None
         backoff = 0.1
         while True:

@@ -7,6 +7,10 @@ against the binds this binder has checked but the watch does not show yet, and, 
 its node at once (no await between the check and the count: two binds in flight onto one GPU cannot both pass).
 A reservation ends when the watch shows the pod (bound, or deleted) or when its binding POST fails (``release``).
 
+A list's pods are filed by node unparsed and parsed the first time a bind onto their node is checked (or when the
+watch changes them), so the view is ready once the list has arrived, whatever the cluster's size: the check of a
+node still counts every pod the list put on it, parsed as the watch's are.
+
 The view lags the API by a watch event: a pod another scheduler bound a moment ago may be missing from it (as in
 KAI's and kube-scheduler's informer caches); pods leaving stay in it until their deletion is seen, which only ever
 refuses more.
@@ -42,6 +46,9 @@ class RoomView:
         self.pods: dict[str, PodSpec] = {}
         self.on_node: dict[str, dict[str, PodSpec]] = {}
         self.reserved: dict[str, PodSpec] = {}
+        self._unparsed: dict[str, dict[str, Obj]] = {}
+        """Listed pods by node name and uid, not parsed yet (``_parse_listed``)."""
+        self._unparsed_node: dict[str, str] = {}
         self._synced = {kind: asyncio.Event() for kind in ("Node", "Pod")}
 
     async def ready(self) -> None:
@@ -62,6 +69,7 @@ class RoomView:
         node = self.nodes.get(decision.node)
         if node is None:
             return f"node {decision.node} not found"
+        self._parse_listed(decision.node)
         allocatable, gpu_memory_mib = node
         counted = dict(self.on_node.get(decision.node, {}))
         for uid, pod in self.reserved.items():
@@ -87,8 +95,15 @@ class RoomView:
         else:
             self.nodes[name] = parsed
 
+    def _parse_listed(self, node: str) -> None:
+        for obj in self._unparsed.pop(node, {}).values():
+            self._pod_changed("ADDED", obj)
+
     def _pod_changed(self, change: str, obj: Obj) -> None:
         uid = str((obj.get("metadata") or {}).get("uid", ""))
+        listed_on = self._unparsed_node.pop(uid, None)
+        if listed_on is not None:
+            self._unparsed.get(listed_on, {}).pop(uid, None)
         bound = bool((obj.get("spec") or {}).get("nodeName"))
         spec = None if change == "DELETED" or not bound else pod_spec(obj)
         old = self.pods.pop(uid, None)
@@ -108,8 +123,14 @@ class RoomView:
     def _pods_listed(self, items: list[Obj]) -> None:
         self.pods.clear()
         self.on_node.clear()
+        self._unparsed.clear()
+        self._unparsed_node.clear()
         for obj in items:
-            self._pod_changed("ADDED", obj)
+            uid = str((obj.get("metadata") or {}).get("uid", ""))
+            node = (obj.get("spec") or {}).get("nodeName")
+            if node:
+                self._unparsed.setdefault(str(node), {})[uid] = obj
+                self._unparsed_node[uid] = str(node)
 
     async def _follow(
         self, kind: WatchedKind, changed: Callable[[str, Obj], None], listed: Callable[[list[Obj]], None]

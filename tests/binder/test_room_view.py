@@ -115,3 +115,35 @@ async def test_a_terminating_pod_holds_its_gpus_until_the_watch_shows_it_gone() 
             watching.cancel()
             await asyncio.gather(watching, return_exceptions=True)
 
+
+
+
+async def test_a_listed_pod_is_parsed_when_its_node_is_checked_and_still_counts(sim: SimCluster) -> None:
+    """A restarted binder's view is ready once its list arrived, without parsing every pod of the cluster; the
+    pods listed on a node still count when a bind onto it is checked, and a pod the watch removes leaves it."""
+    for name in ("n1", "n2", "n3"):
+        await sim.create(node(name, gpus=1))
+    for name, on in (("h1", "n1"), ("h2", "n2"), ("h3", "n3")):
+        await sim.create({**pod(name), "spec": {**pod(name)["spec"], "nodeName": on}})
+    async with api_client(sim.url or "") as api:
+        view = RoomView(api)
+        watching = asyncio.create_task(view.run())
+        try:
+            applier = KubeApplier(api, FAST, view)
+            await view.ready()
+            assert set(view.nodes) == {"n1", "n2", "n3"}
+            assert view.on_node == {}, "the listed pods were parsed before any bind needed them"
+            late = await sim.create(pod("late"))
+            refused = await applier.bind(bind(late, "n1", gpus=(0,)), check_first=False)
+            assert isinstance(refused, BindFailed) and "team-a/h1" in refused.error, refused
+            assert set(view.on_node) == {"n1"}, "only the checked node's pods were parsed"
+            await applier.core.delete_namespaced_pod("h2", "team-a")
+            await sim.wait_until(lambda: sim.find("pods/team-a/h2") is None, timeout=10)
+            await _until(lambda: not view._unparsed.get("n2"))  # the watch's deletion reached the unparsed pod
+            assert isinstance(await applier.bind(bind(late, "n2", offset=2, gpus=(0,)), check_first=False), PodBound)
+            last = await sim.create(pod("last"))
+            refused = await applier.bind(bind(last, "n3", offset=3, gpus=(0,)), check_first=False)
+            assert isinstance(refused, BindFailed) and "team-a/h3" in refused.error, refused
+        finally:
+            watching.cancel()
+            await asyncio.gather(watching, return_exceptions=True)

@@ -1,12 +1,14 @@
-"""A processor whose cycle outlasts its group session and its transaction timeout recovers on Apache Kafka.
+"""A processor whose batch outlasts its group session and its transaction timeout recovers on Apache Kafka.
 
-The first cycle blocks the event loop (``time.sleep`` inside ``PartitionEngine.cycle``, standing in for a
-10,000-pod cycle that holds the CPU) for longer than the consumer's session timeout and the producer's transaction
-timeout plus the broker's sweep of timed-out transactions: no heartbeat goes out, the group drops the member, and
-the broker aborts the open transaction and fences its producer. The batch then fails, the loop rebuilds from the log
-("batch failed, rebuilding"), rejoins and decides again: the stalled pod is bound once (its aborted decision is not
-in the log), a pod created afterwards is bound within a bound, and the log keeps every invariant and replays
-identically. Run for a dynamic and a static member (``instance_id``, as ``bench_restart`` runs it).
+A batch blocks the event loop (``time.sleep``, standing in for a 10,000-pod cycle that holds the CPU) for longer
+than the consumer's session timeout, the producer's transaction timeout and the broker's sweep of timed-out
+transactions: no heartbeat goes out and the group drops the member; when the stall falls inside the open
+transaction, the broker aborts it and fences the producer, the batch fails ("batch failed, rebuilding") and the loop
+rebuilds from the log, rejoins and decides again. The stalled pod is bound once, a pod created afterwards is bound
+within a bound, and the log keeps every invariant and replays identically. With every transaction stalled, a loop
+that kept its transaction timeout was fenced on every try and never bound anything;
+it now raises the timeout after the first fence. Run for a dynamic and a static member (``instance_id``, as
+``bench_restart`` runs it).
 """
 
 from __future__ import annotations
@@ -44,7 +46,7 @@ from kai_stream.history.reader import read_broker
 from kai_stream.kafka import make_producer, partition_for, read_topic
 from kai_stream.settings import KafkaSettings
 from kai_stream.streams.engine import PartitionEngine
-from kai_stream.streams.exactly_once import TransactionalLoop
+from kai_stream.streams.exactly_once import MAX_TRANSACTION_TIMEOUT_MS, TransactionalLoop
 from kai_stream.streams.runtime import SchedulerRuntime
 from kai_stream.topics import TopicNames, create_topics, load_specs
 from tests.conftest import settings_for
@@ -131,7 +133,8 @@ async def test_a_batch_outlasting_session_and_transaction_recovers(
     """``cycle``: the first cycle stalls before its batch sent anything (the transaction is not open on the broker
     yet: it commits, only the group session is lost). ``transaction``: the first batch stalls after its decisions
     were delivered, inside its open transaction: the broker aborts it and fences the producer, so the batch fails
-    and the loop rebuilds and decides again."""
+    and the loop rebuilds and decides again. ``every transaction``: every batch stalls so, as every 10,000-pod batch
+    would: only a longer transaction timeout lets one commit."""
     settings = settings_for(kafka_broker)
     names = TopicNames.with_prefix(topic_prefix)
     await create_topics(settings, names=names)
@@ -170,3 +173,17 @@ async def test_a_batch_outlasting_session_and_transaction_recovers(
     history = await read_broker(settings, names)
     assert_chained(await _decisions(settings, names))
     assert_sound(history)
+
+
+def test_only_a_transaction_open_past_its_timeout_raises_it() -> None:
+    runtime = SchedulerRuntime(KafkaSettings(), TopicNames(), SchedulerConfig(), _unused_send, partitions=8)
+    processor = TransactionalLoop(runtime, KafkaSettings(), TopicNames(), group_id="g", batch_max=1,
+                                  snapshot_interval_s=0, transaction_timeout_ms=10_000)
+    processor._outlasted(0, 5.0)  # failed for another reason: the broker had not aborted it
+    assert processor.transaction_timeout_ms == 10_000
+    processor._outlasted(0, 12.0)
+    assert processor.transaction_timeout_ms == 24_000
+    processor._outlasted(0, 24.5)
+    assert processor.transaction_timeout_ms == 49_000
+    processor._outlasted(0, 3600.0)
+    assert processor.transaction_timeout_ms == MAX_TRANSACTION_TIMEOUT_MS

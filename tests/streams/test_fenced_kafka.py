@@ -125,13 +125,14 @@ def _stall(stalls: list[float], call: Callable[..., Any], *, every: bool = False
 
 @pytest.mark.kafka
 @pytest.mark.parametrize("instance_id", [None, "static-0"])
-@pytest.mark.parametrize("stall", ["cycle", "transaction", "every transaction"])
+@pytest.mark.parametrize("stall", ["cycle", "every cycle", "transaction", "every transaction"])
 async def test_a_batch_outlasting_session_and_transaction_recovers(
     kafka_broker: str, topic_prefix: str, instance_id: str | None, stall: str,
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
 ) -> None:
     """``cycle``: the first cycle stalls before its batch sent anything (the transaction is not open on the broker
-    yet: it commits, only the group session is lost). ``transaction``: the first batch stalls after its decisions
+    yet: it commits, only the group session is lost); ``every cycle``: so is every cycle, the first after each
+    rejoin's rebuild included. ``transaction``: the first batch stalls after its decisions
     were delivered, inside its open transaction: the broker aborts it and fences the producer, so the batch fails
     and the loop rebuilds and decides again. ``every transaction``: every batch stalls so, as every 10,000-pod batch
     would: only a longer transaction timeout lets one commit."""
@@ -146,8 +147,8 @@ async def test_a_batch_outlasting_session_and_transaction_recovers(
         instance_id=None if instance_id is None else f"{topic_prefix}{instance_id}",
     )
     stalls = list[float]()
-    if stall == "cycle":
-        monkeypatch.setattr(PartitionEngine, "cycle", _stall(stalls, PartitionEngine.cycle))
+    if stall.endswith("cycle"):
+        monkeypatch.setattr(PartitionEngine, "cycle", _stall(stalls, PartitionEngine.cycle, every=stall != "cycle"))
     else:
         write_snapshot = processor._write_snapshot  # called inside the transaction, after its deliveries
         monkeypatch.setattr(processor, "_write_snapshot", _stall(stalls, write_snapshot, every=stall != "transaction"))
@@ -166,7 +167,7 @@ async def test_a_batch_outlasting_session_and_transaction_recovers(
         with contextlib.suppress(asyncio.CancelledError):
             await running
 
-    if stall != "cycle":
+    if stall.endswith("transaction"):
         assert "batch failed, rebuilding" in caplog.text, "the stalled transaction was expected to be fenced"
     binds = await _binds(settings, names)
     assert binds == Counter({"before": 1, "after": 1}), binds

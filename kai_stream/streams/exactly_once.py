@@ -23,7 +23,13 @@ in the log). On Apache Kafka this loop replaces that agent:
   after a back-off): at a low rate the next pod's records queued behind them;
 * a partition's producer is started (``InitProducerId``) before its state is rebuilt, which fences the previous
   owner of the partition and aborts its open transaction, so the rebuild reads a stable log;
-* a rebuild starts from the partition's last snapshot when there is one (``SchedulerRuntime.rebuild``).
+* a rebuild starts from the partition's last snapshot when there is one (``SchedulerRuntime.rebuild``);
+* a batch whose transaction stayed open past ``transaction_timeout_ms`` (a cycle over a large backlog, or other
+  partitions' cycles, holding the event loop while it was open) is aborted by the broker and its producer fenced:
+  the batch fails and is rebuilt and decided again. That batch would take as long again, be fenced again, and the
+  processor would decide nothing for as long as the backlog lasts; so the loop's producers are then made with a
+  timeout of at least twice what the failed transaction lasted (``_outlasted``, up to the broker's default
+  maximum).
 
 Snapshots are taken at most every ``snapshot_interval_s`` per partition (the first with the first batch after a
 rebuild), after the batch's transaction committed, encoded in a forked child and written by the partition's next
@@ -42,6 +48,7 @@ import asyncio
 import contextlib
 import contextvars
 import logging
+import math
 import time
 from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass, field
@@ -81,6 +88,8 @@ TRANSACTION_RETRY_BACKOFF_MS = 10
 partition's previous transaction are written is refused (``CONCURRENT_TRANSACTIONS``) and retried after it;
 aiokafka's default, 100 ms, went straight into a decision's latency (markers take milliseconds)."""
 SETTLE_LATE = 3.0
+MAX_TRANSACTION_TIMEOUT_MS = 900_000
+"""The broker's default ``transaction.max.timeout.ms``: a producer asking for more is refused at InitProducerId."""
 
 _current: contextvars.ContextVar[AIOKafkaProducer | None] = contextvars.ContextVar("transaction", default=None)
 """The producer whose transaction the running partition batch publishes in (batches of partitions run at once)."""
@@ -257,6 +266,7 @@ class TransactionalLoop(ConsumerRebalanceListener):  # type: ignore[misc]
         producer = await self._producer(partition)
         batch = [InRecord(partition, r.offset, r.key, r.value, r.timestamp) for r in records]
         token = _current.set(producer)
+        opened = time.monotonic()
         try:
             async with producer.transaction():
                 cpu, settled = time.thread_time(), self.runtime.settle_cpu_s
@@ -275,12 +285,24 @@ class TransactionalLoop(ConsumerRebalanceListener):  # type: ignore[misc]
             self._hops.batch(partition, records[0].offset, records[-1].offset,
                              fetched=fetched.at, taken=taken, cycled=cycled, committed=time.time(),
                              cycle_cpu=cycle_cpu, settle_cpu=self.runtime.settle_cpu_s - settled)
-        except BaseException:
+        except BaseException as exc:
             self.runtime.forget([partition])  # the engine may hold decisions the aborted transaction dropped
             await self._close([partition])
+            if isinstance(exc, KafkaError):
+                self._outlasted(partition, time.monotonic() - opened)
             raise
         finally:
             _current.reset(token)
+
+    def _outlasted(self, partition: int, open_s: float) -> None:
+        """A partition's transaction failed after ``open_s``: when that is past the transaction timeout, the broker
+        has aborted it, and the same batch decided again would be too; later producers get a longer timeout."""
+        if open_s * 1000 < self.transaction_timeout_ms or self.transaction_timeout_ms >= MAX_TRANSACTION_TIMEOUT_MS:
+            return
+        longer = min(MAX_TRANSACTION_TIMEOUT_MS, max(2 * self.transaction_timeout_ms, math.ceil(2000 * open_s)))
+        log.warning("processor: partition %d's transaction was open %.1f s, past its timeout of %d ms;"
+                    " transactions now time out after %d ms", partition, open_s, self.transaction_timeout_ms, longer)
+        self.transaction_timeout_ms = longer
 
     async def _commit_offsets(self, consumer: AIOKafkaConsumer, only: Collection[TopicPartition] | None = None) -> None:
         """Commit the group's offsets past the batches processed (``only``: of these partitions); the caller holds

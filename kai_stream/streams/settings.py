@@ -30,7 +30,8 @@ class ProcessorSettings(BaseSettings):
     where a restart resumes from (0: never; a restart then folds both logs from the beginning); on Apache Kafka
     in its transactions, on Tansu after a batch's decisions are acknowledged (``acked_snapshots.py``).
     ``transaction_timeout_ms``: how long the broker keeps a killed processor's open transaction
-    (and so what its partition's readers see) before aborting it, when no successor fences it sooner.
+    (and so what its partition's readers see) before aborting it, when no successor fences it sooner; a batch
+    fenced for outlasting it raises it for the processor's later transactions (``exactly_once.py``).
     ``instance_id``: on Apache Kafka, the processor's static membership of its group (``group.instance.id``): a
     processor restarted with the same id takes its partitions back at once instead of after the session timeout
     of the instance it replaces. Unset: a dynamic member. Two running processors must not share one.

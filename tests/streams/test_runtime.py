@@ -31,6 +31,11 @@ def _runtime(
     return SchedulerRuntime(kafka, topics, SchedulerConfig(), send, partitions=8, cycle_on_tick=cycle_on_tick)
 
 
+async def _logged(kafka: KafkaSettings, topic: str) -> list[InRecord]:
+    """The topic's records as the runtime is handed them."""
+    return [InRecord(r.partition, r.offset, r.key, r.value, r.timestamp) for r in await read_topic(kafka, topic)]
+
+
 async def test_dead_letters_publishes_and_does_not_decide_twice_after_restart(
     kafka_settings: KafkaSettings, topics: TopicNames
 ) -> None:
@@ -42,10 +47,7 @@ async def test_dead_letters_publishes_and_does_not_decide_twice_after_restart(
         for event in load_scenario((ROOT / "examples" / "fair-share.yaml").read_text()):
             assert event.pool in ("default", ALL_POOLS)
             await producer.send_and_wait(topics.cluster_events, dumps(event), key=b"default", partition=partition)
-        records = [
-            InRecord(r.partition, r.offset, r.key, r.value, r.timestamp)
-            for r in await read_topic(kafka_settings, topics.cluster_events)
-        ]
+        records = await _logged(kafka_settings, topics.cluster_events)
         first = _runtime(kafka_settings, topics, producer)
         published = await first.process(records[:10])
         published += await first.process(records[10:])
@@ -78,19 +80,13 @@ async def test_cycle_on_tick_decides_only_at_a_tick_even_one_a_rebuild_already_r
     try:
         for event in load_scenario((ROOT / "examples" / "fair-share.yaml").read_text()):
             await producer.send_and_wait(topics.cluster_events, dumps(event), key=b"default", partition=partition)
-        scenario = [
-            InRecord(r.partition, r.offset, r.key, r.value, r.timestamp)
-            for r in await read_topic(kafka_settings, topics.cluster_events)
-        ]
+        scenario = await _logged(kafka_settings, topics.cluster_events)
         waiting = _runtime(kafka_settings, topics, producer, cycle_on_tick=True)
         assert await waiting.process(scenario) == [], "no Tick yet: fold only"
 
         tick = dumps(round_barrier(1, 0.0))
         await producer.send_and_wait(topics.cluster_events, tick, key=ALL_POOLS.encode(), partition=partition)
-        records = [
-            InRecord(r.partition, r.offset, r.key, r.value, r.timestamp)
-            for r in await read_topic(kafka_settings, topics.cluster_events)
-        ]
+        records = await _logged(kafka_settings, topics.cluster_events)
         assert len(records) == len(scenario) + 1
         decided = [o.record for o in await waiting.process(records[-1:]) if is_decision(o.record)]
         assert decided and {d.input_offset for d in decided} == {records[-1].offset}
@@ -120,10 +116,7 @@ async def test_a_batch_of_feedback_alone_runs_no_cycle(kafka_settings: KafkaSett
     try:
         for event in load_scenario((ROOT / "examples" / "fair-share.yaml").read_text()):
             await producer.send_and_wait(topics.cluster_events, dumps(event), key=b"default", partition=partition)
-        scenario = [
-            InRecord(r.partition, r.offset, r.key, r.value, r.timestamp)
-            for r in await read_topic(kafka_settings, topics.cluster_events)
-        ]
+        scenario = await _logged(kafka_settings, topics.cluster_events)
         runtime = _runtime(kafka_settings, topics, producer)
         binds = [o.record for o in await runtime.process(scenario) if isinstance(o.record, BindRequested)]
         assert binds
@@ -143,10 +136,7 @@ async def test_a_batch_of_feedback_alone_runs_no_cycle(kafka_settings: KafkaSett
         await producer.send_and_wait(
             topics.cluster_events, dumps(round_barrier(1, 0.0)), key=ALL_POOLS.encode(), partition=partition
         )
-        records = [
-            InRecord(r.partition, r.offset, r.key, r.value, r.timestamp)
-            for r in await read_topic(kafka_settings, topics.cluster_events)
-        ][len(scenario):]
+        records = (await _logged(kafka_settings, topics.cluster_events))[len(scenario):]
         await runtime.process(records[:-1])
         assert cycled == [], "feedback alone: folded, no cycle"
         assert engine.offset == records[-2].offset

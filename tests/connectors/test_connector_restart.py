@@ -5,7 +5,6 @@ still corrects a log whose last word on an unchanged pod is not what the pod tra
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -25,6 +24,7 @@ from kai_stream.core.events import PodObserved, content_digest, dumps, loads_clu
 from kai_stream.kafka import make_producer, read_topic, send_keyed
 from kai_stream.settings import KafkaSettings
 from kai_stream.topics import TopicNames
+from tests.connectors.running import running
 
 PODS = 150
 QUEUE_AND_NODE = """
@@ -67,18 +67,6 @@ class Recorded(KubernetesConnector):
         return await super()._translate(obj)
 
 
-@contextlib.asynccontextmanager
-async def _running(connector: KubernetesConnector) -> AsyncIterator[None]:
-    task = asyncio.create_task(connector.run())
-    await asyncio.wait_for(connector.synced.wait(), 30)
-    try:
-        yield
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
-
-
 async def _pods_published(kafka: KafkaSettings, topics: TopicNames) -> list[PodObserved]:
     events = [loads_cluster_event(r.value or b"") for r in await read_topic(kafka, topics.cluster_events)]
     return [e for e in events if isinstance(e, PodObserved)]
@@ -96,14 +84,14 @@ async def test_a_restart_publishes_a_new_pod_before_translating_the_unchanged_on
 ) -> None:
     async with api_client(cluster.url or "") as api:
         first = KubernetesConnector(api, kafka_settings, topics, tick_interval_s=None)
-        async with _running(first):
+        async with running(first, synced_within_s=30):
             await first.flush()
         assert len(await _pods_published(kafka_settings, topics)) == PODS
         await cluster.create(_pod("z-new"))  # while no connector runs; listed after every other pod
 
         restarted = Recorded(api, kafka_settings, topics, tick_interval_s=None)
         restarted.translated = []
-        async with _running(restarted):
+        async with running(restarted, synced_within_s=30):
             await _until_translated(restarted, PODS + 1)
         assert restarted.translated[0] == "z-new", restarted.translated[:5]
         assert sorted(restarted.translated[1:]) == [f"p{i:03d}" for i in range(PODS)], "not translated again"
@@ -116,7 +104,7 @@ async def test_the_background_pass_corrects_a_stale_last_word_at_the_current_ver
 ) -> None:
     async with api_client(cluster.url or "") as api:
         first = KubernetesConnector(api, kafka_settings, topics, tick_interval_s=None)
-        async with _running(first):
+        async with running(first, synced_within_s=30):
             await first.flush()
         true = next(e for e in await _pods_published(kafka_settings, topics) if e.pod.name == "p007")
         body = orjson.loads(dumps(true))
@@ -131,7 +119,7 @@ async def test_the_background_pass_corrects_a_stale_last_word_at_the_current_ver
 
         restarted = Recorded(api, kafka_settings, topics, tick_interval_s=None)
         restarted.translated = []
-        async with _running(restarted):
+        async with running(restarted, synced_within_s=30):
             await _until_translated(restarted, PODS)
         last = [e for e in await _pods_published(kafka_settings, topics) if e.pod.name == "p007"][-1]
         assert last.event_id != "forged-p007" and content_digest(last) == content_digest(true)
@@ -153,7 +141,7 @@ async def test_a_supervised_successor_reads_only_the_log_after_its_predecessors_
     async with api_client(cluster.url or "") as api:
         for _ in range(2):  # the first publishes the cluster, the second saves the catalog it read back
             connector = KubernetesConnector(api, kafka_settings, topics, tick_interval_s=None)
-            async with _running(connector):
+            async with running(connector, synced_within_s=30):
                 await connector.flush()
             assert list(tmp_path.glob("catalog-*.json")), "no catalog saved for the successor"
         await cluster.create(_pod("z-new"))
@@ -162,7 +150,7 @@ async def test_a_supervised_successor_reads_only_the_log_after_its_predecessors_
         folded.clear()
         successor = Recorded(api, kafka_settings, topics, tick_interval_s=None)
         successor.translated = []
-        async with _running(successor):
+        async with running(successor, synced_within_s=30):
             await _until_translated(successor, PODS)
         assert len([t for t in folded if t != "PodObserved"]) <= 1 and folded.count("PodObserved") <= 1, folded
         assert successor.published == 2, successor.published

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections import Counter
 from collections.abc import AsyncIterator, Callable
@@ -23,6 +22,7 @@ from kai_stream.kafka import partition_for, read_topic
 from kai_stream.settings import KafkaSettings
 from kai_stream.topics import TopicNames
 from tests.cluster_objects import create_pod
+from tests.connectors.running import running
 from tests.kube_calls import send
 
 CLUSTER = """
@@ -88,18 +88,6 @@ async def _until(check: Callable[[], Any], timeout: float = 15.0) -> Any:
         await asyncio.sleep(0.1)
 
 
-@contextlib.asynccontextmanager
-async def _running(connector: KubernetesConnector) -> AsyncIterator[None]:
-    task = asyncio.create_task(connector.run())
-    await asyncio.wait_for(connector.synced.wait(), 15)
-    try:
-        yield
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
-
-
 async def test_publishes_by_pool_follows_changes_and_resumes_without_duplicates(
     cluster: SimCluster, kafka_settings: KafkaSettings, topics: TopicNames
 ) -> None:
@@ -109,7 +97,7 @@ async def test_publishes_by_pool_follows_changes_and_resumes_without_duplicates(
         await create_pod(core, "ns", _pod("keep", pool="blue"))
         await create_pod(core, "ns", _pod("gone"))
         connector = KubernetesConnector(api, kafka_settings, topics, tick_interval_s=None)
-        async with _running(connector):
+        async with running(connector):
             await connector.flush()
             events = await _events(kafka_settings, topics)
             nodes = {(p, e.node.name) for p, e in events if e.type == "NodeObserved"}
@@ -136,7 +124,7 @@ async def test_publishes_by_pool_follows_changes_and_resumes_without_duplicates(
         before = Counter(e.type for _, e in earlier)
 
         restarted = KubernetesConnector(api, kafka_settings, topics, tick_interval_s=None)
-        async with _running(restarted):
+        async with running(restarted):
             await restarted.flush()
             after = await _events(kafka_settings, topics)
         counts = Counter(e.type for _, e in after)
@@ -153,7 +141,7 @@ async def test_ticks_and_dead_letters(cluster: SimCluster, kafka_settings: Kafka
     async with api_client(cluster.url or "") as api:
         await create_pod(client.CoreV1Api(api), "ns", _pod("half", gpus="1.5"))
         connector = KubernetesConnector(api, kafka_settings, topics, tick_interval_s=0.2, clock=lambda: 42.0)
-        async with _running(connector):
+        async with running(connector):
 
             async def ticked() -> list[Any]:
                 return [(p, e) for p, e in await _events(kafka_settings, topics) if e.type == "Tick"]
@@ -202,7 +190,7 @@ async def test_status_writes_and_relists_of_unchanged_objects_publish_nothing(
         scheduling = client.SchedulingV1Api(api)
         await create_pod(core, "ns", _pod("p"))
         connector = KubernetesConnector(api, kafka_settings, topics, tick_interval_s=None)
-        async with _running(connector):
+        async with running(connector):
             await connector.flush()
             synced = connector.published
             assert Counter(e.type for _, e in await _events(kafka_settings, topics))["PriorityClassObserved"] == 8

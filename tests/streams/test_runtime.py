@@ -36,6 +36,12 @@ async def _logged(kafka: KafkaSettings, topic: str) -> list[InRecord]:
     return [InRecord(r.partition, r.offset, r.key, r.value, r.timestamp) for r in await read_topic(kafka, topic)]
 
 
+async def _publish_fair_share(producer: AIOKafkaProducer, topics: TopicNames, partition: int) -> None:
+    for event in load_scenario((ROOT / "examples" / "fair-share.yaml").read_text()):
+        assert event.pool in ("default", ALL_POOLS)
+        await producer.send_and_wait(topics.cluster_events, dumps(event), key=b"default", partition=partition)
+
+
 async def test_dead_letters_publishes_and_does_not_decide_twice_after_restart(
     kafka_settings: KafkaSettings, topics: TopicNames
 ) -> None:
@@ -44,9 +50,7 @@ async def test_dead_letters_publishes_and_does_not_decide_twice_after_restart(
     await producer.start()
     try:
         await producer.send_and_wait(topics.cluster_events, b"{not json", key=b"default", partition=partition)
-        for event in load_scenario((ROOT / "examples" / "fair-share.yaml").read_text()):
-            assert event.pool in ("default", ALL_POOLS)
-            await producer.send_and_wait(topics.cluster_events, dumps(event), key=b"default", partition=partition)
+        await _publish_fair_share(producer, topics, partition)
         records = await _logged(kafka_settings, topics.cluster_events)
         first = _runtime(kafka_settings, topics, producer)
         published = await first.process(records[:10])
@@ -78,8 +82,7 @@ async def test_cycle_on_tick_decides_only_at_a_tick_even_one_a_rebuild_already_r
     producer = make_producer(kafka_settings)
     await producer.start()
     try:
-        for event in load_scenario((ROOT / "examples" / "fair-share.yaml").read_text()):
-            await producer.send_and_wait(topics.cluster_events, dumps(event), key=b"default", partition=partition)
+        await _publish_fair_share(producer, topics, partition)
         scenario = await _logged(kafka_settings, topics.cluster_events)
         waiting = _runtime(kafka_settings, topics, producer, cycle_on_tick=True)
         assert await waiting.process(scenario) == [], "no Tick yet: fold only"
@@ -114,8 +117,7 @@ async def test_a_batch_of_feedback_alone_runs_no_cycle(kafka_settings: KafkaSett
     producer = make_producer(kafka_settings)
     await producer.start()
     try:
-        for event in load_scenario((ROOT / "examples" / "fair-share.yaml").read_text()):
-            await producer.send_and_wait(topics.cluster_events, dumps(event), key=b"default", partition=partition)
+        await _publish_fair_share(producer, topics, partition)
         scenario = await _logged(kafka_settings, topics.cluster_events)
         runtime = _runtime(kafka_settings, topics, producer)
         binds = [o.record for o in await runtime.process(scenario) if isinstance(o.record, BindRequested)]

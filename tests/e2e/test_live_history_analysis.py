@@ -3,7 +3,10 @@ connector, processor, binder, history sink), where every event carries its own w
 
 The scenario: qb's four one-GPU pods run on n1/n2 when the log starts, qa's two pending pods (quota 2) reclaim
 two of them; a CPU-only pod of qc runs from the start and finishes after 2 s, a1 finishes 2 s after its bind;
-gang ``big`` (two 4-GPU pods, minMember 2) never fits. Each assertion names the bug it guards against.
+qc's gang ``big`` (two 4-GPU pods, minMember 2) never fits. The gang is not qa's: a pending job first in its queue
+ranks the queue in KAI's reclaim simulation (``actions/common/action.go`` ``GetJobsToAllocate``), so in qa it would
+rank qa after qb there and a1 would reclaim only while b3 is still releasing (a live cycle can see that; the what-if
+engine, which removes an evicted pod at once, cannot). Each assertion names the bug it guards against.
 """
 
 from __future__ import annotations
@@ -53,7 +56,7 @@ _GANG = """
 apiVersion: scheduling.run.ai/v2alpha2
 kind: PodGroup
 metadata: {name: big, namespace: ml}
-spec: {minMember: 2, queue: qa}
+spec: {minMember: 2, queue: qc}
 """
 
 
@@ -75,7 +78,7 @@ SCENARIO = "---".join(
         _pod("a1", "qa", annotations='kai.scheduler/duration-seconds: "2"'),
         _pod("a2", "qa"),
         _GANG,
-        *(_pod(f"big-{i}", "qa", gpus=4, annotations="pod-group-name: big") for i in (1, 2)),
+        *(_pod(f"big-{i}", "qc", gpus=4, annotations="pod-group-name: big") for i in (1, 2)),
     ]
 )
 

@@ -68,9 +68,10 @@ def _elastic_state() -> ClusterState:
 def _reclaim_state() -> ClusterState:
     """2 GPUs, both held by queue b's running 1-GPU pods; queue a has one pending 1-GPU pod. No deserved quota:
     each queue's fair share is 1 GPU, so b is over it and a may reclaim one pod. In the simulation (run-2
-    evicted) a is ranked with pend-0's GPU (share 1), b with the GPU run-2 would take back (over its deserved 0,
-    share 2): a goes first and takes the freed GPU. Ranked with what run-2's job offers (nothing: no pending
-    task) b would stay within deserved and go first, run-2 would take its GPU back, and nothing is reclaimed."""
+    evicted) a is ranked with pend-0's GPU, b with the GPU run-2 would take back: both go over their deserved 0,
+    and a's share with its job (1) is below b's (2), so a goes first and takes the freed GPU. Ranked with what
+    run-2's job offers (nothing: it has no pending task) b would stay within its deserved quota and go first,
+    run-2 would take its GPU back, and nothing would be reclaimed."""
     events: list[AnyEvent] = node_events(1, 2)
     events += [queue("a", gpu_quota=0), queue("b", gpu_quota=0)]
     events += [running(1, "b", "n00", 0, "train"), running(2, "b", "n00", 1, "train")]

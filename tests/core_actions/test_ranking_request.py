@@ -2,8 +2,10 @@
 queue keys) against the request it offers now (``Session.job_request``, kept per job version), where the two
 differ:
 
-* an elastic job that placed part of its tasks is ranked again, within the cycle, with the request it was first
-  ranked with (its whole first pass), not with what it still offers;
+* an elastic job that placed part of its tasks is ranked again, within the cycle, with what it still offers, not
+  with the request it was first ranked with (its whole first pass): KAI's ``GetTasksToAllocateInitResource`` is
+  cached on the job and dropped on every task status change (``podgroup_info/job_info.go``
+  ``invalidateTasksCache``), and ``PushJob`` re-ranks the job after its partial allocation;
 * a reclaim simulation ranks the preemptor and the victims it puts back with the tasks each places, not with what
   each offers (a victim offers nothing: it has no pending task);
 * a cycle on the kept snapshot, run again on the same state or after its decisions were folded, decides what a
@@ -53,9 +55,9 @@ def _pod(name: str, queue: str, gpus: int, group: str | None = None) -> PodObser
 def _elastic_state() -> ClusterState:
     """4 GPUs. Queue a (deserved 3.5 GPUs): elastic job j, minMember 2 of three 1-GPU pods (its first pass offers
     2 GPUs, the next 1). Queue b (deserved 2 GPUs): k, one 2-GPU pod. a goes first (share 2/3.5 against b's 2/2)
-    and places j's first pass; ranked again with 2 GPUs a would go over its deserved quota (2 + 2 > 3.5), so b goes
-    next and k takes the last two GPUs; ranked with the 1 GPU j still offers, a would stay within (2 + 1) and go
-    first, leaving k no room."""
+    and places j's first pass; ranked again with the 1 GPU j still offers, a stays within (2 + 1 <= 3.5) and goes
+    first, so j-2 is placed and k finds no room; ranked with j's first pass (2 GPUs) a would go over its deserved
+    quota (2 + 2 > 3.5), b would go next and k would take the last two GPUs."""
     events: list[AnyEvent] = node_events(1, 4)
     events += [queue("a", gpu_quota=3500), queue("b", gpu_quota=2000)]
     group = PodGroupSpec(namespace="t", name="j", queue="a", min_member=2, priority_class="train", created=1.0)
@@ -94,13 +96,13 @@ def _outcome(decisions: list[Decision]) -> list[tuple[str, str, str | None]]:
     return out
 
 
-def test_a_partly_placed_elastic_job_is_ranked_again_with_the_request_it_was_first_ranked_with() -> None:
+def test_a_partly_placed_elastic_job_is_ranked_again_with_what_it_still_offers() -> None:
     made = _outcome(_step(_elastic_state()))
     assert made == [
         ("BindRequested", "j-0", None),
         ("BindRequested", "j-1", None),
-        ("BindRequested", "k", None),
-        ("PodPending", "j-2", "NoNodeFits"),
+        ("BindRequested", "j-2", None),
+        ("PodPending", "k", "NoNodeFits"),
     ]
 
 

@@ -119,8 +119,6 @@ class Session:
     usage: dict[str, tuple[float, float, float]] = field(default_factory=dict)
     """Per leaf queue: its usage share of the cluster over the configured window (``timeshare.usage_shares``);
     empty unless ``config.usage_params`` is set."""
-    ranked: dict[int, tuple[int, int, int]] = field(default_factory=dict)
-    """Per job (by ``id``): the request it was first ranked with in this session (``ranking_request``)."""
     ranking_override: dict[int, tuple[int, int, int]] | None = None
     """Per job (by ``id``): the request a simulation ranks it with while it orders jobs (``ranking_request``);
     None: no simulation is ordering jobs. Set and reset by its caller."""
@@ -248,19 +246,17 @@ class Session:
 
     def ranking_request(self, job: JobInfo) -> tuple[int, int, int]:
         """The request the queue order ranks ``job`` with (the proportion plugin's queue keys): while a simulation
-        orders jobs, what ``ranking_override`` gives it; else its ``job_request`` when it was first ranked in this
-        session, for the rest of the session, whatever its tasks do since (a job that placed part of its tasks is
-        ranked again with its whole first pass)."""
+        orders jobs, what ``ranking_override`` gives it; else what it offers now (``job_request``), so a job that
+        placed part of its tasks is ranked again with what it still asks for (KAI's
+        ``GetTasksToAllocateInitResource``, whose cache ``invalidateTasksCache`` drops on every task status
+        change)."""
         override = self.ranking_override
         if override is not None:
             request = override.get(id(job))
             if request is not None:
                 return request
-        ranked = self.ranked.get(id(job))
-        if ranked is None:
-            gpu, cpu, mem = self.job_request(job)
-            ranked = self.ranked[id(job)] = (gpu, cpu, mem)
-        return ranked
+        gpu, cpu, mem = self.job_request(job)
+        return gpu, cpu, mem
 
     def tasks_request(self, pending: list[TaskInfo]) -> list[int]:
         """The sum of ``task_request`` over ``pending`` (inlined: it is asked for every pending job each cycle)."""
@@ -394,7 +390,6 @@ class Session:
         self.pending = {}
         self.pending_jobs = []
         self._pending_by_leaf = None
-        self.ranked = {}
         self.ranking_override = None
         self.awaited = {}
         self.nominated = set()

@@ -232,7 +232,6 @@ class JobBuilder:
             group.min_member if group is not None else 1,
             group.created if group is not None else first.created,
             [],
-            None,
             group.topology_constraint if group is not None else None,
             state.group_changed.get(job_key, 0.0),
             0,

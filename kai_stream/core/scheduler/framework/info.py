@@ -209,10 +209,6 @@ class JobInfo:
     min_member: int
     created: float
     tasks: list[TaskInfo] = field(default_factory=list)
-    request_cache: tuple[int, int, int] | None = None
-    """The request the queue-order keys read in this cycle (the proportion plugin's ``job_request`` at its first
-    read, or what the solver sets while it orders jobs): unlike the versioned memos below it holds for the whole
-    cycle, whatever the job's tasks do; ``Snapshot.park`` clears it (see there)."""
     topology: TopologyConstraint | None = None
     changed: float = 0.0
     succeeded: int = 0
@@ -256,7 +252,6 @@ class JobInfo:
         min_member: int,
         created: float,
         tasks: list[TaskInfo] | None = None,
-        request_cache: tuple[int, int, int] | None = None,
         topology: TopologyConstraint | None = None,
         changed: float = 0.0,
         succeeded: int = 0,
@@ -267,7 +262,7 @@ class JobInfo:
         self.key, self.namespace, self.name, self.uid, self.queue_name = key, namespace, name, uid, queue_name
         self.queue, self.priority, self.preemptible, self.min_member = queue, priority, preemptible, min_member
         self.created, self.tasks = created, [] if tasks is None else tasks
-        self.request_cache, self.topology, self.changed = request_cache, topology, changed
+        self.topology, self.changed = topology, changed
         self.succeeded, self.group_missing, self.version = succeeded, group_missing, version
         self.sub_groups, self.refused, self.sub_group_specs = sub_groups, None, ()
         self.key_memo, self.key_at, self.pending_memo, self.pending_at = (), -1, [], -1

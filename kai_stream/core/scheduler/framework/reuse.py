@@ -151,11 +151,7 @@ class Snapshot:
         """Undo everything the cycle on ``ssn`` changed in the shared objects (``start`` with ``track``).
 
         A job whose tasks the cycle changed gets a new version (its memos of the cycle, fields of the job, held for
-        the states the cycle left; its tasks are now back in the opening state).
-
-        ``JobInfo.request_cache`` is cleared only on the jobs that had a pending task at open: a job without one
-        has no pending task all cycle (only ``unplace`` makes a task pending again, and only tasks placed in the
-        cycle), so its request is [0, 0, 0] whenever computed; when it gets one, the fold marks it dirty."""
+        the states the cycle left; its tasks are now back in the opening state)."""
         assert ssn._saved_tasks is not None and ssn._saved_nodes is not None
         for task, status, node, gpus, portion in ssn._saved_tasks.values():
             task.status, task.node, task.gpus, task.gpu_portion = status, node, gpus, portion
@@ -175,8 +171,6 @@ class Snapshot:
         for q, allocated, allocated_np, request in self.queue_base:
             q.allocated, q.allocated_np, q.request = allocated, allocated_np, request
             q.fair_share, q.share_cap = [0, 0, 0], [0, 0, 0]
-        for job in ssn.pending_jobs:
-            job.request_cache = None
 
     # ------------------------------------------------------------------ between cycles
 

@@ -119,6 +119,9 @@ class Session:
     usage: dict[str, tuple[float, float, float]] = field(default_factory=dict)
     """Per leaf queue: its usage share of the cluster over the configured window (``timeshare.usage_shares``);
     empty unless ``config.usage_params`` is set."""
+    ranking_override: dict[int, tuple[int, int, int]] | None = None
+    """Per job (by ``id``): the request a simulation ranks it with while it orders jobs (``ranking_request``);
+    None: no simulation is ordering jobs. Set and reset by its caller."""
     _saved_tasks: dict[int, tuple[TaskInfo, str, NodeInfo | None, tuple[int, ...], int]] | None = None
     """When the session will be parked: each task's fields before the cycle first changed it (see ``park``)."""
     _saved_nodes: dict[int, _NodeBase] | None = None
@@ -240,6 +243,20 @@ class Session:
         request = self.tasks_request(self.to_allocate(job))
         job.request_memo, job.request_at = request, job.version
         return request
+
+    def ranking_request(self, job: JobInfo) -> tuple[int, int, int]:
+        """The request the queue order ranks ``job`` with (the proportion plugin's queue keys): while a simulation
+        orders jobs, what ``ranking_override`` gives it; else what it offers now (``job_request``), so a job that
+        placed part of its tasks is ranked again with what it still asks for (KAI's
+        ``GetTasksToAllocateInitResource``, whose cache ``invalidateTasksCache`` drops on every task status
+        change)."""
+        override = self.ranking_override
+        if override is not None:
+            request = override.get(id(job))
+            if request is not None:
+                return request
+        gpu, cpu, mem = self.job_request(job)
+        return gpu, cpu, mem
 
     def tasks_request(self, pending: list[TaskInfo]) -> list[int]:
         """The sum of ``task_request`` over ``pending`` (inlined: it is asked for every pending job each cycle)."""
@@ -373,6 +390,7 @@ class Session:
         self.pending = {}
         self.pending_jobs = []
         self._pending_by_leaf = None
+        self.ranking_override = None
         self.awaited = {}
         self.nominated = set()
         self.topologies = {}

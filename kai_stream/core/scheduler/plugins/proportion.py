@@ -87,12 +87,8 @@ class ProportionPlugin:
         session.hooks.job_checks.append(self.check_job)
 
     def _request(self, job: JobInfo) -> tuple[int, int, int]:
-        cached = job.request_cache
-        if cached is None:
-            assert self.session is not None
-            gpu, cpu, mem = self.session.job_request(job)
-            cached = job.request_cache = (gpu, cpu, mem)
-        return cached
+        assert self.session is not None
+        return self.session.ranking_request(job)
 
     def _request_read(self, job: JobInfo) -> tuple[int, ...]:
         return self._request(job)

@@ -251,8 +251,8 @@ def _sub_groups_to_put_back(job: JobInfo, evicted: list[TaskInfo]) -> list[TaskI
 def _in_queue_order(session: Session, entries: list[tuple[JobInfo, list[TaskInfo]]]) -> Iterator[JobInfo]:
     """The jobs of ``entries`` in KAI's queue order, each taken after the caller placed the one before: the leaf
     whose first job (by job order) goes first (``_before``, as things stand then) gives that job next. A job is
-    read with the request of the tasks it places (the queue keys read ``JobInfo.request_cache``, set meanwhile and
-    restored at the end).
+    ranked with the request of the tasks it places (``Session.ranking_override``, set meanwhile and reset at the
+    end).
 
     As in KAI (``actions/common/action.go`` ``GetJobsToAllocate``), a leaf's other pending jobs stand in its line
     too: the simulation passes over them (``TryToVirtuallyAllocatePreemptorAndGetVictims``), but while one is first
@@ -277,11 +277,13 @@ def _in_queue_order(session: Session, entries: list[tuple[JobInfo, list[TaskInfo
             if id(job) not in listed and session.pending_of(job) and session.job_key(job) < last
         )
         jobs.sort(key=session.job_key, reverse=True)
-    saved = [(job, job.request_cache) for job, _ in entries]
+    saved = session.ranking_override
+    override: dict[int, tuple[int, int, int]] = {}
+    for job, tasks in entries:
+        gpu, cpu, mem = tasks_request(session, tasks)
+        override[id(job)] = (gpu, cpu, mem)
+    session.ranking_override = override
     try:
-        for job, tasks in entries:
-            gpu, cpu, mem = tasks_request(session, tasks)
-            job.request_cache = (gpu, cpu, mem)
         while by_leaf:
             heads = [jobs[-1] for jobs in by_leaf.values()]
             best = heads[0]
@@ -296,8 +298,7 @@ def _in_queue_order(session: Session, entries: list[tuple[JobInfo, list[TaskInfo
             if id(best) in listed:
                 yield best
     finally:
-        for job, cached in saved:
-            job.request_cache = cached
+        session.ranking_override = saved
 
 
 def _before(session: Session, a: JobInfo, b: JobInfo) -> bool:

@@ -220,7 +220,8 @@ class KafkaBroker(BrokerProcess):
 
     Same interface as ``EmbeddedBroker``: ``start()``/``stop()``, (async) context manager, ``bootstrap_servers``,
     ``pid``, ``running``, ``output_tail()``, ``client_settings()``. ``secure``: the client listener is SASL_SSL
-    (``kafka_security.py``); a durable log dir keeps its user's password in ``data_dir/kafka-sasl.json``.
+    (``kafka_security.py``); a durable log dir keeps its user's password in ``data_dir/kafka-sasl.json`` and its
+    certificates in ``data_dir/kafka-tls``, so clients reconnect after a restart.
     """
 
     engine = "kafka"
@@ -296,7 +297,8 @@ class KafkaBroker(BrokerProcess):
             listeners: dict[str, str] = {}
             scram: list[str] = []
             if self.secure:
-                self._tls = kafka_security.make_tls(work / "tls", self.host)
+                tls_dir = work / "tls" if self.memory else self.data_dir / "kafka-tls"
+                self._tls = kafka_security.ensure_tls(tls_dir, self.host)
                 self._user = self._credentials(log_dir)
                 listeners = kafka_security.listener_properties(self.host, port, controller_port, self._tls, self._user)
                 scram = ["--add-scram", self._user.scram_argument()]

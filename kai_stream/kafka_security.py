@@ -1,7 +1,7 @@
 """SASL_SSL for the embedded Apache Kafka broker: a throwaway CA and broker certificate, a SCRAM-SHA-512 user, and
 the broker settings and client settings that go with them.
 
-The certificates are made with the ``openssl`` command (EC P-256, valid 30 days; the broker's names localhost and
+The certificates are made with the ``openssl`` command (EC P-256, valid a year; the broker's names localhost and
 127.0.0.1), as PEM files that Kafka reads as they are (``ssl.keystore.type=PEM``): ``ca.crt`` for clients,
 ``broker.pem`` (the PKCS#8 key, then the certificate and the CA's) for the broker. The ``cryptography`` package is
 not a dependency, and Java's ``keytool`` took ~6 s per call on a loaded 2-core VM against milliseconds for openssl.
@@ -31,7 +31,7 @@ MECHANISM = "SCRAM-SHA-512"
 PROTOCOL = "SASL_SSL"
 USERNAME = "kai-stream"
 LISTENER = "SASL_SSL"
-_CERT_DAYS = "30"
+_CERT_DAYS = "365"
 
 
 @dataclass(frozen=True)
@@ -81,6 +81,14 @@ def _openssl(*args: str, cwd: Path) -> None:
     done = subprocess.run([tool, *args], cwd=cwd, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise BrokerStartError(f"openssl {args[0]} failed: {done.stderr.strip()}")
+
+
+def ensure_tls(directory: Path, host: str) -> TlsFiles:
+    """The certificates in ``directory``, made there by ``make_tls`` unless a previous start did."""
+    made = TlsFiles(ca_file=directory / "ca.crt", keystore=directory / "broker.pem")
+    if made.ca_file.is_file() and made.keystore.is_file():
+        return made
+    return make_tls(directory, host)
 
 
 def make_tls(directory: Path, host: str) -> TlsFiles:

@@ -27,7 +27,7 @@ _PASSWORD_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 class KafkaSettings(BaseSettings):
     """Where Kafka is and how to authenticate; the defaults suit the local embedded broker."""
 
-    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, frozen=True, extra="forbid")
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, frozen=True, extra="forbid", env_ignore_empty=True)
 
     bootstrap_servers: str = "127.0.0.1:9092"
     engine: Literal["auto", "tansu", "kafka"] = "auto"

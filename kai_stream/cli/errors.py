@@ -125,6 +125,14 @@ def describe(exc: BaseException) -> tuple[str, int]:
     return f"{type(exc).__name__}: {exc} (unexpected; `kai-stream --debug ...` shows the traceback)", FAILURE_EXIT
 
 
+def source_message(exc: BaseException) -> str:
+    """What a command that reads a log (a history dir or a broker) prints for ``exc``: the boundary's line for bad
+    Kafka settings and a refused connection (naming the setting at fault), the error's own text otherwise."""
+    from aiokafka.errors import KafkaConnectionError
+
+    return describe(exc)[0] if isinstance(exc, ValidationError | KafkaConnectionError) else str(exc)
+
+
 def report(exc: BaseException) -> int:
     """Print ``exc`` as one line on stderr; the exit code to leave with."""
     message, code = describe(exc)

@@ -266,7 +266,7 @@ class KafkaBroker(BrokerProcess):
 
     def _credentials(self, log_dir: Path) -> kafka_security.Credentials:
         if self.memory:
-            return kafka_security.Credentials.new()
+            return self._user or kafka_security.Credentials.new()
         saved = self.data_dir / "kafka-sasl.json"
         if (log_dir / "meta.properties").is_file():
             if not saved.is_file():

@@ -3,7 +3,8 @@
 Records go through over SCRAM-SHA-512 and TLS with the settings the broker hands out; a client without TLS/SASL, one
 with a wrong password and one that does not trust the broker's CA are refused, and the command line names why and
 which setting to check; a security setting that cannot work is refused before any connection, naming the field;
-Tansu, which cannot do SASL or TLS, is refused a secure start with the reason.
+Tansu, which cannot do SASL or TLS, is refused a secure start with the reason. A durable secure broker keeps its
+user and CA across a restart, so its clients' settings stay valid.
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ from aiokafka.errors import KafkaConnectionError
 from pydantic import ValidationError
 
 from kai_stream.engines import embedded_broker
-from kai_stream.kafka import make_consumer, make_producer, read_to_end, start_consumer
+from kai_stream.kafka import make_consumer, make_producer, read_to_end, read_topic, start_consumer
+from kai_stream.kafka_engine import KafkaBroker
 from kai_stream.quirks import detect_engine
 from kai_stream.settings import KafkaSettings
 from kai_stream.topics import TopicNames, create_topics
@@ -147,3 +149,24 @@ def test_tansu_refuses_a_secure_start_with_the_reason(capsys: pytest.CaptureFixt
     code, _, err = kai(["broker", "--engine", "tansu", "--secure"], capsys)
     one_line(code, err, "cannot do SASL or TLS", "--engine kafka")
 
+
+
+@pytest.mark.kafka
+async def test_a_durable_secure_broker_keeps_its_user_and_ca_across_a_restart(tmp_path: Path) -> None:
+    first = KafkaBroker(memory=False, data_dir=tmp_path, secure=True, startup_timeout_s=240)
+    async with first:
+        before = first.client_settings()
+        producer = make_producer(before)
+        await producer.start()
+        try:
+            await (await producer.send("kept", b"before the restart", partition=0))
+        finally:
+            await producer.stop()
+    assert (tmp_path / "kafka-sasl.json").stat().st_mode & 0o777 == 0o600
+    assert before.ssl_cafile is not None
+    ca = Path(before.ssl_cafile).read_bytes()
+    async with KafkaBroker(memory=False, data_dir=tmp_path, secure=True, startup_timeout_s=240) as second:
+        after = second.client_settings()
+        assert (after.sasl_username, after.password()) == (before.sasl_username, before.password())
+        assert after.ssl_cafile == before.ssl_cafile and Path(after.ssl_cafile).read_bytes() == ca
+        assert [r.value for r in await read_topic(after, "kept")] == [b"before the restart"]

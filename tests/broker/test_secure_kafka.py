@@ -10,6 +10,10 @@ user and CA across a restart, so its clients' settings stay valid.
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
+import subprocess
+import sys
 import uuid
 from pathlib import Path
 
@@ -23,6 +27,7 @@ from kai_stream.kafka_engine import KafkaBroker
 from kai_stream.quirks import detect_engine
 from kai_stream.settings import KafkaSettings
 from kai_stream.topics import TopicNames, create_topics
+from tests.broker.test_cli import PROGRAM
 from tests.cli.test_errors import one_line
 from tests.cli_main import kai
 
@@ -170,3 +175,29 @@ async def test_a_durable_secure_broker_keeps_its_user_and_ca_across_a_restart(tm
         assert (after.sasl_username, after.password()) == (before.sasl_username, before.password())
         assert after.ssl_cafile == before.ssl_cafile and Path(after.ssl_cafile).read_bytes() == ca
         assert [r.value for r in await read_topic(after, "kept")] == [b"before the restart"]
+
+
+@pytest.mark.kafka
+async def test_broker_command_prints_what_a_client_needs(monkeypatch: pytest.MonkeyPatch) -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-c", PROGRAM, "broker", "--engine", "kafka", "--secure"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env={**os.environ, "COLUMNS": "300"},
+    )
+    assert proc.stdout is not None
+    try:
+        lines: list[str] = []
+        while not lines or "Ctrl-C" not in lines[-1]:
+            line = await asyncio.wait_for(asyncio.to_thread(proc.stdout.readline), 240)
+            assert line, "".join(lines)
+            lines.append(line)
+        exports = dict(line[len("export ") :].strip().split("=", 1) for line in lines if line.startswith("export "))
+        assert "security=SASL_SSL" in "".join(lines)
+        for name, value in exports.items():
+            monkeypatch.setenv(name, value)
+        settings = KafkaSettings()
+        assert (settings.security_protocol, settings.sasl_mechanism) == ("SASL_SSL", "SCRAM-SHA-512")
+        assert await read_topic(settings, "cluster-events") == []  # created by the command, read over SASL_SSL
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 0 and "broker stopped" in out, out

@@ -37,7 +37,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
-from typing import IO, Self
+from typing import IO, Any, Self
+
+from kai_stream.settings import KafkaSettings
 
 BUCKET = "tansu"
 DEFAULT_DATA_DIR = Path(".kai-stream")
@@ -199,6 +201,11 @@ class BrokerProcess:
         if self.port is None:
             raise RuntimeError("broker not started")
         return f"{self.host}:{self.port}"
+
+    def client_settings(self, **overrides: Any) -> KafkaSettings:
+        """Settings for a client of this (started) broker: its address; the rest from the environment or
+        ``overrides``."""
+        return KafkaSettings.for_servers(self.bootstrap_servers, **overrides)
 
     @property
     def pid(self) -> int | None:

@@ -11,10 +11,15 @@ dir (``kafka.tools.StorageTool``, a random cluster id; a durable data dir is for
 broker, and stops it with SIGTERM (controlled shutdown), then SIGKILL. Broker settings suit one machine and
 tests: replication factor 1, few partitions for the internal topics, short cleaner and retention check
 intervals (so compaction and retention show within seconds), short minimum session timeout.
+
+``secure=True`` makes the client listener SASL_SSL with SCRAM-SHA-512 (``kafka_security.py``: a throwaway CA, a
+user created at format time); ``client_settings()`` then holds what a client needs, and readiness is probed by an
+authenticated client.
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import contextlib
 import fcntl
@@ -27,10 +32,16 @@ import sys
 import tempfile
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
+from aiokafka.client import AIOKafkaClient
+from aiokafka.errors import KafkaError
+
+from kai_stream import kafka_security
 from kai_stream.broker import BrokerProcess, BrokerStartError, free_port, port_free, stop_process
+from kai_stream.settings import KafkaSettings
 
 KAFKA_VERSION = "4.1.1"
 POM = Path(__file__).parent / "brokers" / "kafka" / "pom.xml"
@@ -142,8 +153,30 @@ def lists_brokers(host: str, port: int, timeout_s: float = 1.0) -> bool:
     return bool(correlation == 11 and brokers >= 1)
 
 
-def server_properties(host: str, port: int, controller_port: int, log_dir: Path) -> str:
-    """The broker's configuration: one node, both roles, loopback listeners."""
+def lists_brokers_as(settings: KafkaSettings, timeout_s: float = 5.0) -> bool:
+    """``lists_brokers`` for a listener that wants TLS and SASL: a metadata answer to an authenticated client."""
+    host, _, port = settings.bootstrap_servers.rpartition(":")
+    with contextlib.suppress(OSError), socket.create_connection((host, int(port)), timeout=timeout_s):
+        async def probe() -> bool:
+            client = AIOKafkaClient(**settings.client_kwargs())
+            try:
+                await asyncio.wait_for(client.bootstrap(), timeout_s)
+                return bool(client.cluster.brokers())
+            except (KafkaError, OSError, TimeoutError):
+                return False
+            finally:
+                await client.close()
+
+        with ThreadPoolExecutor(1) as thread:  # the caller may be on an event loop's thread
+            return thread.submit(lambda: asyncio.run(probe())).result()
+    return False
+
+
+def server_properties(
+    host: str, port: int, controller_port: int, log_dir: Path, listeners: dict[str, str] | None = None
+) -> str:
+    """The broker's configuration: one node, both roles, loopback listeners (PLAINTEXT unless ``listeners``
+    replaces those entries)."""
     settings = {
         "process.roles": "broker,controller",
         "node.id": "1",
@@ -177,6 +210,7 @@ def server_properties(host: str, port: int, controller_port: int, log_dir: Path)
         "group.min.session.timeout.ms": "500",
         "auto.create.topics.enable": "true",
     }
+    settings.update(listeners or {})
     return "".join(f"{key}={value}\n" for key, value in settings.items())
 
 
@@ -185,7 +219,9 @@ class KafkaBroker(BrokerProcess):
     ``data_dir/kafka`` (records and committed offsets survive a restart).
 
     Same interface as ``EmbeddedBroker``: ``start()``/``stop()``, (async) context manager, ``bootstrap_servers``,
-    ``pid``, ``running``, ``output_tail()``.
+    ``pid``, ``running``, ``output_tail()``, ``client_settings()``. ``secure``: the client listener is SASL_SSL
+    (``kafka_security.py``); a durable log dir keeps its user's password in ``data_dir/kafka-sasl.json`` and its
+    certificates in ``data_dir/kafka-tls``, so clients reconnect after a restart.
     """
 
     engine = "kafka"
@@ -199,9 +235,13 @@ class KafkaBroker(BrokerProcess):
         host: str = "127.0.0.1",
         startup_timeout_s: float = 90.0,
         version: str = KAFKA_VERSION,
+        secure: bool = False,
     ) -> None:
         super().__init__(memory=memory, port=port, data_dir=data_dir, host=host, startup_timeout_s=startup_timeout_s)
         self.version = version
+        self.secure = secure
+        self._tls: kafka_security.TlsFiles | None = None
+        self._user: kafka_security.Credentials | None = None
         self._proc: subprocess.Popen[bytes] | None = None
         self._workdir: tempfile.TemporaryDirectory[str] | None = None
         self._log: IO[bytes] | None = None
@@ -216,6 +256,28 @@ class KafkaBroker(BrokerProcess):
             return (Path(self._workdir.name) / "kafka.log").read_text(errors="replace")[-_TAIL_CHARS:]
         except OSError:
             return ""
+
+    def client_settings(self, **overrides: Any) -> KafkaSettings:
+        """Settings for a client of this (started) broker: its address and, when ``secure``, SASL_SSL with its
+        user and CA file; the rest from the environment or ``overrides``."""
+        if self._tls is None or self._user is None:
+            return super().client_settings(**overrides)
+        return kafka_security.client_settings(self.bootstrap_servers, self._tls, self._user, **overrides)
+
+    def _credentials(self, log_dir: Path) -> kafka_security.Credentials:
+        if self.memory:
+            return self._user or kafka_security.Credentials.new()
+        saved = self.data_dir / "kafka-sasl.json"
+        if (log_dir / "meta.properties").is_file():
+            if not saved.is_file():
+                raise BrokerStartError(
+                    f"{log_dir} was formatted without --secure, so it has no SASL user; "
+                    "start it without --secure, or remove it to start afresh"
+                )
+            return kafka_security.Credentials.load(saved)
+        user = kafka_security.Credentials.new()
+        user.save(saved)
+        return user
 
     def start(self) -> str:
         """Fetch the jars if needed, format the log dir, start the JVM and wait until it lists itself."""
@@ -232,14 +294,22 @@ class KafkaBroker(BrokerProcess):
             log_dir = work / "logs" if self.memory else (self.data_dir / "kafka").resolve()
             log_dir.mkdir(parents=True, exist_ok=True)
             config = work / "server.properties"
-            config.write_text(server_properties(self.host, port, controller_port, log_dir))
+            listeners: dict[str, str] = {}
+            scram: list[str] = []
+            if self.secure:
+                tls_dir = work / "tls" if self.memory else self.data_dir / "kafka-tls"
+                self._tls = kafka_security.ensure_tls(tls_dir, self.host)
+                self._user = self._credentials(log_dir)
+                listeners = kafka_security.listener_properties(self.host, port, controller_port, self._tls, self._user)
+                scram = ["--add-scram", self._user.scram_argument()]
+            config.write_text(server_properties(self.host, port, controller_port, log_dir, listeners))
             (work / "log4j2.properties").write_text(_LOG4J2)
             java = [_tool("java"), *JVM_OPTIONS, f"-Dlog4j2.configurationFile={work / 'log4j2.properties'}"]
             classpath = ["-cp", str(libs / "*")]
             if not (log_dir / "meta.properties").is_file():
                 fmt = [*java, *classpath, "kafka.tools.StorageTool", "format", "--config", str(config)]
                 done = subprocess.run(
-                    [*fmt, f"--cluster-id={random_cluster_id()}", "--ignore-formatted"],  # an id may start with "-"
+                    [*fmt, f"--cluster-id={random_cluster_id()}", "--ignore-formatted", *scram],  # id may start with -
                     capture_output=True,
                     text=True,
                     check=False,
@@ -269,15 +339,21 @@ class KafkaBroker(BrokerProcess):
             if self._proc.poll() is not None:
                 code = self._proc.returncode
                 raise BrokerStartError(f"kafka exited with code {code} during startup:\n{self.output_tail()}")
-            if lists_brokers(self.host, port):
+            if self._answers(port):
                 return
             time.sleep(0.1)
         raise BrokerStartError(f"kafka did not answer within {self.startup_timeout_s:.0f}s:\n{self.output_tail()}")
+
+    def _answers(self, port: int) -> bool:
+        if self._tls is None or self._user is None:
+            return lists_brokers(self.host, port)
+        return lists_brokers_as(kafka_security.client_settings(f"{self.host}:{port}", self._tls, self._user))
 
     def stop(self) -> None:
         """SIGTERM (controlled shutdown), SIGKILL after a grace period; safe to call twice."""
         proc, self._proc = self._proc, None
         stop_process(proc, _STOP_GRACE_S)
+        self._tls = None
         if self._log is not None:
             self._log.close()
             self._log = None

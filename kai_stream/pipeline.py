@@ -70,6 +70,7 @@ from kai_stream.topics import TopicNames, create_topics
 log = logging.getLogger(__name__)
 
 EPOCH = "1970-01-01T00:00:00Z"
+_GROUP_TIMING: dict[str, Any] = {"session_timeout_ms": 2000, "heartbeat_interval_ms": 300}
 
 
 @dataclass
@@ -87,13 +88,18 @@ class PipelineOptions:
     can SIGKILL) instead of a task on this loop.
     ``supervise``: the processor and those component processes run their worker under ``kai_stream/prefork.py``
     (forked again at once when it dies; ``Pipeline.kill_worker`` kills it).
+    ``secure``: the embedded broker's client listener is SASL_SSL (``--engine kafka`` only). ``kafka``: the client
+    settings of a Kafka of one's own (security included) in place of ``bootstrap_servers`` and the environment;
+    every component, subprocesses included, uses them.
     """
 
     scenario: Path | None = None
     durable: bool = False
     data_dir: Path = Path(".kai-stream")
     bootstrap_servers: str | None = None
+    kafka: KafkaSettings | None = None
     engine: Engine = "tansu"
+    secure: bool = False
     topic_prefix: str = ""
     config_path: Path | None = None
     tick_interval_s: float | None = 1.0
@@ -284,14 +290,18 @@ class Pipeline:
 
     async def start(self) -> None:
         opts = self.options
-        if opts.bootstrap_servers is None:
+        if opts.kafka is not None:
+            self.kafka = opts.kafka.model_copy(update=_GROUP_TIMING)
+        elif opts.bootstrap_servers is None:
             self._step("starting the embedded broker")
-            self.broker = embedded_broker(opts.engine, memory=not opts.durable, data_dir=opts.data_dir)
+            self.broker = embedded_broker(
+                opts.engine, memory=not opts.durable, data_dir=opts.data_dir, secure=opts.secure
+            )
             await asyncio.to_thread(_without_sigint, self.broker.start)
-            servers = self.broker.bootstrap_servers
+            self.kafka = self.broker.client_settings(**_GROUP_TIMING)
         else:
-            servers = opts.bootstrap_servers
-        self.kafka = KafkaSettings(bootstrap_servers=servers, session_timeout_ms=2000, heartbeat_interval_ms=300)
+            self.kafka = KafkaSettings.for_servers(opts.bootstrap_servers, **_GROUP_TIMING)
+        servers = self.kafka.bootstrap_servers
         self._step(f"creating topics on {servers}")
         await create_topics(self.kafka, names=self.names)
         if opts.tail:
@@ -433,7 +443,7 @@ class Pipeline:
         assert self.kafka is not None
         env = {
             **os.environ,
-            "KAI_STREAM_KAFKA_BOOTSTRAP_SERVERS": self.kafka.bootstrap_servers,
+            **self.kafka.client_env(),
             "KAI_STREAM_KAFKA_SESSION_TIMEOUT_MS": str(self.kafka.session_timeout_ms),
             "KAI_STREAM_KAFKA_HEARTBEAT_INTERVAL_MS": str(self.kafka.heartbeat_interval_ms),
             "KAI_STREAM_PROCESSOR_APP_ID": self.processor_app_id,
@@ -566,7 +576,8 @@ class Pipeline:
         await asyncio.to_thread(broker.stop)
         port = int(self.kafka.bootstrap_servers.rsplit(":", 1)[1])
         self.broker = embedded_broker(
-            self.options.engine, memory=not self.options.durable, port=port, data_dir=self.options.data_dir
+            self.options.engine, memory=not self.options.durable, port=port, data_dir=self.options.data_dir,
+            secure=self.options.secure,
         )
         if isinstance(self.broker, BrokerProcess):
             self.broker.startup_timeout_s = max(self.broker.startup_timeout_s, 300.0)  # a JVM on a loaded host

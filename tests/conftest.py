@@ -57,6 +57,18 @@ def kafka_broker() -> Iterator[str]:
         embedded.stop()
 
 
+@pytest.fixture(scope="session")
+def secure_kafka() -> Iterator[KafkaSettings]:
+    """Client settings of an Apache Kafka broker whose client listener is SASL_SSL (SCRAM-SHA-512 user, throwaway
+    CA: ``kafka_engine.KafkaBroker(secure=True)``), started on first use and shared by the session."""
+    embedded = KafkaBroker(memory=True, startup_timeout_s=240, secure=True)
+    embedded.start()
+    try:
+        yield embedded.client_settings(client_id="kai-stream-test", session_timeout_ms=2000, heartbeat_interval_ms=300)
+    finally:
+        embedded.stop()
+
+
 def settings_for(bootstrap_servers: str) -> KafkaSettings:
     """Short session timeout because Tansu holds joins for half of it (Kafka's group minimum is lowered to fit)."""
     return KafkaSettings(

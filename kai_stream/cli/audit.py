@@ -8,10 +8,12 @@ from typing import Annotated
 import orjson
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from kai_stream.audit import verify_chain
 from kai_stream.cli import app
+from kai_stream.cli.errors import source_message
 from kai_stream.history.reader import SOURCE_ERRORS, History, open_history
 from kai_stream.invariants import check_history
 
@@ -29,7 +31,7 @@ def _open(directory: Path | None, bootstrap_servers: str | None, topic_prefix: s
     try:
         return open_history(directory, bootstrap_servers=bootstrap_servers, topic_prefix=topic_prefix)
     except SOURCE_ERRORS as exc:
-        Console(stderr=True, soft_wrap=True).print(f"[red]error:[/] {exc}")
+        Console(stderr=True, soft_wrap=True).print(f"[red]error:[/] {escape(source_message(exc))}")
         raise typer.Exit(2) from None
 
 

@@ -94,7 +94,7 @@ def binder(
     ] = False,
 ) -> None:
     """Consume decisions, bind/evict pods, mark pending pods for autoscalers, publish outcomes."""
-    settings = KafkaSettings() if bootstrap_servers is None else KafkaSettings(bootstrap_servers=bootstrap_servers)
+    settings = KafkaSettings.for_servers(bootstrap_servers)
     health_settings = HealthSettings()
     if health_port is not None:
         health_settings = HealthSettings(port=health_port, enabled=health_port != 0)

@@ -1,4 +1,5 @@
-"""`kai-stream broker`: run an embedded broker (Tansu or Apache Kafka) in the foreground until Ctrl-C."""
+"""`kai-stream broker`: run an embedded broker (Tansu or Apache Kafka) in the foreground until Ctrl-C; with
+``--secure`` (Apache Kafka only) its client listener is SASL_SSL, and it prints the client settings to export."""
 
 from __future__ import annotations
 
@@ -14,7 +15,6 @@ from rich.console import Console
 from kai_stream.broker import DEFAULT_DATA_DIR, UNSAFE_DURABLE, BrokerStartError
 from kai_stream.cli import app
 from kai_stream.engines import Engine, embedded_broker
-from kai_stream.settings import KafkaSettings
 from kai_stream.topics import create_topics
 
 
@@ -35,6 +35,13 @@ def broker(
     engine: Annotated[
         Engine, typer.Option(help="tansu (starts in ms) or kafka (Apache Kafka, JVM; jars fetched once with Maven)")
     ] = "tansu",
+    secure: Annotated[
+        bool,
+        typer.Option(
+            "--secure",
+            help="SASL_SSL client listener with a SCRAM-SHA-512 user and a throwaway CA (--engine kafka only)",
+        ),
+    ] = False,
 ) -> None:
     """Run an embedded Kafka-protocol broker until interrupted."""
     console = Console(stderr=True)
@@ -42,7 +49,7 @@ def broker(
     if unsafe_durable_s3:
         console.print(f"[yellow]warning:[/yellow] {UNSAFE_DURABLE}")
     embedded = embedded_broker(
-        engine, memory=memory, port=port, data_dir=data_dir, unsafe_durable=unsafe_durable_s3
+        engine, memory=memory, port=port, data_dir=data_dir, unsafe_durable=unsafe_durable_s3, secure=secure
     )
     try:
         bootstrap = embedded.start()
@@ -53,11 +60,18 @@ def broker(
     previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
     try:
         storage = "memory" if memory else f"durable ({data_dir.resolve()})"
-        console.print(f"broker ready: [bold]{bootstrap}[/bold] engine={engine} storage={storage}")
+        client = embedded.client_settings()
+        console.print(
+            f"broker ready: [bold]{bootstrap}[/bold] engine={engine} storage={storage} "
+            f"security={client.security_protocol}"
+        )
         if topics:
-            created = asyncio.run(create_topics(KafkaSettings(bootstrap_servers=bootstrap)))
+            created = asyncio.run(create_topics(client))
             console.print(f"topics created: {', '.join(created) or 'none (all existed)'}")
-        console.print(f"export KAI_STREAM_KAFKA_BOOTSTRAP_SERVERS={bootstrap}   (Ctrl-C to stop)")
+        exports = client.client_env() if secure else {"KAI_STREAM_KAFKA_BOOTSTRAP_SERVERS": bootstrap}
+        for name, value in exports.items():
+            console.print(f"export {name}={value}", highlight=False, soft_wrap=True)
+        console.print("(Ctrl-C to stop)")
         while not stop.wait(0.5):
             if not embedded.running:
                 console.print("[red]broker exited unexpectedly:[/red]\n" + embedded.output_tail())

@@ -84,7 +84,7 @@ def connector(
     ] = False,
 ) -> None:
     """List + watch nodes, pods, Queues, PodGroups, PriorityClasses, Topologies; publish them by pool."""
-    settings = KafkaSettings() if bootstrap_servers is None else KafkaSettings(bootstrap_servers=bootstrap_servers)
+    settings = KafkaSettings.for_servers(bootstrap_servers)
 
     def serve() -> None:
         asyncio.run(_serve(settings, api_url, kubeconfig, topic_prefix, scheduler_name, tick_interval))

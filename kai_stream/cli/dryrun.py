@@ -9,9 +9,11 @@ from typing import Annotated
 import orjson
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from kai_stream.cli import app
+from kai_stream.cli.errors import source_message
 from kai_stream.core.config import SchedulerConfig, load_config
 from kai_stream.core.manifests import ManifestError, load_scenario
 from kai_stream.core.state import ClusterState
@@ -100,7 +102,7 @@ def dry_run_command(
         state, settings = _state(scenario, from_history, pool, given, bootstrap_servers, topic_prefix)
         result = dry_run(state, settings, pod_events(text, settings, state.now))
     except ERRORS as exc:
-        err.print(f"[red]error:[/] {exc}")
+        err.print(f"[red]error:[/] {escape(source_message(exc))}")
         raise typer.Exit(2) from None
     if json_out:
         sys.stdout.buffer.write(orjson.dumps(result.to_json(), option=orjson.OPT_SORT_KEYS) + b"\n")

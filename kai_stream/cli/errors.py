@@ -27,11 +27,40 @@ def _env_debug() -> bool:
 
 class _State:
     debug = _env_debug()
+    refusal: object = None
+    """Why the last bootstrap address failed, as aiokafka logged it (its error names none of the reasons)."""
+
+
+_BOOTSTRAP_FAILURES = ('Unable connect to "', 'Unable to request metadata from "')
 
 
 def _not_bootstrap_noise(record: logging.LogRecord) -> bool:
-    """aiokafka logs each failed bootstrap address before raising the error that names them all."""
-    return not record.msg.startswith("Unable connect to \"")
+    """aiokafka logs each failed bootstrap address before raising the error that names them all; the reason is
+    kept for that error's line (``_unreachable``)."""
+    if not str(record.msg).startswith(_BOOTSTRAP_FAILURES):
+        return True
+    _State.refusal = record.args[-1] if isinstance(record.args, tuple) and record.args else None
+    return False
+
+
+def _unreachable(exc: BaseException) -> str:
+    """The line for a Kafka that could not be bootstrapped from, naming the settings a refusal points at."""
+    reason, _State.refusal = _State.refusal, None
+    env = "KAI_STREAM_KAFKA_"
+    if reason is None:
+        return f"cannot reach Kafka: {exc} (is a broker running? see --bootstrap-servers)"
+    text = f"{type(reason).__name__}: {reason}" if isinstance(reason, BaseException) else str(reason)
+    if "SaslAuthenticationFailed" in text or "Authentication failed" in text:
+        return f"Kafka refused the SASL credentials ({text}); check {env}SASL_USERNAME and {env}SASL_PASSWORD"
+    if "CERTIFICATE_VERIFY_FAILED" in text or "SSLCertVerificationError" in text:
+        return f"Kafka's TLS certificate was not trusted ({text}); check {env}SSL_CAFILE"
+    protocol = os.environ.get(f"{env}SECURITY_PROTOCOL", "PLAINTEXT")
+    if "closed" in text:
+        return (
+            f"Kafka closed the connection before answering ({text}): does it want TLS or SASL? "
+            f"{env}SECURITY_PROTOCOL is {protocol}; set it and the SASL/TLS settings as the broker expects"
+        )
+    return f"cannot reach Kafka: {exc}; last refusal: {text} (is a broker running? see --bootstrap-servers)"
 
 
 def quiet_duplicates() -> None:
@@ -80,7 +109,7 @@ def describe(exc: BaseException) -> tuple[str, int]:
     if isinstance(exc, ValidationError):
         return _validation(exc), USAGE_EXIT
     if isinstance(exc, KafkaConnectionError):
-        return f"cannot reach Kafka: {exc} (is a broker running? see --bootstrap-servers)", FAILURE_EXIT
+        return _unreachable(exc), FAILURE_EXIT
     if isinstance(exc, KafkaError):
         return f"Kafka: {type(exc).__name__}: {exc}", FAILURE_EXIT
     if isinstance(exc, ConfigException):
@@ -94,6 +123,14 @@ def describe(exc: BaseException) -> tuple[str, int]:
     if isinstance(exc, ValueError | LookupError):
         return str(exc) if str(exc) else type(exc).__name__, USAGE_EXIT
     return f"{type(exc).__name__}: {exc} (unexpected; `kai-stream --debug ...` shows the traceback)", FAILURE_EXIT
+
+
+def source_message(exc: BaseException) -> str:
+    """What a command that reads a log (a history dir or a broker) prints for ``exc``: the boundary's line for bad
+    Kafka settings and a refused connection (naming the setting at fault), the error's own text otherwise."""
+    from aiokafka.errors import KafkaConnectionError
+
+    return describe(exc)[0] if isinstance(exc, ValidationError | KafkaConnectionError) else str(exc)
 
 
 def report(exc: BaseException) -> int:

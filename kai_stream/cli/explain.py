@@ -7,10 +7,12 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from kai_stream.analytics.render import moment
 from kai_stream.cli import app
+from kai_stream.cli.errors import source_message
 from kai_stream.core.config import load_config
 from kai_stream.explain import QueueStanding, Story, explain_pod, stories_json
 from kai_stream.history.reader import SOURCE_ERRORS, open_history
@@ -75,7 +77,7 @@ def explain(
         config = load_config(assume_config) if assume_config is not None else None
         stories = explain_pod(history, pod, config=config)
     except SOURCE_ERRORS as exc:  # PodNotFound is a LookupError
-        Console(stderr=True, soft_wrap=True).print(f"[red]error:[/] {exc}")
+        Console(stderr=True, soft_wrap=True).print(f"[red]error:[/] {escape(source_message(exc))}")
         raise typer.Exit(1) from None
     if as_json:
         typer.echo(stories_json(stories).decode())

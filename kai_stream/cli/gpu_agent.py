@@ -74,7 +74,7 @@ def gpu_agent(
     topic: Annotated[str, typer.Option(help="topic for GpuHealthObserved events")] = "cluster-events",
 ) -> None:
     """Poll this node's GPUs through NVML and publish their health (fatal XID / uncorrectable ECC = unhealthy)."""
-    kafka = KafkaSettings() if bootstrap_servers is None else KafkaSettings(bootstrap_servers=bootstrap_servers)
+    kafka = KafkaSettings.for_servers(bootstrap_servers)
     config = AgentConfig(node=node, pool=pool, interval_s=interval, resync_s=resync, topic=topic)
     reader = GpuReader(PynvmlApi())
     try:

@@ -30,7 +30,7 @@ def history_sink(
     segment_seconds: Annotated[float, typer.Option(min=0.1, help="flush a segment at this age")] = 5.0,
 ) -> None:
     """Consume cluster-events, decisions, bind-results and dead-letter into DIR/<topic>/<partition>/."""
-    settings = KafkaSettings() if bootstrap_servers is None else KafkaSettings(bootstrap_servers=bootstrap_servers)
+    settings = KafkaSettings.for_servers(bootstrap_servers)
     console = Console()
 
     async def main() -> SinkStats:

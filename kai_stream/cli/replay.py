@@ -8,9 +8,11 @@ from typing import Annotated
 import orjson
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 from kai_stream.cli import app
+from kai_stream.cli.errors import source_message
 from kai_stream.core.config import SchedulerConfig, load_config
 from kai_stream.history.reader import SOURCE_ERRORS, History, open_history
 from replay.report import render_replay, render_whatif
@@ -49,7 +51,7 @@ def replay(
         history = open_history(from_history, bootstrap_servers=bootstrap_servers, topic_prefix=topic_prefix)
         fallback = load_config(assume_config) if assume_config is not None else None
     except SOURCE_ERRORS as exc:
-        Console(stderr=True, soft_wrap=True).print(f"[red]error:[/] {exc}")
+        Console(stderr=True, soft_wrap=True).print(f"[red]error:[/] {escape(source_message(exc))}")
         raise typer.Exit(2) from None
     if config is not None:
         _whatif(history, config, fallback, as_json)

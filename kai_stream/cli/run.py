@@ -145,7 +145,9 @@ def _next_steps(history: Path, board: Board) -> str:
 async def _record(pipeline: Pipeline, history: Path, stop: asyncio.Event) -> SinkStats:
     """The embedded history sink: every topic of this run archived under ``history`` until ``stop``."""
     assert pipeline.kafka is not None
-    settings = KafkaSettings(bootstrap_servers=pipeline.kafka.bootstrap_servers)
+    fields = KafkaSettings.model_fields
+    defaults = {name: fields[name].default for name in ("session_timeout_ms", "heartbeat_interval_ms")}
+    settings = pipeline.kafka.model_copy(update=defaults)
     return await run_sink(settings, history, ALL_TOPICS, stop, names=pipeline.names, segment_seconds=1.0)
 
 

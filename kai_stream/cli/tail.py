@@ -83,7 +83,7 @@ def decisions(
         wanted = DecisionFilter(queue=queue, namespace=namespace, kinds=tuple(kinds), pool=pool)
         _print_recorded(read_history(from_history), wanted, limit, as_json)
         return
-    settings = KafkaSettings() if bootstrap_servers is None else KafkaSettings(bootstrap_servers=bootstrap_servers)
+    settings = KafkaSettings.for_servers(bootstrap_servers)
     console = Console(highlight=False, soft_wrap=True)
 
     async def main() -> None:

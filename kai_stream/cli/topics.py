@@ -26,7 +26,7 @@ def create(
     prefix: Annotated[str, typer.Option(help="prefix every topic name")] = "",
 ) -> None:
     """Create the topics from topics/*.yaml; topics that already exist are left as they are."""
-    settings = KafkaSettings() if bootstrap_servers is None else KafkaSettings(bootstrap_servers=bootstrap_servers)
+    settings = KafkaSettings.for_servers(bootstrap_servers)
     specs = load_specs()
     names = TopicNames.with_prefix(prefix)
     created = set(asyncio.run(create_topics(settings, specs, names=names, replication_factor=replication_factor)))

@@ -445,5 +445,5 @@ def open_history(
         default = default_history()
         if default is not None:
             return read_history(default)
-    settings = KafkaSettings() if bootstrap_servers is None else KafkaSettings(bootstrap_servers=bootstrap_servers)
+    settings = KafkaSettings.for_servers(bootstrap_servers)
     return asyncio.run(read_broker(settings, TopicNames.with_prefix(topic_prefix), timeout_s=timeout_s))

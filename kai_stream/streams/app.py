@@ -109,7 +109,7 @@ def _credentials() -> Any:
     if kafka.sasl_mechanism is not None:
         return SASLCredentials(
             username=kafka.sasl_username,
-            password=kafka.sasl_password,
+            password=kafka.password(),
             ssl_context=context,
             mechanism=kafka.sasl_mechanism,
         )

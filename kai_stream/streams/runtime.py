@@ -466,11 +466,14 @@ class SchedulerRuntime:
         DEAD_LETTERS.labels(component=COMPONENT, topic=self.names.cluster_events).inc()
         return await self.send(self.names.dead_letter, 0, (record.key or b"")[:MAX_NAME], letter)
 
-    def _defer(self, partition: int, pools: set[str], backlog: Callable[[int, int], int] | None) -> bool:
+    def _defer(self, partition: int, pools: set[str], backlog: Callable[[int, int], int] | None, fresh: bool) -> bool:
         """Under a backlog, fold more before deciding: for as long as the last cycle took (so at most about half
         the time goes to cycles), never more than ``max_cycle_delay_s`` since the last cycle. A cheap cycle is not
-        deferred far, which keeps the decision latency near the cycle cost."""
-        if backlog is None or self.max_cycle_delay_s <= 0:
+        deferred far, which keeps the decision latency near the cycle cost. Only while the partition's batches
+        bring records other than feedback (``fresh``): once a batch of it holds feedback alone, what was waiting to
+        share a cycle has arrived, and what follows is mostly the cluster's answer to earlier decisions, which
+        changes no cycle."""
+        if backlog is None or self.max_cycle_delay_s <= 0 or not fresh:
             return False
         engine = self.engines[partition]
         now = time.monotonic()
@@ -541,7 +544,7 @@ class SchedulerRuntime:
             if owned is None:
                 continue
             pools: set[str] = touched.get(partition, set()) | self._deferred.get(partition, set())
-            if self._defer(partition, pools, backlog):
+            if self._defer(partition, pools, backlog, partition in touched):
                 continue
             self._deferred.pop(partition, None)
             inspect = self._due_meters(partition, pools)

@@ -10,7 +10,15 @@ import yaml
 from aiokafka import AIOKafkaProducer
 
 from kai_stream.core.config import SchedulerConfig
-from kai_stream.core.events import ALL_POOLS, BindRequested, DeadLetter, Model, dumps, loads_decisions_record
+from kai_stream.core.events import (
+    ALL_POOLS,
+    BindRequested,
+    DeadLetter,
+    Model,
+    PodObserved,
+    dumps,
+    loads_decisions_record,
+)
 from kai_stream.core.manifests import load_scenario, object_to_events
 from kai_stream.emulation import round_barrier
 from kai_stream.emulation.outcomes import pod_bound
@@ -185,8 +193,8 @@ async def test_a_deferred_cycle_runs_once_a_batch_brings_feedback_alone(
         def backlog(p: int, last_offset: int) -> int:
             return 1
 
-        binds = [o.record for o in await runtime.process(scenario, backlog) if isinstance(o.record, BindRequested)]
-        assert binds, "the first cycle is never deferred"
+        binds = [o.record for o in await runtime.process(scenario) if isinstance(o.record, BindRequested)]
+        assert binds
         engine = runtime.engines[partition]
         cycled: list[set[str]] = []
         cycle = engine.cycle
@@ -210,5 +218,55 @@ async def test_a_deferred_cycle_runs_once_a_batch_brings_feedback_alone(
         assert cycled == [{"default"}], "feedback alone ends the wait"
         assert any(getattr(o.record, "name", None) == "late" for o in published)
         assert not runtime.deferred(partition)
+    finally:
+        await producer.stop()
+
+
+async def test_a_backlogs_remainder_is_folded_into_the_cycle_its_bulk_waits_for(
+    kafka_settings: KafkaSettings, topics: TopicNames
+) -> None:
+    """A batch that leaves records known to follow puts its cycle off for as long as its folding took (the last cycle
+    was cheap): the remainder, fetched meanwhile, is decided in the same cycle, not in a second one."""
+    partition = partition_for("default", 8)
+    producer = make_producer(kafka_settings)
+    await producer.start()
+
+    async def send(topic: str, p: int, key: bytes, record: Model) -> Any:
+        return await producer.send(topic, dumps(record), key=key, partition=p)
+
+    try:
+        events = load_scenario((ROOT / "examples" / "fair-share.yaml").read_text())
+        pods = [e for e in events if isinstance(e, PodObserved)]
+        assert len(pods) > 3
+        for event in [e for e in events if not isinstance(e, PodObserved)]:
+            await producer.send_and_wait(topics.cluster_events, dumps(event), key=b"default", partition=partition)
+        runtime = SchedulerRuntime(
+            kafka_settings, topics, SchedulerConfig(), send, partitions=8, max_cycle_delay_s=60.0
+        )
+        await runtime.process(await _logged(kafka_settings, topics.cluster_events))
+        engine = runtime.engines[partition]
+        cycled: list[set[str]] = []
+        cycle = engine.cycle
+
+        def counted(pools: Any, inspect: Any = None) -> Any:
+            cycled.append(set(pools))
+            return cycle(pools, inspect)
+
+        engine.cycle = counted  # type: ignore[method-assign]
+        for event in pods:
+            await producer.send_and_wait(topics.cluster_events, dumps(event), key=b"default", partition=partition)
+        records = (await _logged(kafka_settings, topics.cluster_events))[-len(pods) :]
+        end = records[-1].offset
+
+        def backlog(p: int, last: int) -> int:
+            return end - last
+
+        assert await runtime.process(records[:-3], backlog) == []
+        assert cycled == [] and runtime.deferred(partition), "three records follow: the cycle waits for them"
+        published = await runtime.process(records[-3:], backlog)
+        assert cycled == [{"default"}], "the caught-up backlog is decided in one cycle"
+        decided = {getattr(o.record, "name", None) for o in published}
+        assert {p.pod.name for p in pods[-3:]} <= decided, "the remainder's pods are decided in that cycle"
+        assert any(isinstance(o.record, BindRequested) for o in published)
     finally:
         await producer.stop()

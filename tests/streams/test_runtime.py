@@ -238,8 +238,8 @@ async def test_a_backlogs_remainder_is_folded_into_the_cycle_its_bulk_waits_for(
         events = load_scenario((ROOT / "examples" / "fair-share.yaml").read_text())
         pods = [e for e in events if isinstance(e, PodObserved)]
         assert len(pods) > 3
-        for event in [e for e in events if not isinstance(e, PodObserved)]:
-            await producer.send_and_wait(topics.cluster_events, dumps(event), key=b"default", partition=partition)
+        for infra in [e for e in events if not isinstance(e, PodObserved)]:
+            await producer.send_and_wait(topics.cluster_events, dumps(infra), key=b"default", partition=partition)
         runtime = SchedulerRuntime(
             kafka_settings, topics, SchedulerConfig(), send, partitions=8, max_cycle_delay_s=60.0
         )
@@ -253,8 +253,8 @@ async def test_a_backlogs_remainder_is_folded_into_the_cycle_its_bulk_waits_for(
             return cycle(pools, inspect)
 
         engine.cycle = counted  # type: ignore[method-assign]
-        for event in pods:
-            await producer.send_and_wait(topics.cluster_events, dumps(event), key=b"default", partition=partition)
+        for pod in pods:
+            await producer.send_and_wait(topics.cluster_events, dumps(pod), key=b"default", partition=partition)
         records = (await _logged(kafka_settings, topics.cluster_events))[-len(pods) :]
         end = records[-1].offset
 

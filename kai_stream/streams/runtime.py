@@ -132,10 +132,7 @@ class SchedulerRuntime:
         self.max_cycle_delay_s = max_cycle_delay_s
         self.cycle_on_tick = cycle_on_tick
         self._deferred: dict[int, set[str]] = defaultdict(set)
-        self._waiting_since: dict[int, float] = {}
-        """Per partition: when its first cycle since the last one was put off (``_defer``)."""
-        self._fold_s: dict[int, float] = defaultdict(float)
-        """Per partition: seconds spent folding the batches that touched it since its last cycle."""
+        self._last_cycle: dict[int, float] = {}
         self._last_cost: dict[int, float] = {}
         self.on_decisions: list[Callable[[list[Outgoing]], None]] = []
         self.on_fair_share: list[Callable[[str, dict[str, dict[str, float]]], None]] = []
@@ -187,8 +184,6 @@ class SchedulerRuntime:
             if building is not None:
                 building.cancel()
             self._deferred.pop(partition, None)
-            self._waiting_since.pop(partition, None)
-            self._fold_s.pop(partition, None)
             self._fair_share_stale.pop(partition, None)
             self.decisions_end.pop(partition, None)
 
@@ -471,20 +466,16 @@ class SchedulerRuntime:
         DEAD_LETTERS.labels(component=COMPONENT, topic=self.names.cluster_events).inc()
         return await self.send(self.names.dead_letter, 0, (record.key or b"")[:MAX_NAME], letter)
 
-    def _defer(self, partition: int, pools: set[str], backlog: Callable[[int, int], int] | None, fresh: bool) -> bool:
-        """Under a backlog, fold more before deciding, from the first cycle put off for as long as the last cycle
-        took or the folding since it took, whichever is longer (so at most about half the time goes to cycles, and
-        a backlog's remainder is folded into the cycle its bulk waits for), never more than ``max_cycle_delay_s``.
-        A cheap cycle is not deferred far, which keeps the decision latency near the cycle cost. Only while the
-        partition's batches bring records other than feedback (``fresh``): once a batch of it holds feedback alone,
-        what was waiting to share a cycle has arrived, and what follows is mostly the cluster's answer to earlier
-        decisions, which changes no cycle."""
-        if backlog is None or self.max_cycle_delay_s <= 0 or not fresh:
+    def _defer(self, partition: int, pools: set[str], backlog: Callable[[int, int], int] | None) -> bool:
+        """Under a backlog, fold more before deciding: for as long as the last cycle took (so at most about half
+        the time goes to cycles), never more than ``max_cycle_delay_s`` since the last cycle. A cheap cycle is not
+        deferred far, which keeps the decision latency near the cycle cost."""
+        if backlog is None or self.max_cycle_delay_s <= 0:
             return False
         engine = self.engines[partition]
         now = time.monotonic()
-        waited = now - self._waiting_since.setdefault(partition, now)
-        limit = min(self.max_cycle_delay_s, max(self._last_cost.get(partition, 0.0), self._fold_s[partition]))
+        waited = now - self._last_cycle.setdefault(partition, now)
+        limit = min(self.max_cycle_delay_s, self._last_cost.get(partition, 0.0))
         if waited < limit and backlog(partition, engine.offset) > 0:
             self._deferred[partition].update(pools)
             return True
@@ -524,7 +515,6 @@ class SchedulerRuntime:
             for partition, engine in zip(sorted(missing), rebuilt, strict=True):
                 touched[partition].update(engine.pools)
                 ticked[partition].update(self._rebuilt_ticks.pop(partition, set()))
-        folding = time.perf_counter()
         for record in batch:
             engine = self.engines[record.partition]
             if record.offset <= engine.offset:
@@ -543,9 +533,6 @@ class SchedulerRuntime:
                 ticked[record.partition].update(folded)
             else:
                 self._fair_share_stale[record.partition].update(folded)
-        folded_s = time.perf_counter() - folding
-        for partition in touched:
-            self._fold_s[partition] += folded_s
         published: list[Outgoing] = []
         if self.cycle_on_tick:
             touched, backlog = ticked, None
@@ -554,15 +541,14 @@ class SchedulerRuntime:
             if owned is None:
                 continue
             pools: set[str] = touched.get(partition, set()) | self._deferred.get(partition, set())
-            if self._defer(partition, pools, backlog, partition in touched):
+            if self._defer(partition, pools, backlog):
                 continue
             self._deferred.pop(partition, None)
             inspect = self._due_meters(partition, pools)
             started = time.perf_counter()
             out = owned.cycle(pools, inspect)
             elapsed = time.perf_counter() - started
-            self._waiting_since.pop(partition, None)
-            self._fold_s.pop(partition, None)
+            self._last_cycle[partition] = time.monotonic()
             self._last_cost[partition] = elapsed
             for pool in pools:
                 CYCLE_DURATION.labels(pool=pool).observe(elapsed / max(len(pools), 1))

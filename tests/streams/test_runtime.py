@@ -6,20 +6,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import yaml
 from aiokafka import AIOKafkaProducer
 
 from kai_stream.core.config import SchedulerConfig
-from kai_stream.core.events import (
-    ALL_POOLS,
-    BindRequested,
-    DeadLetter,
-    Model,
-    PodObserved,
-    dumps,
-    loads_decisions_record,
-)
-from kai_stream.core.manifests import load_scenario, object_to_events
+from kai_stream.core.events import ALL_POOLS, BindRequested, DeadLetter, Model, dumps, loads_decisions_record
+from kai_stream.core.manifests import load_scenario
 from kai_stream.emulation import round_barrier
 from kai_stream.emulation.outcomes import pod_bound
 from kai_stream.kafka import make_producer, partition_for, read_topic
@@ -153,120 +144,5 @@ async def test_a_batch_of_feedback_alone_runs_no_cycle(kafka_settings: KafkaSett
         assert engine.offset == records[-2].offset
         await runtime.process(records[-1:])
         assert cycled == [{"default"}], "a Tick cycles the pool"
-    finally:
-        await producer.stop()
-
-
-_LATE_POD = """
-apiVersion: v1
-kind: Pod
-metadata:
-  name: late
-  namespace: research
-  creationTimestamp: "2026-01-01T00:01:00Z"
-  labels: {kai.scheduler/queue: team-a}
-spec:
-  schedulerName: kai-scheduler
-  containers: [{name: main, resources: {limits: {nvidia.com/gpu: "1"}}}]
-"""
-
-
-async def test_a_deferred_cycle_runs_once_a_batch_brings_feedback_alone(
-    kafka_settings: KafkaSettings, topics: TopicNames
-) -> None:
-    """Under a backlog a cycle waits for more records (``max_cycle_delay_s``) only while batches bring records other
-    than feedback: the batch of binds confirmed that follows a new pod's runs the cycle the pod waited for."""
-    partition = partition_for("default", 8)
-    producer = make_producer(kafka_settings)
-    await producer.start()
-    try:
-        await _publish_fair_share(producer, topics, partition)
-        scenario = await _logged(kafka_settings, topics.cluster_events)
-
-        async def send(topic: str, p: int, key: bytes, record: Model) -> Any:
-            return await producer.send(topic, dumps(record), key=key, partition=p)
-
-        runtime = SchedulerRuntime(
-            kafka_settings, topics, SchedulerConfig(), send, partitions=8, max_cycle_delay_s=60.0
-        )
-
-        def backlog(p: int, last_offset: int) -> int:
-            return 1
-
-        binds = [o.record for o in await runtime.process(scenario) if isinstance(o.record, BindRequested)]
-        assert binds
-        engine = runtime.engines[partition]
-        cycled: list[set[str]] = []
-        cycle = engine.cycle
-
-        def counted(pools: Any, inspect: Any = None) -> Any:
-            cycled.append(set(pools))
-            return cycle(pools, inspect)
-
-        engine.cycle = counted  # type: ignore[method-assign]
-        runtime._last_cost[partition] = 60.0  # as if the last cycle had taken a minute: the next one may wait
-        for event in object_to_events(yaml.safe_load(_LATE_POD), ts=60.0):
-            await producer.send_and_wait(topics.cluster_events, dumps(event), key=b"default", partition=partition)
-        for bind in binds:
-            await producer.send_and_wait(
-                topics.cluster_events, dumps(pod_bound(bind)), key=b"default", partition=partition
-            )
-        records = (await _logged(kafka_settings, topics.cluster_events))[len(scenario):]
-        assert await runtime.process(records[:1], backlog) == []
-        assert cycled == [] and runtime.deferred(partition), "a new pod under a backlog waits for more records"
-        published = await runtime.process(records[1:], backlog)
-        assert cycled == [{"default"}], "feedback alone ends the wait"
-        assert any(getattr(o.record, "name", None) == "late" for o in published)
-        assert not runtime.deferred(partition)
-    finally:
-        await producer.stop()
-
-
-async def test_a_backlogs_remainder_is_folded_into_the_cycle_its_bulk_waits_for(
-    kafka_settings: KafkaSettings, topics: TopicNames
-) -> None:
-    """A batch that leaves records known to follow puts its cycle off for as long as its folding took (the last cycle
-    was cheap): the remainder, fetched meanwhile, is decided in the same cycle, not in a second one."""
-    partition = partition_for("default", 8)
-    producer = make_producer(kafka_settings)
-    await producer.start()
-
-    async def send(topic: str, p: int, key: bytes, record: Model) -> Any:
-        return await producer.send(topic, dumps(record), key=key, partition=p)
-
-    try:
-        events = load_scenario((ROOT / "examples" / "fair-share.yaml").read_text())
-        pods = [e for e in events if isinstance(e, PodObserved)]
-        assert len(pods) > 3
-        for infra in [e for e in events if not isinstance(e, PodObserved)]:
-            await producer.send_and_wait(topics.cluster_events, dumps(infra), key=b"default", partition=partition)
-        runtime = SchedulerRuntime(
-            kafka_settings, topics, SchedulerConfig(), send, partitions=8, max_cycle_delay_s=60.0
-        )
-        await runtime.process(await _logged(kafka_settings, topics.cluster_events))
-        engine = runtime.engines[partition]
-        cycled: list[set[str]] = []
-        cycle = engine.cycle
-
-        def counted(pools: Any, inspect: Any = None) -> Any:
-            cycled.append(set(pools))
-            return cycle(pools, inspect)
-
-        engine.cycle = counted  # type: ignore[method-assign]
-        for pod in pods:
-            await producer.send_and_wait(topics.cluster_events, dumps(pod), key=b"default", partition=partition)
-        records = (await _logged(kafka_settings, topics.cluster_events))[-len(pods) :]
-        end = records[-1].offset
-
-        def backlog(p: int, last: int) -> int:
-            return end - last
-
-        assert await runtime.process(records[:-3], backlog) == []
-        assert cycled == [] and runtime.deferred(partition), "three records follow: the cycle waits for them"
-        published = await runtime.process(records[-3:], backlog)
-        assert cycled == [{"default"}], "the caught-up backlog is decided in one cycle"
-        decided = {getattr(o.record, "name", None) for o in published}
-        assert {p.pod.name for p in pods[-3:]} <= decided, "the remainder's pods are decided in that cycle"
-        assert any(isinstance(o.record, BindRequested) for o in published)
     finally:
         await producer.stop()

@@ -64,6 +64,8 @@ import statistics
 import tempfile
 import time
 import uuid
+from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -265,6 +267,16 @@ def bind_requests(records: list[Record]) -> dict[str, Decided]:
         if isinstance(decision, BindRequested) and decision.name not in out:
             out[decision.name] = Decided(record.timestamp / 1000, decision, record.partition, record.offset)
     return out
+
+
+def burst_cycles(decided: Iterable[Decided], resumed: float) -> str:
+    """The cycles that bound the burst's pods (a cycle per decided input offset of a partition): how many, and per
+    cycle its binds and when its last BindRequested was on the broker, in seconds after the resume."""
+    cycles: dict[tuple[int, int], list[float]] = defaultdict(list)
+    for at, decision, partition, _ in decided:
+        cycles[(partition, decision.input_offset)].append(at)
+    shown = ", ".join(f"{len(ats)} at {max(ats) - resumed:.2f}s" for _, ats in sorted(cycles.items()))
+    return f"burst bound in {len(cycles)} cycles (binds, then the last on the broker after the resume): {shown}"
 
 
 async def wait_bound(pipeline: Pipeline, count: int, timeout_s: float = 600) -> None:
@@ -472,6 +484,7 @@ async def burst_phase(pipeline: Pipeline, first: int, pods: int) -> tuple[float,
     print(f"  processor: {folded} cluster-events records folded, scheduled and their decisions published in "
           f"{window:.2f}s = {rate:,.0f} records/s; last burst binding POST {all_bound_s:.2f}s after the resume")
     print(f"  {cpu_used} (from the resume until every burst pod was bound)")
+    print(f"  {burst_cycles(decided.values(), resumed)}")
     floor = in_process_floor(events, decision_records, positions, backlog_end)
     floor_rate = floor.records / floor.seconds
     print(f"  in-process floor: the same {floor.records} backlog records decoded, folded, decided in one cycle "

@@ -178,10 +178,11 @@ class ClassArchive:
     def _maps(self, archive: Path) -> bool:
         check = [self.java, *JVM_OPTIONS, "-Xshare:on", f"-XX:SharedArchiveFile={archive}"]
         try:
-            done = subprocess.run(
-                [*check, "-cp", str(self.libs / "*"), "kafka.Kafka"], capture_output=True, text=True, timeout=120,
-                check=False,
-            )
+            with tempfile.TemporaryDirectory(prefix="kai-stream-cds-check-") as crashes:  # where a crash reports
+                done = subprocess.run(
+                    [*check, f"-XX:ErrorFile={crashes}/hs_err_%p.log", "-cp", str(self.libs / "*"), "kafka.Kafka"],
+                    capture_output=True, text=True, timeout=120, check=False,
+                )
         except subprocess.TimeoutExpired:
             return False
         return "USAGE: java [options] kafka.Kafka" in done.stdout + done.stderr
@@ -189,6 +190,15 @@ class ClassArchive:
     def discard(self) -> None:
         self.path.unlink(missing_ok=True)
         self.in_use = False
+
+
+def ensure_class_archive(version: str = KAFKA_VERSION) -> Path:
+    """The broker's ``ClassArchive`` in the cache, recorded by starting and stopping a broker when there is none."""
+    archive = ClassArchive(kafka_home(version) / "cds", _tool("java"), ensure_kafka_libs(version))
+    if not archive.path.is_file():
+        with KafkaBroker(memory=True, version=version, startup_timeout_s=300):
+            pass
+    return archive.path
 
 
 class _ExitedDuringStart(BrokerStartError):
@@ -337,7 +347,10 @@ class KafkaBroker(BrokerProcess):
             config = work / "server.properties"
             config.write_text(server_properties(self.host, port, controller_port, log_dir))
             (work / "log4j2.properties").write_text(_LOG4J2.format(level=os.environ.get(LOG_LEVEL_ENV, "warn")))
-            java = [_tool("java"), *JVM_OPTIONS, f"-Dlog4j2.configurationFile={work / 'log4j2.properties'}"]
+            java = [
+                _tool("java"), *JVM_OPTIONS, f"-Dlog4j2.configurationFile={work / 'log4j2.properties'}",
+                f"-XX:ErrorFile={work / 'hs_err_%p.log'}",
+            ]
             classpath = ["-cp", str(libs / "*")]
             if not (log_dir / "meta.properties").is_file():
                 fmt = [*java, *archive.use(), *classpath, "kafka.tools.StorageTool", "format", "--config", str(config)]
@@ -349,7 +362,7 @@ class KafkaBroker(BrokerProcess):
                 )
                 if done.returncode != 0:
                     output = (done.stdout + done.stderr)[-_TAIL_CHARS:]
-                    raise BrokerStartError(f"formatting the KRaft log dir failed:\n{output}")
+                    raise _ExitedDuringStart(f"formatting the KRaft log dir failed:\n{output}")
             self._log = open(work / "kafka.log", "wb")  # noqa: SIM115
             self._archive = archive
             self._proc = subprocess.Popen(

@@ -14,6 +14,8 @@ to the last of those pods' binding POST. The phases, in seconds after the kill:
 - ``logs loaded``: the broker's ``LogManager`` loaded (recovered, after an unclean shutdown) its logs;
 - ``ready``: a metadata request lists the broker (``KafkaBroker.start`` returns); ``refused registrations``:
   how often the controller refused the new broker's registration while the dead one's session was alive;
+- ``broker CPU-s until ready``: what the new broker's JVM used until then (the figure the machine's load does not
+  stretch); ``component CPU-s until ready``: what the connector, processor and binder processes used meanwhile;
 - ``processor group`` / ``binder group``: the group is Stable with a member again (``describe_groups``);
 - ``bound``: the last pod of the wave bound.
 
@@ -51,7 +53,7 @@ from kai_stream.pipeline import Pipeline, PipelineOptions
 _STAMP = re.compile(r"\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3})\]")
 _LOADED = re.compile(r"Loaded \d+ logs in (\d+)ms")
 REFUSED = "DUPLICATE_BROKER_REGISTRATION"
-COUNTS = ("refused registrations", "log loading (ms)")
+COUNTS = ("refused registrations", "log loading (ms)", "broker CPU-s until ready", "component CPU-s until ready")
 
 
 def accepts(port: int) -> bool:
@@ -88,6 +90,24 @@ async def until_stable(pipeline: Pipeline, group: str, since: float, timeout_s: 
         return None
     finally:
         await admin.close()
+
+
+def tree_cpu_s(roots: list[int]) -> float:
+    """CPU seconds (user + system) used so far by the processes ``roots`` and their descendants."""
+    parents: dict[int, int] = {}
+    used: dict[int, float] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        pid = int(stat.parent.name)
+        parents[pid] = int(fields[1])
+        used[pid] = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    mine = set(roots)
+    while grown := {pid for pid, parent in parents.items() if parent in mine and pid not in mine}:
+        mine |= grown
+    return sum(used.get(pid, 0.0) for pid in mine)
 
 
 def log_stamp(line: str) -> float | None:
@@ -132,16 +152,21 @@ async def fill(core: client.CoreV1Api, pipeline: Pipeline, pods: int) -> None:
         await asyncio.sleep(0.2)
 
 
-async def one_kill(pipeline: Pipeline, core: client.CoreV1Api, i: int) -> dict[str, float]:
+async def one_kill(pipeline: Pipeline, core: client.CoreV1Api, i: int, keep: Path | None) -> dict[str, float]:
     assert pipeline.kafka is not None
     port = int(pipeline.kafka.bootstrap_servers.rsplit(":", 1)[1])
     assert pipeline.broker is not None and pipeline.broker.pid is not None
+    components = [pid for name, pid in pipeline.component_pids().items() if name != "broker"]
+    cpu_before = tree_cpu_s(components)
     killed_at, started = time.time(), time.monotonic()
     os.kill(pipeline.broker.pid, signal.SIGKILL)
     await asyncio.to_thread(pipeline.broker.stop)  # reaped: the port is polled once the old listener is gone
     port_task = asyncio.create_task(until_accepts(port, started))
     await pipeline.restart_broker(kill=True)
     phases = {"ready": time.monotonic() - started, "port": await port_task}
+    phases["component CPU-s until ready"] = tree_cpu_s(components) - cpu_before
+    assert pipeline.broker.pid is not None
+    phases["broker CPU-s until ready"] = tree_cpu_s([pipeline.broker.pid])
     processor, binder = await asyncio.gather(
         until_stable(pipeline, pipeline.processor_app_id, started), until_stable(pipeline, pipeline.binder_group_id,
                                                                                  started))
@@ -149,7 +174,11 @@ async def one_kill(pipeline: Pipeline, core: client.CoreV1Api, i: int) -> dict[s
     phases["bound"] = time.monotonic() - started
     phases.update({k: v for k, v in (("processor group", processor), ("binder group", binder)) if v is not None})
     assert isinstance(pipeline.broker, KafkaBroker) and pipeline.broker.log_path is not None
-    phases.update(broker_phases(pipeline.broker.log_path.read_text(errors="replace"), killed_at))
+    log = pipeline.broker.log_path.read_text(errors="replace")
+    phases.update(broker_phases(log, killed_at))
+    if keep is not None:
+        keep.mkdir(parents=True, exist_ok=True)
+        (keep / f"broker-{i}.log").write_text(log)
     return phases
 
 
@@ -174,19 +203,21 @@ async def run(args: argparse.Namespace) -> int:
             for i in range(args.kills):
                 await asyncio.sleep(args.settle)
                 load.append(os.getloadavg()[0])
-                phases = await one_kill(pipeline, core, i)
+                phases = await one_kill(pipeline, core, i, args.broker_logs)
                 results.append(phases)
                 order = sorted(phases.items(), key=lambda kv: (kv[0] in COUNTS, kv[1]))
-                print(f"broker kill {i} (load {load[-1]:.1f}): "
-                      + ", ".join(f"{k} {v:.2f}" if k not in COUNTS else f"{k} {v:.0f}" for k, v in order), flush=True)
+                shown = [f"{k} {v:.2f}" if k not in COUNTS[:2] else f"{k} {v:.0f}" for k, v in order]
+                print(f"broker kill {i} (load {load[-1]:.1f}): " + ", ".join(shown), flush=True)
             if args.log is not None:
                 args.log.write_text(pipeline.processor_output(None))
     bound = [r["bound"] for r in results]
     ready = [r["ready"] for r in results]
+    jvm = [r["broker CPU-s until ready"] for r in results]
     print(f"broker kill -9 (kafka, {args.pods} pods, supervise={args.supervise}): recovery p50 "
           f"{statistics.median(bound):.2f} s {[round(v, 2) for v in bound]}, broker ready p50 "
           f"{statistics.median(ready):.2f} s ({statistics.median(ready) / cold:.2f}x the cold start, {cold:.2f} s); "
-          f"load average {min(load):.1f}-{max(load):.1f} (2 cores)")
+          f"broker CPU-s until ready p50 {statistics.median(jvm):.2f}; load average {min(load):.1f}-{max(load):.1f} "
+          "(2 cores)")
     return 0 if statistics.median(bound) <= args.target else 1
 
 
@@ -197,6 +228,7 @@ def main() -> None:
     parser.add_argument("--supervise", action="store_true", help="components run under kai_stream/prefork.py")
     parser.add_argument("--settle", type=float, default=5.0, help="seconds between a recovery and the next kill")
     parser.add_argument("--log", type=Path, help="write the components' output (their log) to this file")
+    parser.add_argument("--broker-logs", type=Path, help="keep each restarted broker's log in this directory")
     parser.add_argument("--target", type=float, default=5.0, help="exit 1 when the recovery p50 is above it")
     sys.exit(asyncio.run(run(parser.parse_args())))
 

@@ -53,6 +53,8 @@ from kai_stream.pipeline import Pipeline, PipelineOptions
 _STAMP = re.compile(r"\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3})\]")
 _LOADED = re.compile(r"Loaded \d+ logs in (\d+)ms")
 REFUSED = "DUPLICATE_BROKER_REGISTRATION"
+GPUS_PER_POOL = 64
+"""``bench_recovery.cluster_yaml``'s node per pool."""
 COUNTS = ("refused registrations", "log loading (ms)", "broker CPU-s until ready", "component CPU-s until ready")
 
 
@@ -230,7 +232,19 @@ def main() -> None:
     parser.add_argument("--log", type=Path, help="write the components' output (their log) to this file")
     parser.add_argument("--broker-logs", type=Path, help="keep each restarted broker's log in this directory")
     parser.add_argument("--target", type=float, default=5.0, help="exit 1 when the recovery p50 is above it")
-    sys.exit(asyncio.run(run(parser.parse_args())))
+    args = parser.parse_args()
+    room = GPUS_PER_POOL * len(pools()) - len(pools()) * (args.kills + 1)
+    if args.pods > room:
+        parser.error(f"--pods {args.pods}: the cluster has room for {room} pods besides the waves")
+    sys.exit(asyncio.run(_main(args)))
+
+
+async def _main(args: argparse.Namespace) -> int:
+    """``run``, cancelled (so every process it started is stopped) on SIGTERM."""
+    task = asyncio.current_task()
+    assert task is not None
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, task.cancel)
+    return await run(args)
 
 
 if __name__ == "__main__":

@@ -156,7 +156,10 @@ class ClassArchive:
         """The options that map the archive, or, while there is none, record one at this JVM's exit."""
         if options := self.use():
             return options
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError:  # a read-only cache: start without
+            return []
         for stale in self.path.parent.glob("*.partial"):  # left by a recording process that was killed
             with contextlib.suppress(OSError):
                 if stale.stat().st_mtime < time.time() - 3600:
@@ -172,8 +175,11 @@ class ClassArchive:
         try:
             if self._maps(recording):
                 os.replace(recording, self.path)
+        except OSError:
+            pass
         finally:
-            recording.unlink(missing_ok=True)
+            with contextlib.suppress(OSError):
+                recording.unlink(missing_ok=True)
 
     def _maps(self, archive: Path) -> bool:
         check = [self.java, *JVM_OPTIONS, "-Xshare:on", f"-XX:SharedArchiveFile={archive}"]
@@ -188,7 +194,8 @@ class ClassArchive:
         return "USAGE: java [options] kafka.Kafka" in done.stdout + done.stderr
 
     def discard(self) -> None:
-        self.path.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):
+            self.path.unlink(missing_ok=True)
         self.in_use = False
 
 

@@ -10,7 +10,12 @@ dir (``kafka.tools.StorageTool``, a random cluster id; a durable data dir is for
 ``java -cp 'libs/*' kafka.Kafka server.properties`` with a small heap, waits until a metadata request lists the
 broker, and stops it with SIGTERM (controlled shutdown), then SIGKILL. Broker settings suit one machine and
 tests: replication factor 1, few partitions for the internal topics, short cleaner and retention check
-intervals (so compaction and retention show within seconds), short minimum session timeout.
+intervals (so compaction and retention show within seconds), short minimum session timeout, and a short broker
+session at the controller (a broker restarted after kill -9 is registered once its dead predecessor's session has
+expired, so that session bounds the restart).
+
+``ClassArchive``: the JVM's class-data-sharing archive of the Kafka classpath, kept in the cache next to the jars
+(``cds/``), so that a start maps the broker's classes instead of loading and verifying them again.
 
 ``secure=True`` makes the client listener SASL_SSL with SCRAM-SHA-512 (``kafka_security.py``: a throwaway CA, a
 user created at format time); ``client_settings()`` then holds what a client needs, and readiness is probed by an
@@ -23,6 +28,7 @@ import asyncio
 import base64
 import contextlib
 import fcntl
+import hashlib
 import os
 import shutil
 import socket
@@ -45,17 +51,22 @@ from kai_stream.settings import KafkaSettings
 
 KAFKA_VERSION = "4.1.1"
 POM = Path(__file__).parent / "brokers" / "kafka" / "pom.xml"
-JVM_OPTIONS = ("-Xms128m", "-Xmx512m", "-XX:+UseSerialGC", "-XX:MaxDirectMemorySize=256m", "-Djava.awt.headless=true")
+JVM_OPTIONS = (
+    "-Xms128m", "-Xmx512m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-XX:MaxDirectMemorySize=256m",
+    "-Djava.awt.headless=true",
+)
 _STOP_GRACE_S = 15.0
 _TAIL_CHARS = 3000
 _DONE_MARK = ".complete"
+LOG_LEVEL_ENV = "KAI_STREAM_KAFKA_LOG_LEVEL"
+"""The broker's root log level (default ``warn``; ``info`` shows its start-up and recovery steps)."""
 
 _LOG4J2 = """status = error
 appender.out.type = Console
 appender.out.name = OUT
 appender.out.layout.type = PatternLayout
 appender.out.layout.pattern = [%d] %p %m (%c)%n
-rootLogger.level = warn
+rootLogger.level = {level}
 rootLogger.appenderRef.out.ref = OUT
 logger.raft.name = kafka.server.KafkaRaftServer
 logger.raft.level = info
@@ -123,6 +134,93 @@ def ensure_kafka_libs(version: str = KAFKA_VERSION, *, announce: IO[str] | None 
         staging.rename(libs)
         (home / _DONE_MARK).write_text(version)
     return libs
+
+
+class ClassArchive:
+    """A dynamic class-data-sharing archive of the broker's classpath (``-XX:SharedArchiveFile``).
+
+    None exists on a fresh machine: a broker started without one records it (``-XX:ArchiveClassesAtExit``), which
+    its JVM writes when it exits after a SIGTERM (not after SIGKILL); the dump replaces the archive only once a
+    JVM has mapped it (``-Xshare:on``), since a truncated archive crashes the JVM that maps it. An archive that a
+    broker dies with during its start is removed (``discard``) and the broker started without it. The name carries
+    a digest of the JVM and the jars: another JDK or other jars make (and then use) another archive.
+    """
+
+    def __init__(self, directory: Path, java: str, libs: Path) -> None:
+        self.java = java
+        self.libs = libs
+        self.path = directory / f"kafka-{self._digest()}.jsa"
+        self.in_use = False
+        self._recording: Path | None = None
+
+    def _digest(self) -> str:
+        files = [Path(self.java).resolve(), *sorted(self.libs.glob("*.jar"))]
+        parts = [f"{path}:{path.stat().st_size}:{path.stat().st_mtime_ns}" for path in files]
+        return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
+
+    def use(self) -> list[str]:
+        """The JVM options that map the archive; none while there is none."""
+        self.in_use = self.path.is_file()
+        return [f"-XX:SharedArchiveFile={self.path}"] if self.in_use else []
+
+    def use_or_record(self) -> list[str]:
+        """The options that map the archive, or, while there is none, record one at this JVM's exit."""
+        if options := self.use():
+            return options
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError:  # a read-only cache: start without
+            return []
+        for stale in self.path.parent.glob("*.partial"):  # left by a recording process that was killed
+            with contextlib.suppress(OSError):
+                if stale.stat().st_mtime < time.time() - 3600:
+                    stale.unlink()
+        self._recording = self.path.with_name(f"{self.path.stem}.{os.getpid()}.{uuid.uuid4().hex[:8]}.partial")
+        return [f"-XX:ArchiveClassesAtExit={self._recording}"]
+
+    def promote(self) -> None:
+        """Once the recording JVM has exited: its dump becomes the archive if a JVM maps it."""
+        recording, self._recording = self._recording, None
+        if recording is None or not recording.is_file():
+            return
+        try:
+            if self._maps(recording):
+                os.replace(recording, self.path)
+        except OSError:
+            pass
+        finally:
+            with contextlib.suppress(OSError):
+                recording.unlink(missing_ok=True)
+
+    def _maps(self, archive: Path) -> bool:
+        check = [self.java, *JVM_OPTIONS, "-Xshare:on", f"-XX:SharedArchiveFile={archive}"]
+        try:
+            with tempfile.TemporaryDirectory(prefix="kai-stream-cds-check-") as crashes:  # where a crash reports
+                done = subprocess.run(
+                    [*check, f"-XX:ErrorFile={crashes}/hs_err_%p.log", "-cp", str(self.libs / "*"), "kafka.Kafka"],
+                    capture_output=True, text=True, timeout=120, check=False,
+                )
+        except subprocess.TimeoutExpired:
+            return False
+        return "USAGE: java [options] kafka.Kafka" in done.stdout + done.stderr
+
+    def discard(self) -> None:
+        with contextlib.suppress(OSError):
+            self.path.unlink(missing_ok=True)
+        self.in_use = False
+
+
+def ensure_class_archive(version: str = KAFKA_VERSION) -> Path:
+    """The broker's ``ClassArchive`` in the cache, recorded by starting and stopping a broker when there is none."""
+    archive = ClassArchive(kafka_home(version) / "cds", _tool("java"), ensure_kafka_libs(version))
+    if not archive.path.is_file():
+        with KafkaBroker(memory=True, version=version, startup_timeout_s=300):
+            pass
+    return archive.path
+
+
+class _ExitedDuringStart(BrokerStartError):
+    """The broker's JVM exited before it answered."""
 
 
 def random_cluster_id() -> str:
@@ -208,6 +306,8 @@ def server_properties(
         "share.coordinator.state.topic.min.isr": "1",
         "group.initial.rebalance.delay.ms": "0",
         "group.min.session.timeout.ms": "500",
+        "broker.heartbeat.interval.ms": "500",
+        "broker.session.timeout.ms": "3000",
         "auto.create.topics.enable": "true",
     }
     settings.update(listeners or {})
@@ -236,12 +336,16 @@ class KafkaBroker(BrokerProcess):
         startup_timeout_s: float = 90.0,
         version: str = KAFKA_VERSION,
         secure: bool = False,
+        archive_dir: Path | None = None,
     ) -> None:
         super().__init__(memory=memory, port=port, data_dir=data_dir, host=host, startup_timeout_s=startup_timeout_s)
         self.version = version
         self.secure = secure
         self._tls: kafka_security.TlsFiles | None = None
         self._user: kafka_security.Credentials | None = None
+        self.archive_dir = archive_dir if archive_dir is not None else kafka_home(version) / "cds"
+        """Where the ``ClassArchive`` lives (the cache by default)."""
+        self._archive: ClassArchive | None = None
         self._proc: subprocess.Popen[bytes] | None = None
         self._workdir: tempfile.TemporaryDirectory[str] | None = None
         self._log: IO[bytes] | None = None
@@ -249,11 +353,16 @@ class KafkaBroker(BrokerProcess):
     def _process(self) -> subprocess.Popen[bytes] | None:
         return self._proc
 
+    @property
+    def log_path(self) -> Path | None:
+        """The broker's console log (stdout and stderr) while it runs; None once stopped."""
+        return Path(self._workdir.name) / "kafka.log" if self._workdir is not None else None
+
     def output_tail(self) -> str:
-        if self._workdir is None:
+        if self.log_path is None:
             return ""
         try:
-            return (Path(self._workdir.name) / "kafka.log").read_text(errors="replace")[-_TAIL_CHARS:]
+            return self.log_path.read_text(errors="replace")[-_TAIL_CHARS:]
         except OSError:
             return ""
 
@@ -280,10 +389,21 @@ class KafkaBroker(BrokerProcess):
         return user
 
     def start(self) -> str:
-        """Fetch the jars if needed, format the log dir, start the JVM and wait until it lists itself."""
+        """Fetch the jars if needed, format the log dir, start the JVM and wait until it lists itself (once more
+        without the class archive if the JVM died with it)."""
         if self.running:
             return self.bootstrap_servers
         libs = ensure_kafka_libs(self.version)
+        archive = ClassArchive(self.archive_dir, _tool("java"), libs)
+        try:
+            return self._start(libs, archive)
+        except _ExitedDuringStart:
+            if not archive.in_use:
+                raise
+            archive.discard()
+            return self._start(libs, archive)
+
+    def _start(self, libs: Path, archive: ClassArchive) -> str:
         self._workdir = tempfile.TemporaryDirectory(prefix="kai-stream-kafka-")
         work = Path(self._workdir.name)
         try:
@@ -303,11 +423,14 @@ class KafkaBroker(BrokerProcess):
                 listeners = kafka_security.listener_properties(self.host, port, controller_port, self._tls, self._user)
                 scram = ["--add-scram", self._user.scram_argument()]
             config.write_text(server_properties(self.host, port, controller_port, log_dir, listeners))
-            (work / "log4j2.properties").write_text(_LOG4J2)
-            java = [_tool("java"), *JVM_OPTIONS, f"-Dlog4j2.configurationFile={work / 'log4j2.properties'}"]
+            (work / "log4j2.properties").write_text(_LOG4J2.format(level=os.environ.get(LOG_LEVEL_ENV, "warn")))
+            java = [
+                _tool("java"), *JVM_OPTIONS, f"-Dlog4j2.configurationFile={work / 'log4j2.properties'}",
+                f"-XX:ErrorFile={work / 'hs_err_%p.log'}",
+            ]
             classpath = ["-cp", str(libs / "*")]
             if not (log_dir / "meta.properties").is_file():
-                fmt = [*java, *classpath, "kafka.tools.StorageTool", "format", "--config", str(config)]
+                fmt = [*java, *archive.use(), *classpath, "kafka.tools.StorageTool", "format", "--config", str(config)]
                 done = subprocess.run(
                     [*fmt, f"--cluster-id={random_cluster_id()}", "--ignore-formatted", *scram],  # id may start with -
                     capture_output=True,
@@ -316,10 +439,11 @@ class KafkaBroker(BrokerProcess):
                 )
                 if done.returncode != 0:
                     output = (done.stdout + done.stderr)[-_TAIL_CHARS:]
-                    raise BrokerStartError(f"formatting the KRaft log dir failed:\n{output}")
+                    raise _ExitedDuringStart(f"formatting the KRaft log dir failed:\n{output}")
             self._log = open(work / "kafka.log", "wb")  # noqa: SIM115
+            self._archive = archive
             self._proc = subprocess.Popen(
-                [*java, *classpath, "kafka.Kafka", str(config)],
+                [*java, *archive.use_or_record(), *classpath, "kafka.Kafka", str(config)],
                 stdout=self._log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
@@ -338,7 +462,7 @@ class KafkaBroker(BrokerProcess):
         while time.monotonic() < deadline:
             if self._proc.poll() is not None:
                 code = self._proc.returncode
-                raise BrokerStartError(f"kafka exited with code {code} during startup:\n{self.output_tail()}")
+                raise _ExitedDuringStart(f"kafka exited with code {code} during startup:\n{self.output_tail()}")
             if self._answers(port):
                 return
             time.sleep(0.1)
@@ -354,6 +478,9 @@ class KafkaBroker(BrokerProcess):
         proc, self._proc = self._proc, None
         stop_process(proc, _STOP_GRACE_S)
         self._tls = None
+        archive, self._archive = self._archive, None
+        if archive is not None:
+            archive.promote()
         if self._log is not None:
             self._log.close()
             self._log = None

@@ -1,4 +1,5 @@
-"""What the tests start, made ready before the session: Apache Kafka's jars (Maven) and the Go binaries (etcd,
+"""What the tests start, made ready before the session: Apache Kafka's jars (Maven) and its JVM class archive (a
+broker started and stopped once), and the Go binaries (etcd,
 kube-apiserver, KWOK, KAI's two simulators), all in the cache outside the clone (``KAI_STREAM_CACHE_DIR``).
 
 ``make test`` runs this before pytest, so a first run's downloads and compiles happen once, in the open, with
@@ -13,14 +14,15 @@ from functools import partial
 from pathlib import Path
 
 from connectors.apiserver import build
-from kai_stream.kafka_engine import ensure_kafka_libs
+from kai_stream.kafka_engine import ensure_class_archive, ensure_kafka_libs
 from tests.kai_oracle.oracle import FAIRSHARE, TIME_AWARE
 
 
 def steps() -> list[tuple[str, Callable[[], Path]]]:
     tools = (build.ETCD, build.KUBE_APISERVER, build.KWOK, FAIRSHARE, TIME_AWARE)
     go = [(tool.name, partial(build.ensure_go_tool, tool)) for tool in tools]
-    return [("Apache Kafka jars", ensure_kafka_libs), *go]
+    kafka = [("Apache Kafka jars", ensure_kafka_libs), ("Apache Kafka class archive", ensure_class_archive)]
+    return [*kafka, *go]
 
 
 def main() -> None:

@@ -4,7 +4,7 @@ the broker settings and client settings that go with them.
 The certificates are made with the ``openssl`` command (EC P-256, valid a year; the broker's names localhost and
 127.0.0.1), as PEM files that Kafka reads as they are (``ssl.keystore.type=PEM``): ``ca.crt`` for clients,
 ``broker.pem`` (the PKCS#8 key, then the certificate and the CA's) for the broker. The ``cryptography`` package is
-not a dependency, and Java's ``keytool`` took ~6 s per call on a loaded 2-core VM against milliseconds for openssl.
+not a dependency, and Java's ``keytool`` is far slower (README, "SASL over TLS").
 
 The user is created in the KRaft bootstrap metadata when the log dir is formatted (``StorageTool format
 --add-scram``): the broker authenticates it from its first start, with no admin call and no plaintext listener.

@@ -212,9 +212,10 @@ class ClassArchive:
 
 def ensure_class_archive(version: str = KAFKA_VERSION) -> Path:
     """The broker's ``ClassArchive`` in the cache, recorded by starting and stopping a broker when there is none."""
-    archive = ClassArchive(kafka_home(version) / "cds", _tool("java"), ensure_kafka_libs(version))
+    broker = KafkaBroker(memory=True, version=version, startup_timeout_s=300)
+    archive = ClassArchive(broker.archive_dir, _tool("java"), ensure_kafka_libs(version))
     if not archive.path.is_file():
-        with KafkaBroker(memory=True, version=version, startup_timeout_s=300):
+        with broker:
             pass
     return archive.path
 

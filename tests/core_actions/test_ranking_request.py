@@ -1,6 +1,6 @@
 """The request a job is ranked with in queue order (``Session.ranking_request``, read by the proportion plugin's
-queue keys) against the request it offers now (``Session.job_request``, kept per job version), where the two
-differ:
+queue keys): what it offers now (``Session.job_request``, kept per job version), except inside a simulation.
+Where that is read:
 
 * an elastic job that placed part of its tasks is ranked again, within the cycle, with what it still offers, not
   with the request it was first ranked with (its whole first pass): KAI's ``GetTasksToAllocateInitResource`` is

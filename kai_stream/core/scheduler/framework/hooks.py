@@ -24,9 +24,9 @@ QueueKeyFn = Callable[[QueueInfo, JobInfo], SortKey]
 QueueKeyReadsFn = Callable[[JobInfo], Hashable]
 """What of the job one queue-key plugin reads: its key is a function of the queue and this value only. When
 every queue-key plugin declares one, jobs with equal values share their path keys (see ``JobsByQueue``). The
-value may change only with the job's tasks (``JobInfo.version``; proportion reads ``Session.ranking_request``,
-fixed for the session, nomination the nominations the snapshot holds): ``Hooks.queue_key_signature`` keeps it per
-job and version."""
+value may change only with the job's tasks (``JobInfo.version``; proportion reads ``Session.ranking_request``, the
+job's request at its version, nomination the nominations the snapshot holds): ``Hooks.queue_key_signature`` keeps
+it per job and version."""
 PredicateFn = Callable[[TaskInfo, NodeInfo], str | None]
 """Static (label/taint/affinity) check: None when the node is acceptable, else the failed predicate's name."""
 JobCheckFn = Callable[[JobInfo, list[int]], tuple[PendingCode, str] | None]

@@ -10,9 +10,10 @@ dir (``kafka.tools.StorageTool``, a random cluster id; a durable data dir is for
 ``java -cp 'libs/*' kafka.Kafka server.properties`` with a small heap, waits until a metadata request lists the
 broker, and stops it with SIGTERM (controlled shutdown), then SIGKILL. Broker settings suit one machine and
 tests: replication factor 1, few partitions for the internal topics, short cleaner and retention check
-intervals (so compaction and retention show within seconds), short minimum session timeout, and a short broker
-session at the controller (a broker restarted after kill -9 is registered once its dead predecessor's session has
-expired, so that session bounds the restart).
+intervals (so compaction and retention show within seconds), short minimum session timeout. The broker's session
+at the controller keeps Kafka's default: a broker restarted after kill -9 is registered once its dead
+predecessor's session has expired, but a shorter session fenced the only broker on a loaded host
+(benchmarks/README, "Broker kill -9").
 
 ``ClassArchive``: the JVM's class-data-sharing archive of the Kafka classpath, kept in the cache next to the jars
 (``cds/``), so that a start maps the broker's classes instead of loading and verifying them again.
@@ -307,8 +308,6 @@ def server_properties(
         "share.coordinator.state.topic.min.isr": "1",
         "group.initial.rebalance.delay.ms": "0",
         "group.min.session.timeout.ms": "500",
-        "broker.heartbeat.interval.ms": "500",
-        "broker.session.timeout.ms": "3000",
         "auto.create.topics.enable": "true",
     }
     settings.update(listeners or {})

@@ -12,7 +12,7 @@ broker, and stops it with SIGTERM (controlled shutdown), then SIGKILL. Broker se
 tests: replication factor 1, few partitions for the internal topics, short cleaner and retention check
 intervals (so compaction and retention show within seconds), short minimum session timeout. The broker's session
 at the controller keeps Kafka's default: a broker restarted after kill -9 is registered once its dead
-predecessor's session has expired, but a shorter session fenced the only broker on a loaded host
+predecessor's session has expired, but a shorter one may fence the only broker on a loaded host
 (benchmarks/README, "Broker kill -9").
 
 ``ClassArchive``: the JVM's class-data-sharing archive of the Kafka classpath, kept in the cache next to the jars

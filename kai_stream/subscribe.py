@@ -9,6 +9,7 @@ fetch high-watermarks (``end_offsets``/``seek_to_end`` are wrong on the embedded
 from __future__ import annotations
 
 import uuid
+from collections import deque
 from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -131,20 +132,51 @@ async def subscribe(
     consumer = make_consumer(settings, topic, group_id=group, listener=listener)
     listener.consumer = consumer
     await start_consumer(consumer)
+    delivered = _Delivered()
     try:
         while True:
             batches = await consumer.getmany(timeout_ms=poll_ms)
             for tp in sorted(batches):
                 for record in batches[tp]:
+                    if not delivered.first_time(tp.partition, record.offset):
+                        continue
                     try:
                         decoded = DECISIONS_RECORD.validate_json(record.value or b"")
                     except ValueError:
                         continue
                     if isinstance(decoded, BindRequested | EvictionRequested | PodPending | PodPipelined) and (
-                        wanted.matches(decoded)
+                        wanted.matches(decoded) and delivered.new_decision(decoded.decision_id)
                     ):
                         yield decoded
             if batches:
                 await consumer.commit({tp: records[-1].offset + 1 for tp, records in batches.items()})
     finally:
         await consumer.stop()
+
+
+class _Delivered:
+    """What one subscription has already yielded, so that nothing reaches its caller twice: records at offsets it
+    has passed (a rebalance before a commit seeks back to the last committed offset, or to the beginning) and
+    decision ids among the last ``window`` it yielded (a restarted processor on a broker without transactions
+    publishes its uncommitted decisions again, at new offsets, under the same ids)."""
+
+    def __init__(self, window: int = 65_536) -> None:
+        self._next_offset: dict[int, int] = {}
+        self._ids: set[str] = set()
+        self._order: deque[str] = deque()
+        self._window = window
+
+    def first_time(self, partition: int, offset: int) -> bool:
+        if offset < self._next_offset.get(partition, 0):
+            return False
+        self._next_offset[partition] = offset + 1
+        return True
+
+    def new_decision(self, decision_id: str) -> bool:
+        if decision_id in self._ids:
+            return False
+        self._ids.add(decision_id)
+        self._order.append(decision_id)
+        if len(self._order) > self._window:
+            self._ids.discard(self._order.popleft())
+        return True

@@ -11,12 +11,15 @@ a restart after a committed snapshot resumed from it rather than from offset 0.
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import pytest
+from aiokafka import AIOKafkaConsumer
 from kubernetes_asyncio import client
 
 from connectors.simcluster.client import api_client
@@ -87,32 +90,60 @@ async def test_processor_killed_mid_burst_decides_every_pod_exactly_once(
         log = pipeline.processor_output(None)
         resumed = log.count("after its snapshot at offset")
         aborted = len(everything) - len(committed)
-        print(f"\nexactly once: {kills} kills, {len(decisions)} decisions committed once, {aborted}"
-              f" aborted records (read uncommitted), {resumed} rebuilds resumed from a snapshot")
+        print(
+            f"\nexactly once: {kills} kills, {len(decisions)} decisions committed once, {aborted}"
+            f" aborted records (read uncommitted), {resumed} rebuilds resumed from a snapshot"
+        )
         assert aborted > 0  # the kills did cut transactions short: their records are in the log, aborted
         assert resumed >= 1, "\n".join(line for line in log.splitlines() if "rebuilt" in line or "WARN" in line)
 
 
 async def _kill_on_uncommitted(pipeline: Pipeline, at: tuple[int, ...]) -> int:
-    """SIGKILL the processor the moment a decision record reaches the log (read uncommitted: before its
-    transaction commits, if the kill is quick enough) once the log holds ``at[i]`` decision records; restart it."""
+    """SIGKILL the processor inside an open transaction once the log holds ``at[i]`` decision records; restart it.
+
+    A decision record seen read uncommitted may already be committed by the time a signal lands, so each try
+    first freezes the processor (SIGSTOP), lets what it had sent settle, and kills it only if a partition's last
+    stable offset stays below its high-watermark (its transaction is open); otherwise it resumes (SIGCONT) and
+    the next record is tried. Every kill therefore cuts a transaction short."""
     assert pipeline.kafka is not None
     watcher = make_consumer(pipeline.kafka, group_id=None, isolation_level="read_uncommitted", fetch_max_wait_ms=5)
+    stable = make_consumer(pipeline.kafka, group_id=None, isolation_level="read_committed", fetch_max_wait_ms=5)
     await watcher.start()
+    await stable.start()
     try:
         await assign_from_start(watcher, pipeline.names.decisions)
+        await assign_from_start(stable, pipeline.names.decisions)
         seen, kills, deadline = 0, 0, time.monotonic() + 90
         while kills < len(at):
-            assert time.monotonic() < deadline, f"{seen} decision records, {kills} kills"
+            assert time.monotonic() < deadline, f"{seen} decision records, {kills} kills inside a transaction"
             batches = await watcher.getmany(timeout_ms=20)
             seen += sum(len(records) for records in batches.values())
-            if batches and seen >= at[kills]:
+            pid = pipeline.processor_pid
+            if not batches or seen < at[kills] or pid is None:
+                continue
+            os.kill(pid, signal.SIGSTOP)
+            if await _transaction_open(stable) and await _transaction_open(stable):
                 pipeline.stop_processor(kill=True)
                 kills += 1
                 pipeline.start_processor()
+            else:
+                os.kill(pid, signal.SIGCONT)
         return kills
     finally:
         await watcher.stop()
+        await stable.stop()
+
+
+async def _transaction_open(stable: AIOKafkaConsumer) -> bool:
+    """After a settling pause: does any partition hold records past its last stable offset?"""
+    await asyncio.sleep(0.25)
+    for _ in range(3):
+        await stable.getmany(timeout_ms=30)
+    for tp in stable.assignment():
+        lso, high = stable.last_stable_offset(tp), stable.highwater(tp)
+        if lso is not None and high is not None and lso < high:
+            return True
+    return False
 
 
 async def _read_uncommitted(kafka: KafkaSettings, topic: str) -> list[Any]:

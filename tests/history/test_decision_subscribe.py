@@ -138,3 +138,16 @@ async def test_two_concurrent_subscribers_each_get_every_matching_decision(
     await by_queue.aclose()
     await by_kind.aclose()
     assert [d.decision_id for got in again for d in got] == [later.decision_id] * 2
+
+
+def test_a_subscription_yields_an_offset_or_a_decision_id_once() -> None:
+    """A rebalance before a commit seeks a partition back; a processor without transactions republishes a decision
+    at a new offset: neither reaches the caller twice, and the id window forgets the oldest ids first."""
+    from kai_stream.subscribe import _Delivered
+
+    seen = _Delivered(window=2)
+    assert [seen.first_time(0, o) for o in (0, 1, 2)] == [True] * 3
+    assert [seen.first_time(0, o) for o in (0, 2, 3)] == [False, False, True]  # sought back to 0: only 3 is new
+    assert seen.first_time(1, 0)  # partitions are apart
+    assert [seen.new_decision(d) for d in ("a", "b", "a")] == [True, True, False]
+    assert seen.new_decision("c") and seen.new_decision("a")  # "a" fell out of the window of two

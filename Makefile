@@ -23,7 +23,7 @@ constraints:
 
 run: $(STAMP)
 	@echo "kai-stream run: starting (Ctrl-C stops) ..."
-	$(BIN)/kai-stream run
+	$(BIN)/kai-stream run $(ARGS)
 
 # A first run also downloads Kafka's jars and builds the Go binaries the tests start (cached outside the clone).
 test: $(STAMP)

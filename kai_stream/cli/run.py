@@ -35,6 +35,7 @@ from kai_stream.cli import app
 from kai_stream.cli.scenario import load_scenario_file
 from kai_stream.core.config import SchedulerConfig, load_config
 from kai_stream.core.events import ConfigRecorded, DecisionsRecord, FairShareRecorded, PodPending
+from kai_stream.engines import Engine
 from kai_stream.history.reader import ALL_TOPICS, DEFAULT_HISTORY_DIR
 from kai_stream.history.sink import SinkStats, run_sink
 from kai_stream.pipeline import Pipeline, PipelineOptions
@@ -208,7 +209,10 @@ async def _run(
     async with _started(options, console) as pipeline:
         assert pipeline.tail is not None and pipeline.kafka is not None
         pipeline.tail.listeners.append(board.add)
-        console.print(f"broker {pipeline.kafka.bootstrap_servers}  cluster {pipeline.cluster.url}")
+        console.print(
+            f"broker {pipeline.kafka.bootstrap_servers} ({options.engine}, {pipeline.kafka.security_protocol})"
+            f"  cluster {pipeline.cluster.url}"
+        )
         assert pipeline.cluster.url is not None
         api = client.ApiClient(configuration=kube_client_config(pipeline.cluster.url))
         helpers: list[asyncio.Task[None]] = []
@@ -276,10 +280,29 @@ def run(
         Path, typer.Option(help="record every topic here (Parquet) for replay, audit, explain, analyze")
     ] = DEFAULT_HISTORY_DIR,
     no_history: Annotated[bool, typer.Option("--no-history", help="record nothing")] = False,
+    engine: Annotated[
+        Engine, typer.Option(help="embedded broker: tansu (starts in ms) or kafka (Apache Kafka, JVM)")
+    ] = "tansu",
+    secure: Annotated[
+        bool,
+        typer.Option(
+            "--secure",
+            help="the embedded broker's client listener is SASL_SSL (SCRAM-SHA-512, a throwaway CA) and every "
+            "component connects over it (--engine kafka only)",
+        ),
+    ] = False,
 ) -> None:
     """Run broker + simulated cluster + connector + processor + binder and show decisions live."""
     if durable and bootstrap_servers is None:
         Console(stderr=True).print(f"[red]--durable refused:[/] {UNSAFE_DURABLE}")
+        raise typer.Exit(2)
+    if secure and (engine != "kafka" or bootstrap_servers is not None):
+        why = (
+            "a Kafka of one's own takes its security from KAI_STREAM_KAFKA_* settings"
+            if bootstrap_servers
+            else ("only the Apache Kafka engine has a SASL_SSL listener: add --engine kafka")
+        )
+        Console(stderr=True).print(f"[red]--secure refused:[/] {why}", soft_wrap=True)
         raise typer.Exit(2)
     settings = load_config(config) if config is not None else SchedulerConfig()
     load_scenario_file(scenario, settings)
@@ -291,6 +314,8 @@ def run(
         config_path=config,
         tick_interval_s=tick_interval,
         termination_grace=termination_grace,
+        engine=engine,
+        secure=secure,
     )
     console = Console()
     if not no_history:

@@ -203,3 +203,10 @@ def test_processor_health_port_taken(monkeypatch: pytest.MonkeyPatch, capsys: py
         monkeypatch.setenv("KAI_STREAM_HEALTH_PORT", str(port))
         code, _, err = kai(["processor", "--bootstrap-servers", "127.0.0.1:1"], capsys)
     one_line(code, err, f"health port 127.0.0.1:{port}", "KAI_STREAM_HEALTH_PORT")
+
+
+def test_run_secure_needs_the_kafka_engine_and_no_outside_broker(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = kai(["run", "--secure"], capsys)
+    one_line(code, err, "--secure", "--engine kafka")
+    code, _, err = kai(["run", "--secure", "--engine", "kafka", "--bootstrap-servers", "127.0.0.1:1"], capsys)
+    one_line(code, err, "--secure", "KAI_STREAM_KAFKA_")

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import orjson
+import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 CLI = [sys.executable, "-c", "from kai_stream.cli import main; main()"]
@@ -47,3 +48,20 @@ async def test_run_for_twenty_seconds_binds_pods_and_stops_cleanly(tmp_path: Pat
     assert report["decisions"] >= decided
     pods = report["pods"]
     assert pods.get("bound", 0) + pods.get("deleted", 0) >= 16, pods  # finished pods are deleted and re-submitted
+
+
+@pytest.mark.kafka
+async def test_run_secure_binds_pods_over_sasl_ssl_on_apache_kafka(tmp_path: Path) -> None:
+    """`kai-stream run --engine kafka --secure`: the embedded Apache Kafka's client listener is SASL_SSL and every
+    component (connector, processor process, binder, history sink) binds the demo's pods through it."""
+    proc = await asyncio.create_subprocess_exec(
+        *CLI, "run", "--engine", "kafka", "--secure", "--duration", "15", "--no-history",
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, cwd=ROOT,
+    )
+    out, _ = await asyncio.wait_for(proc.communicate(), 300)
+    text = out.decode()
+    assert proc.returncode == 0, text[-3000:]
+    assert re.search(r"broker 127\.0\.0\.1:\d+ \(kafka, SASL_SSL\)", text), text[:2000]
+    bound = re.search(r"BindRequested (\d+).*binding POSTs (\d+)", text)
+    assert bound is not None and int(bound.group(2)) >= 16, text[-3000:]
+    assert "stopped cleanly" in text

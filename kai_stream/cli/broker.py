@@ -14,7 +14,8 @@ from rich.console import Console
 
 from kai_stream.broker import DEFAULT_DATA_DIR, UNSAFE_DURABLE, BrokerStartError
 from kai_stream.cli import app
-from kai_stream.engines import Engine, embedded_broker
+from kai_stream.cli.broker_options import EngineOption, SecureOption
+from kai_stream.engines import embedded_broker
 from kai_stream.topics import create_topics
 
 
@@ -32,16 +33,8 @@ def broker(
     port: Annotated[int | None, typer.Option(help="listen port on 127.0.0.1 (default: a free one)")] = None,
     data_dir: Annotated[Path, typer.Option(help="durable data directory")] = DEFAULT_DATA_DIR,
     topics: Annotated[bool, typer.Option(help="create the kai-stream topics once the broker is up")] = True,
-    engine: Annotated[
-        Engine, typer.Option(help="tansu (starts in ms) or kafka (Apache Kafka, JVM; jars fetched once with Maven)")
-    ] = "tansu",
-    secure: Annotated[
-        bool,
-        typer.Option(
-            "--secure",
-            help="SASL_SSL client listener with a SCRAM-SHA-512 user and a throwaway CA (--engine kafka only)",
-        ),
-    ] = False,
+    engine: EngineOption = "tansu",
+    secure: SecureOption = False,
 ) -> None:
     """Run an embedded Kafka-protocol broker until interrupted."""
     console = Console(stderr=True)

@@ -32,10 +32,10 @@ import kai_stream
 from connectors.simcluster.client import kube_client_config
 from kai_stream.broker import UNSAFE_DURABLE
 from kai_stream.cli import app
+from kai_stream.cli.broker_options import EngineOption, SecureOption
 from kai_stream.cli.scenario import load_scenario_file
 from kai_stream.core.config import SchedulerConfig, load_config
 from kai_stream.core.events import ConfigRecorded, DecisionsRecord, FairShareRecorded, PodPending
-from kai_stream.engines import Engine
 from kai_stream.history.reader import ALL_TOPICS, DEFAULT_HISTORY_DIR
 from kai_stream.history.sink import SinkStats, run_sink
 from kai_stream.pipeline import Pipeline, PipelineOptions
@@ -280,17 +280,8 @@ def run(
         Path, typer.Option(help="record every topic here (Parquet) for replay, audit, explain, analyze")
     ] = DEFAULT_HISTORY_DIR,
     no_history: Annotated[bool, typer.Option("--no-history", help="record nothing")] = False,
-    engine: Annotated[
-        Engine, typer.Option(help="embedded broker: tansu (starts in ms) or kafka (Apache Kafka, JVM)")
-    ] = "tansu",
-    secure: Annotated[
-        bool,
-        typer.Option(
-            "--secure",
-            help="the embedded broker's client listener is SASL_SSL (SCRAM-SHA-512, a throwaway CA) and every "
-            "component connects over it (--engine kafka only)",
-        ),
-    ] = False,
+    engine: EngineOption = "tansu",
+    secure: SecureOption = False,
 ) -> None:
     """Run broker + simulated cluster + connector + processor + binder and show decisions live."""
     if durable and bootstrap_servers is None:

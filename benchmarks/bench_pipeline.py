@@ -269,6 +269,21 @@ def bind_requests(records: list[Record]) -> dict[str, Decided]:
     return out
 
 
+def burst_batches(hops_dir: Path, resumed: float, last_at: float) -> list[str]:
+    """The processor's batches from the resume to the burst's last decision on the broker (``kai_stream/hoptrace.py``),
+    each split in seconds after the resume: fetched off the consumer, taken by the batch loop, folded and cycled
+    (decisions handed to the producer), transaction committed; and the loop thread's CPU in the fold + cycle."""
+    lines = []
+    for b in sorted(hoptrace.read(hops_dir, "processor"), key=lambda b: b["fetched"]):
+        if b["committed"] < resumed or b["fetched"] > last_at:
+            continue
+        records = b["last"] - b["first"] + 1
+        lines.append(f"batch p{b['partition']} {records:.0f} records: fetched {b['fetched'] - resumed:.2f}, "
+                     f"taken {b['taken'] - resumed:.2f}, cycled {b['cycled'] - resumed:.2f} "
+                     f"(CPU {b.get('cycle_cpu', 0.0):.2f}), committed {b['committed'] - resumed:.2f} s")
+    return lines
+
+
 def burst_cycles(decided: Iterable[Decided], resumed: float) -> str:
     """The cycles that bound the burst's pods (a cycle per decided input offset of a partition): how many, and per
     cycle its binds and when its last BindRequested was on the broker, in seconds after the resume."""
@@ -441,7 +456,9 @@ def in_process_floor(
     return floor
 
 
-async def burst_phase(pipeline: Pipeline, first: int, pods: int) -> tuple[float, float, int]:
+async def burst_phase(
+    pipeline: Pipeline, first: int, pods: int, hops_dir: Path | None = None
+) -> tuple[float, float, int]:
     """Returns (records/s folded + scheduled + published from the resume, in-process floor records/s, records in
     the topic)."""
     assert pipeline.cluster.url is not None and pipeline.connector is not None
@@ -485,6 +502,9 @@ async def burst_phase(pipeline: Pipeline, first: int, pods: int) -> tuple[float,
           f"{window:.2f}s = {rate:,.0f} records/s; last burst binding POST {all_bound_s:.2f}s after the resume")
     print(f"  {cpu_used} (from the resume until every burst pod was bound)")
     print(f"  {burst_cycles(decided.values(), resumed)}")
+    if hops_dir is not None:
+        for line in burst_batches(hops_dir, resumed, last_at):
+            print(f"    {line}")
     floor = in_process_floor(events, decision_records, positions, backlog_end)
     floor_rate = floor.records / floor.seconds
     print(f"  in-process floor: the same {floor.records} backlog records decoded, folded, decided in one cycle "
@@ -548,7 +568,7 @@ async def main(
             await pipeline.wait_processor_caught_up(timeout_s=120)
             await steady_phase(pipeline, pods, rate, Path(tmp) / "hops")
             if burst > 0:
-                capacity, floor, records = await burst_phase(pipeline, pods, burst)
+                capacity, floor, records = await burst_phase(pipeline, pods, burst, Path(tmp) / "hops")
                 raw = await raw_consume(pipeline, pipeline.names.cluster_events, records)
                 print(f"baseline raw aiokafka consume of the same topic (same broker, same run): {raw:,.0f} records/s")
                 print(f"ratio pipeline / raw: {capacity / raw:.3f} (target >= 0.5); "

@@ -27,7 +27,8 @@ on one pipeline:
    processor had at the resume (as a restarted processor would: the log before its position and the decisions
    decided on it), then decodes and folds the same backlog records, decides them in one cycle (the cheapest
    split: no per-cycle cost repeated) and encodes the decisions for the wire: no Kafka, no faust, no
-   producer. Its records/s over raw records/s is the best ratio any transport could reach on this machine.
+   producer; the fastest of ``FLOOR_RUNS``. Its records/s over raw records/s is the best ratio any transport
+   could reach on this machine.
 
 3. **Restart**: the processor is SIGKILLed, one more pod is created, the processor is started again; printed: the
    seconds from its start until it decided that pod (target <= 5 s at 10,000 pods). On Apache Kafka twice: resuming
@@ -389,6 +390,12 @@ def print_hops(hops_dir: Path, bindings: list[BindingRecord], observed: dict[str
               f"the heap (gc) p50 {statistics.median(b.get('settle_cpu', 0.0) for b in slow) * 1e3:.1f} ms CPU")
 
 
+FLOOR_RUNS = 3
+"""The in-process floor is computed this many times, each on a freshly rebuilt state, and the fastest kept: it runs
+in this process beside the pipeline's processes, whose work can stretch a single run, and the fastest is the
+strictest baseline for the ratio."""
+
+
 @dataclass
 class Floor:
     """What the in-process floor did and how long each part took (seconds)."""
@@ -505,7 +512,9 @@ async def burst_phase(
     if hops_dir is not None:
         for line in burst_batches(hops_dir, resumed, last_at):
             print(f"    {line}")
-    floor = in_process_floor(events, decision_records, positions, backlog_end)
+    floors = [in_process_floor(events, decision_records, positions, backlog_end) for _ in range(FLOOR_RUNS)]
+    floor = min(floors, key=lambda f: f.seconds)
+    print(f"  in-process floor runs: {', '.join(f'{f.seconds:.2f}s' for f in floors)} (the fastest is the floor)")
     floor_rate = floor.records / floor.seconds
     print(f"  in-process floor: the same {floor.records} backlog records decoded, folded, decided in one cycle "
           f"({floor.binds} binds) and encoded in this process (no Kafka, no faust) in {floor.seconds:.2f}s = "

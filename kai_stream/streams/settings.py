@@ -49,8 +49,8 @@ class ProcessorSettings(BaseSettings):
     config_path: str | None = None
     batch_max: int = 20_000
     """Most records one batch takes: a backlog up to this many (one fetch's 16 MiB holds ~23,000 pending pods'
-    records) is folded and decided in one cycle. A backlog just past it leaves a remainder that takes a cycle of its own, over
-    the whole pool."""
+    records) is folded and decided in one cycle. A backlog just past it leaves a remainder that takes a cycle of
+    its own, over the whole pool."""
     batch_within_s: float = 0.005
     max_cycle_delay_s: float = 1.0
     fetch_max_wait_ms: int = 5

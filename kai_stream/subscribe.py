@@ -3,7 +3,9 @@
 Every subscriber is its own consumer group on the one decisions topic and filters on the client side, so
 teams never need topics of their own. A named group resumes where it last committed; a group without
 committed offsets starts at the beginning (``from_beginning``) or at the current end, which is found from
-fetch high-watermarks (``end_offsets``/``seek_to_end`` are wrong on the embedded broker).
+fetch high-watermarks (``end_offsets``/``seek_to_end`` are wrong on the embedded broker). Within one
+subscription no decision is yielded twice (``_Delivered``); a named group resumed later may see again what was
+delivered after its last commit (at least once).
 """
 
 from __future__ import annotations

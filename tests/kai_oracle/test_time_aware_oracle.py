@@ -26,7 +26,7 @@ USAGE = {"windowSize": 10, "halfLifePeriod": 5, "kValue": 1.0}
 
 def _kai_final() -> dict[str, tuple[float, float]]:
     config = {
-        "cycles": 150, **USAGE,
+        "cycles": 500, **USAGE,
         "nodes": [{"GPUs": GPUS, "count": 1}],
         "queues": [{"name": "default", "parent": ""},
                    *({"name": team, "parent": "default"} for team in JOBS)],

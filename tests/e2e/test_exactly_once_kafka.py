@@ -11,7 +11,6 @@ a restart after a committed snapshot resumed from it rather than from offset 0.
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
 import time
 from collections import Counter
@@ -118,16 +117,15 @@ async def _kill_on_uncommitted(pipeline: Pipeline, at: tuple[int, ...]) -> int:
             assert time.monotonic() < deadline, f"{seen} decision records, {kills} kills inside a transaction"
             batches = await watcher.getmany(timeout_ms=20)
             seen += sum(len(records) for records in batches.values())
-            pid = pipeline.processor_pid
-            if not batches or seen < at[kills] or pid is None:
+            if not batches or seen < at[kills]:
                 continue
-            os.kill(pid, signal.SIGSTOP)
+            pipeline.signal_processor(signal.SIGSTOP)
             if await _transaction_open(stable) and await _transaction_open(stable):
                 pipeline.stop_processor(kill=True)
                 kills += 1
                 pipeline.start_processor()
             else:
-                os.kill(pid, signal.SIGCONT)
+                pipeline.signal_processor(signal.SIGCONT)
         return kills
     finally:
         await watcher.stop()

@@ -45,7 +45,7 @@ from typing import Any
 from bench_recovery import _pod, _wave, cluster_yaml, pools
 from kubernetes_asyncio import client
 
-from connectors.simcluster.client import api_client
+from kai_stream.connectors.simcluster.client import api_client
 from kai_stream.kafka import make_admin
 from kai_stream.kafka_engine import LOG_LEVEL_ENV, KafkaBroker
 from kai_stream.pipeline import Pipeline, PipelineOptions

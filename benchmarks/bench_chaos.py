@@ -52,7 +52,7 @@ import orjson
 import yaml
 from kubernetes_asyncio import client
 
-from connectors.simcluster.client import api_client
+from kai_stream.connectors.simcluster.client import api_client
 from kai_stream.core.events import DEFAULT_POOL, DeadLetter, PodObserved, loads_cluster_event
 from kai_stream.core.manifests import ANNOTATION_GPU_FRACTION, ANNOTATION_GPU_INDICES, ANNOTATION_POD_GROUP
 from kai_stream.engines import ENGINES
@@ -60,7 +60,7 @@ from kai_stream.history.reader import read_broker
 from kai_stream.invariants import check_history
 from kai_stream.kafka import Record, make_producer, partition_for, read_topic
 from kai_stream.pipeline import Pipeline, PipelineOptions
-from replay.runner import replay_history
+from kai_stream.replay.runner import replay_history
 
 NAMESPACE = "chaos"
 GANG = 4

@@ -42,7 +42,8 @@ ran a 50 ms timer (p50 / p99 / max): on a shared, loaded machine the latencies m
 waits for a core, the CPU figures are what changes compare.
 
 **On a real API server** (``--cluster apiserver``): the same pipeline against etcd + kube-apiserver + KWOK
-(``connectors/apiserver``; connector and binder with the chart's ServiceAccount tokens), and, in the same run and
+(``kai_stream/connectors/apiserver``; connector and binder with the chart's ServiceAccount tokens), and, in the
+same run and
 measured the same way, against the simulated cluster. For each: ``--pods`` one-GPU pods created at ``--rate`` on
 ``--nodes`` nodes; time from the first creation until a pod watch (this process, raw JSON lines) saw the last one
 bound, pods bound/s, pod-created (its create answered) -> seen bound p50 / p99, and the CPU seconds of every
@@ -77,10 +78,10 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio import config as kube_config
 
 import kai_stream
-from connectors.simcluster.client import kube_client_config
-from connectors.simcluster.records import BindingRecord
 from kai_stream import hoptrace
 from kai_stream.binder.kube import api_client
+from kai_stream.connectors.simcluster.client import kube_client_config
+from kai_stream.connectors.simcluster.records import BindingRecord
 from kai_stream.core.config import SchedulerConfig
 from kai_stream.core.events import (
     BindRequested,
@@ -733,7 +734,7 @@ def _pipeline_options(engine: Engine, hops_dir: Path | None = None, **kwargs: An
 async def compare_apiserver(nodes: int, pods: int, rate: float, gpus: int, engine: Engine, idle_s: float = 0) -> None:
     """The same bind-all run on the simulated cluster, then on etcd + kube-apiserver + KWOK; their ratios. With
     ``idle_s``, first what the connector publishes from the idle real cluster (``idle_records``)."""
-    from connectors.apiserver import ControlPlane
+    from kai_stream.connectors.apiserver import ControlPlane
 
     print(f"engine {engine}; {nodes} nodes x {gpus} GPUs; load average {os.getloadavg()[0]:.1f}; scheduler core "
           f"{'compiled (mypyc)' if compiled() else 'sources (not compiled)'}", flush=True)

@@ -48,8 +48,8 @@ from typing import Any
 
 from kubernetes_asyncio import client
 
-from connectors.simcluster.client import api_client
 from kai_stream import prefork
+from kai_stream.connectors.simcluster.client import api_client
 from kai_stream.engines import ENGINES, Engine
 from kai_stream.kafka import partition_for
 from kai_stream.pipeline import Pipeline, PipelineOptions

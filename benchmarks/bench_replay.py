@@ -43,10 +43,10 @@ from kai_stream.core.events import (
 from kai_stream.core.scheduler import compiled
 from kai_stream.history.export import write_history
 from kai_stream.history.reader import read_history
+from kai_stream.replay.engine import run_engine
+from kai_stream.replay.runner import replay_history
 from kai_stream.trace.clusters import cluster_events
 from kai_stream.trace.loaders import load_trace
-from replay.engine import run_engine
-from replay.runner import replay_history
 
 GIB = 2**30
 ROOT = Path(__file__).resolve().parents[1]

@@ -31,15 +31,15 @@ from aiokafka import TopicPartition
 from kubernetes_asyncio import client
 from kubernetes_asyncio import config as kube_config
 
-from connectors.kubernetes import KubernetesConnector
-from connectors.kubernetes.kinds import KINDS
-from connectors.simcluster import scenario as sim_scenario
-from connectors.simcluster.client import kube_client_config
-from connectors.simcluster.server import SimCluster
 from kai_stream import prefork
 from kai_stream.binder.kube import api_client
 from kai_stream.binder.runner import run_binder
 from kai_stream.broker import BrokerProcess
+from kai_stream.connectors.kubernetes import KubernetesConnector
+from kai_stream.connectors.kubernetes.kinds import KINDS
+from kai_stream.connectors.simcluster import scenario as sim_scenario
+from kai_stream.connectors.simcluster.client import kube_client_config
+from kai_stream.connectors.simcluster.server import SimCluster
 from kai_stream.core.config import SchedulerConfig
 from kai_stream.core.events import (
     BindRequested,

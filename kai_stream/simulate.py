@@ -27,7 +27,7 @@ Evicted pods: a pod moved by consolidation (its eviction names ``move_to``; KAI 
 workload controller restarts them), or labelled ``kai.scheduler/recreate-on-evict: "true"``, comes back
 pending under the same name with a new uid and is scheduled again (not necessarily on the node it was moved
 to: the nomination belonged to the old pod); any other evicted pod (or one labelled ``"false"``) is gone for
-good. Live, the simulated cluster re-creates labelled pods (``connectors/simcluster/controller.py``) and
+good. Live, the simulated cluster re-creates labelled pods (``kai_stream/connectors/simcluster/controller.py``) and
 ``simulate --live`` stands in for the controllers of moved pods (``Pipeline.run_rounds``).
 
 JSON (``to_json``, the contract of architecture.md): every managed pod that exists at the end, with status

@@ -9,8 +9,8 @@ from collections.abc import Sequence
 from kai_stream.core.events import Decision, decision_hash
 from kai_stream.history.reader import History
 from kai_stream.invariants import check_history
-from replay.runner import ReplayReport
-from replay.testing import assert_replays_identically
+from kai_stream.replay.runner import ReplayReport
+from kai_stream.replay.testing import assert_replays_identically
 
 
 def assert_chained(decisions: Sequence[Decision]) -> None:

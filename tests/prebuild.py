@@ -13,7 +13,7 @@ from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
-from connectors.apiserver import build
+from kai_stream.connectors.apiserver import build
 from kai_stream.kafka_engine import ensure_class_archive, ensure_kafka_libs
 from tests.kai_oracle.oracle import FAIRSHARE, TIME_AWARE
 

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from kubernetes_asyncio import client
 
-from connectors.simcluster import SimCluster, api_client
+from kai_stream.connectors.simcluster import SimCluster, api_client
 
 
 @pytest.fixture

@@ -34,7 +34,7 @@ from benchmarks.peer_kai import harness, ported
 from benchmarks.peer_kai.kai import KaiScheduler, version
 from benchmarks.peer_kai.kaistream import KaiStream
 from benchmarks.peer_kai.outcomes import STATES, PodOutcome, differences, key, outcomes, per_queue
-from connectors.simcluster import read_documents
+from kai_stream.connectors.simcluster import read_documents
 
 KUBELET_MAX_PODS = "110"
 HOSTNAME_LABEL = "kubernetes.io/hostname"

@@ -16,8 +16,8 @@ from typing import Any
 import aiohttp
 import orjson
 
-from connectors.apiserver import ControlPlane
-from connectors.apiserver.controlplane import collection_path
+from kai_stream.connectors.apiserver import ControlPlane
+from kai_stream.connectors.apiserver.controlplane import collection_path
 
 WATCH_RENEW_S = 20
 """A watch is closed by the server after this long and resumed from its last resourceVersion: with Debian's

@@ -15,7 +15,7 @@ from rich.console import Console
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from benchmarks.peer_kai import kai
-from connectors.apiserver import BuildError
+from kai_stream.connectors.apiserver import BuildError
 
 app = typer.Typer(add_completion=False)
 

@@ -27,7 +27,7 @@ from benchmarks.peer_kai.procstat import Usage, UsageMeter
 from benchmarks.peer_kai.records import Figures, PodLedger, figures_by_phase
 from benchmarks.peer_kai.stages import Hop, PodTrail, stage_figures
 from benchmarks.peer_kai.workload import NAMESPACE, QUEUE_LABEL, SCHEDULER_NAME, Job, Workload
-from connectors.apiserver import ControlPlane
+from kai_stream.connectors.apiserver import ControlPlane
 
 WARMUP_NAMESPACE = "peer-warmup"
 CREATE_CONCURRENCY = 16

@@ -2,7 +2,7 @@
 
 ``ensure_binaries`` builds the commands (admission webhook, scheduler, binder, pod-grouper, and the pod-group and
 queue controllers, which only write statuses and run with ``--controllers``) into ``~/.cache/kai-stream/bin`` with
-the fixture's Go caches (``connectors.apiserver.build``): nothing of KAI's source is kept in this repository.
+the fixture's Go caches (``kai_stream.connectors.apiserver.build``): nothing of KAI's source is kept in this repository.
 ``module_dir`` is the module's copy in the Go module cache, where KAI's CRDs (``deployments/kai-scheduler/crds``)
 and its chart's PriorityClasses come from.
 
@@ -32,8 +32,8 @@ import yaml
 from benchmarks.peer_kai.api import Api
 from benchmarks.peer_kai.processes import Processes
 from benchmarks.peer_kai.stages import PodTrail
-from connectors.apiserver import ControlPlane, build
 from kai_stream.broker import free_port
+from kai_stream.connectors.apiserver import ControlPlane, build
 
 MODULE = Path(__file__).resolve().parent / "go"
 KAI = "github.com/NVIDIA/KAI-scheduler"

@@ -15,7 +15,7 @@ from typing import Any
 from benchmarks.peer_kai.api import Api
 from benchmarks.peer_kai.processes import Processes
 from benchmarks.peer_kai.stages import PodTrail, trails
-from connectors.apiserver import ControlPlane
+from kai_stream.connectors.apiserver import ControlPlane
 from kai_stream.engines import Broker, embedded_broker
 from kai_stream.kafka import Record, read_topic
 from kai_stream.settings import KafkaSettings

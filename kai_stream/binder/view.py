@@ -1,6 +1,7 @@
 """The binder's watched view of the nodes and of the pods bound to them, and its reservations for binds in flight.
 
-``RoomView.run`` lists and then watches nodes and pods (``connectors.kubernetes.watcher``; a 410 or a broken watch
+``RoomView.run`` lists and then watches nodes and pods
+(``kai_stream.connectors.kubernetes.watcher``; a 410 or a broken watch
 re-lists, dropping what vanished), keeping each node's allocatable and the pods on it parsed once per change, so a
 bind's room check (``room.room_verdict``) costs no API call. ``reserve`` checks a bind against that view *and*
 against the binds this binder has checked but the watch does not show yet, and, when it fits, counts the pod on
@@ -22,13 +23,11 @@ import asyncio
 import logging
 from collections.abc import Callable
 
-import aiohttp
 from kubernetes_asyncio import client
-from kubernetes_asyncio.client.exceptions import ApiException
 
-from connectors.kubernetes.kinds import KIND_BY_NAME, WatchedKind
-from connectors.kubernetes.watcher import Expired, Obj, WatchError, list_objects, watch_objects
 from kai_stream.binder.room import claimed, node_allocatable, pod_spec, room_verdict
+from kai_stream.connectors.kubernetes.kinds import KIND_BY_NAME, WatchedKind
+from kai_stream.connectors.kubernetes.watcher import Obj, follow, list_objects
 from kai_stream.core.events import BindRequested, PodSpec, Resources
 
 log = logging.getLogger(__name__)
@@ -136,24 +135,15 @@ class RoomView:
         self, kind: WatchedKind, changed: Callable[[str, Obj], None], listed: Callable[[list[Obj]], None]
     ) -> None:
         call = kind.list_call(self.api)
-        version: str | None = None
-        backoff = 0.1
-        while True:
-            try:
-                if version is None:
-                    items, version = await list_objects(kind, call)
-                    listed(items)
-                    self._synced[kind.kind].set()
-                async for change, obj in watch_objects(kind, call, version, timeout_s=self.watch_timeout_s):
-                    version = str((obj.get("metadata") or {}).get("resourceVersion", "")) or version
-                    if change != "BOOKMARK":
-                        changed(change, obj)
-                backoff = 0.1
-            except (Expired, WatchError) as exc:
-                log.info("binder view: %s; re-listing", exc)
-                version = None
-            except (ApiException, aiohttp.ClientError, TimeoutError, OSError, ValueError) as exc:
-                log.warning("binder view: %s watch broke (%r); retrying", kind.kind, exc)
-                await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, 5.0)
+
+        async def relist() -> str:
+            items, version = await list_objects(kind, call)
+            listed(items)
+            self._synced[kind.kind].set()
+            return version
+
+        async def apply(change: str, obj: Obj, version: str) -> None:
+            changed(change, obj)
+
+        await follow(kind, call, relist=relist, changed=apply, timeout_s=self.watch_timeout_s, who="binder view")
 

@@ -1,6 +1,6 @@
 """`kai-stream cluster`: serve a scenario as a Kubernetes cluster until Ctrl-C: the simulated cluster over HTTP
 (``--engine sim``, prints its URL) or a real control plane, etcd + kube-apiserver + KWOK (``--engine apiserver``,
-prints the path of its admin kubeconfig; see connectors/apiserver)."""
+prints the path of its admin kubeconfig; see kai_stream/connectors/apiserver)."""
 
 from __future__ import annotations
 
@@ -15,10 +15,10 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from connectors.apiserver import BuildError, ControlPlane, ControlPlaneError
-from connectors.simcluster import ScenarioError, SimCluster, read_documents
 from kai_stream.cli import app
 from kai_stream.cli.scenario import validate_scenario_file
+from kai_stream.connectors.apiserver import BuildError, ControlPlane, ControlPlaneError
+from kai_stream.connectors.simcluster import ScenarioError, SimCluster, read_documents
 
 
 class Engine(StrEnum):

@@ -11,10 +11,10 @@ from typing import Annotated
 import typer
 from kubernetes_asyncio import client
 
-from connectors.kubernetes import KubernetesConnector
 from kai_stream import prefork
 from kai_stream.cli import app
 from kai_stream.cli.binder import load_kube_config
+from kai_stream.connectors.kubernetes import KubernetesConnector
 from kai_stream.observability import Health, HealthSettings, serve_health
 from kai_stream.reconnect import keep_running
 from kai_stream.settings import KafkaSettings

@@ -10,9 +10,9 @@ from typing import Annotated
 
 import typer
 
-from connectors.nvml import AgentConfig, GpuAgent, GpuReader, NvmlUnavailable, PynvmlApi, kafka_sink
-from connectors.nvml.agent import Sink
 from kai_stream.cli import app
+from kai_stream.connectors.nvml import AgentConfig, GpuAgent, GpuReader, NvmlUnavailable, PynvmlApi, kafka_sink
+from kai_stream.connectors.nvml.agent import Sink
 from kai_stream.core.events import GpuHealthObserved, dumps
 from kai_stream.kafka import make_producer
 from kai_stream.observability import Health, HealthSettings, serve_health

@@ -15,9 +15,9 @@ from kai_stream.cli import app
 from kai_stream.cli.errors import source_message
 from kai_stream.core.config import SchedulerConfig, load_config
 from kai_stream.history.reader import SOURCE_ERRORS, History, open_history
-from replay.report import render_replay, render_whatif
-from replay.runner import replay_history
-from replay.whatif import load_whatif, run_whatif
+from kai_stream.replay.report import render_replay, render_whatif
+from kai_stream.replay.runner import replay_history
+from kai_stream.replay.whatif import load_whatif, run_whatif
 
 FromHistory = Annotated[
     Path | None, typer.Option("--from-history", help="Parquet history directory (default: .kai-stream/history)")

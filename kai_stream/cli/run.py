@@ -29,11 +29,11 @@ from rich.live import Live
 from rich.table import Table
 
 import kai_stream
-from connectors.simcluster.client import kube_client_config
 from kai_stream.broker import UNSAFE_DURABLE
 from kai_stream.cli import app
 from kai_stream.cli.broker_options import EngineOption, SecureOption
 from kai_stream.cli.scenario import load_scenario_file
+from kai_stream.connectors.simcluster.client import kube_client_config
 from kai_stream.core.config import SchedulerConfig, load_config
 from kai_stream.core.events import ConfigRecorded, DecisionsRecord, FairShareRecorded, PodPending
 from kai_stream.history.reader import ALL_TOPICS, DEFAULT_HISTORY_DIR

@@ -5,7 +5,7 @@ the live binder uses too; ``react`` turns a decision into the events it causes, 
 re-created after an eviction, termination grace, which intermediate observations are made); ``finishing``
 queues the completions of pods that run for their ``duration_s``, for every clock; ``cluster``
 keeps the cluster-events log with per-partition offsets as ``simulate`` models it. The clocks that drive it
-(``kai_stream.simulate``, ``replay.engine`` for what-ifs, ``kai_stream.trace.simulator``) only decide when
+(``kai_stream.simulate``, ``kai_stream.replay.engine`` for what-ifs, ``kai_stream.trace.simulator``) only decide when
 things happen; each steps the scheduler with ``kai_stream.core.decide``.
 """
 

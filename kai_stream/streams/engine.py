@@ -1,6 +1,6 @@
 """The processor's logic for one cluster-events partition, without I/O: fold, cycle, chain, rebuild.
 
-Contract with replay (kai_stream/history, replay/):
+Contract with replay (kai_stream/history, kai_stream/replay/):
 
 * each pool has its own state, folding the partition's events whose pool is that pool or ``*`` (a pool
   first seen mid-log starts from the ``*`` events before it), in offset order;

@@ -19,8 +19,8 @@ import pytest
 from kubernetes_asyncio import client
 from kubernetes_asyncio import config as kube_config
 
-from connectors.apiserver import ControlPlane
-from connectors.simcluster import SimCluster, api_client
+from kai_stream.connectors.apiserver import ControlPlane
+from kai_stream.connectors.simcluster import SimCluster, api_client
 from tests.kube_calls import send
 
 NODE_CAPACITY = {"cpu": "32", "memory": "256Gi", "nvidia.com/gpu": "8", "pods": "110"}
@@ -29,7 +29,7 @@ SIM_HISTORY = 20
 
 @pytest.fixture(scope="session")
 def control_plane() -> Iterator[ControlPlane]:
-    """etcd + kube-apiserver + KWOK for the whole session (built on first use, see connectors/apiserver)."""
+    """etcd + kube-apiserver + KWOK for the whole session (built on first use, see kai_stream/connectors/apiserver)."""
     plane = ControlPlane()
     plane.start()
     try:

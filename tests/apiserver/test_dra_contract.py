@@ -8,9 +8,9 @@ from typing import Any
 
 from kubernetes_asyncio import client
 
-from connectors.kubernetes.kinds import KIND_BY_NAME
-from connectors.kubernetes.watcher import list_objects
 from kai_stream.binder.kube import KubeApplier, RetryPolicy
+from kai_stream.connectors.kubernetes.kinds import KIND_BY_NAME
+from kai_stream.connectors.kubernetes.watcher import list_objects
 from kai_stream.core.dra import DRA_KINDS, LABEL_DRA_GPUS, DraIndex
 from kai_stream.core.events import BindFailed, BindRequested, DraAllocation, NodeObserved, PodBound, PodObserved
 from kai_stream.core.manifests import object_to_events

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from connectors.apiserver import ControlPlane
+from kai_stream.connectors.apiserver import ControlPlane
 
 pytestmark = pytest.mark.apiserver
 

@@ -21,9 +21,9 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio import config as kube_config
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from connectors.apiserver import ControlPlane
-from connectors.kubernetes import KubernetesConnector
 from kai_stream.binder.runner import run_binder
+from kai_stream.connectors.apiserver import ControlPlane
+from kai_stream.connectors.kubernetes import KubernetesConnector
 from kai_stream.settings import KafkaSettings
 from kai_stream.topics import TopicNames
 from tests.kube_calls import send

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from kubernetes_asyncio import client, watch
 
-from connectors.apiserver import ControlPlane
+from kai_stream.connectors.apiserver import ControlPlane
 from kai_stream.core.events import BindFailed, BindRequested, EvictionRequested, PodPipelined
 from kai_stream.pipeline import Pipeline, PipelineOptions
 from tests.kube_calls import send

@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 import pytest
 from kubernetes_asyncio import client
 
-from connectors.simcluster import SimCluster, kube_client_config
+from kai_stream.connectors.simcluster import SimCluster, kube_client_config
 from tests.simcluster_fixtures import api, sim, sim_options
 
 from .proxy import Proxy

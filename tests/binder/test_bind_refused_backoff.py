@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from connectors.simcluster import SimCluster, api_client
 from kai_stream.binder.kube import KubeApplier
+from kai_stream.connectors.simcluster import SimCluster, api_client
 from kai_stream.core.config import SchedulerConfig
 from kai_stream.core.events import (
     BindFailed,

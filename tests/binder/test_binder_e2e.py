@@ -11,8 +11,8 @@ from collections.abc import Awaitable, Callable
 
 from aiokafka import TopicPartition
 
-from connectors.simcluster import SimCluster, kube_client_config
 from kai_stream.binder import RetryPolicy, run_binder
+from kai_stream.connectors.simcluster import SimCluster, kube_client_config
 from kai_stream.core.events import (
     ConfigRecorded,
     DeadLetter,

@@ -10,8 +10,8 @@ from collections.abc import AsyncIterator
 import pytest
 from kubernetes_asyncio import client
 
-from connectors.simcluster import SimCluster, api_client
 from kai_stream.binder.kube import KubeApplier, RetryPolicy
+from kai_stream.connectors.simcluster import SimCluster, api_client
 from kai_stream.core.events import PodBound, PodEvicted
 
 from .builders import bind, evict, node, pod, pod_group

@@ -3,8 +3,8 @@ the scheduler forgets the pod instead of deciding the same bind again every cycl
 
 from __future__ import annotations
 
-from connectors.simcluster import SimCluster
 from kai_stream.binder.kube import KubeApplier
+from kai_stream.connectors.simcluster import SimCluster
 from kai_stream.core.config import SchedulerConfig
 from kai_stream.core.events import (
     BindFailed,

@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 from kubernetes_asyncio import client
 
-from connectors.simcluster import SimCluster, api_client
 from kai_stream.binder.kube import KubeApplier, Pod, RetryPolicy
+from kai_stream.connectors.simcluster import SimCluster, api_client
 from kai_stream.core.events import BindFailed, EvictionFailed, PodBound, PodEvicted
 from kai_stream.observability import BINDER_RETRIES
 

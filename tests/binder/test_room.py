@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from connectors.simcluster import SimCluster, api_client
 from kai_stream.binder.kube import KubeApplier, RetryPolicy
+from kai_stream.connectors.simcluster import SimCluster, api_client
 from kai_stream.core.events import BindFailed, PodBound, PodEvicted
 
 from .builders import bind, evict, node, pod

@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from connectors.simcluster import SimCluster, api_client
 from kai_stream.binder.kube import KubeApplier, RetryPolicy
 from kai_stream.binder.view import RoomView
+from kai_stream.connectors.simcluster import SimCluster, api_client
 from kai_stream.core.events import BindFailed, PodBound, PodEvicted
 
 from .builders import bind, evict, node, pod

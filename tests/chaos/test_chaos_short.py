@@ -15,13 +15,13 @@ from pathlib import Path
 import orjson
 from kubernetes_asyncio import client
 
-from connectors.simcluster.client import api_client
+from kai_stream.connectors.simcluster.client import api_client
 from kai_stream.core.events import DeadLetter, PodObserved, loads_cluster_event
 from kai_stream.core.manifests import ANNOTATION_GPU_INDICES
 from kai_stream.history.reader import read_broker
 from kai_stream.kafka import make_producer, partition_for, read_topic
 from kai_stream.pipeline import Pipeline, PipelineOptions
-from replay.testing import assert_replays_identically
+from kai_stream.replay.testing import assert_replays_identically
 from tests.cluster_objects import create_pod, gpu_nodes, gpu_pod, unlimited_queue, until
 
 NODES, GPUS_PER_NODE, WAVES, PODS_PER_WAVE = 6, 4, 3, 5  # 22 GPUs asked of 24: every pod fits

@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 
-from connectors.kubernetes import KubernetesConnector
+from kai_stream.connectors.kubernetes import KubernetesConnector
 
 
 @contextlib.asynccontextmanager

@@ -14,12 +14,12 @@ import pytest
 import yaml
 from kubernetes_asyncio import client
 
-from connectors.kubernetes import KubernetesConnector
-from connectors.kubernetes.catalog import Catalog
-from connectors.kubernetes.watcher import Obj
-from connectors.simcluster import SimCluster
-from connectors.simcluster.client import api_client
 from kai_stream import prefork
+from kai_stream.connectors.kubernetes import KubernetesConnector
+from kai_stream.connectors.kubernetes.catalog import Catalog
+from kai_stream.connectors.kubernetes.watcher import Obj
+from kai_stream.connectors.simcluster import SimCluster
+from kai_stream.connectors.simcluster.client import api_client
 from kai_stream.core.events import PodObserved, content_digest, dumps, loads_cluster_event
 from kai_stream.kafka import make_producer, read_topic, send_keyed
 from kai_stream.settings import KafkaSettings

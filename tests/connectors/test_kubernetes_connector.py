@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections import Counter
 from collections.abc import AsyncIterator, Callable
@@ -12,11 +13,11 @@ import pytest
 import yaml
 from kubernetes_asyncio import client
 
-from connectors.kubernetes import KINDS, KubernetesConnector
-from connectors.kubernetes.kinds import KIND_BY_NAME
-from connectors.kubernetes.watcher import Expired, list_objects, watch_objects
-from connectors.simcluster import SimCluster
-from connectors.simcluster.client import api_client
+from kai_stream.connectors.kubernetes import KINDS, KubernetesConnector
+from kai_stream.connectors.kubernetes.kinds import KIND_BY_NAME, ListCall
+from kai_stream.connectors.kubernetes.watcher import Expired, Obj, follow, list_objects, watch_objects
+from kai_stream.connectors.simcluster import SimCluster
+from kai_stream.connectors.simcluster.client import api_client
 from kai_stream.core.events import ALL_POOLS, DeadLetter, loads_cluster_event
 from kai_stream.kafka import partition_for, read_topic
 from kai_stream.settings import KafkaSettings
@@ -155,27 +156,69 @@ async def test_ticks_and_dead_letters(cluster: SimCluster, kafka_settings: Kafka
         assert "half" in (letters[0].value_text or "") and "nvidia.com/gpu" in letters[0].reason
 
 
-async def test_watch_from_an_expired_version_raises_expired() -> None:
+@contextlib.asynccontextmanager
+async def _compacted() -> AsyncIterator[tuple[ListCall, client.CoreV1Api, str]]:
+    """A simulated cluster keeping 3 changes, its pods' list call, and a version that 6 pod creations compacted."""
     sim = SimCluster(history_limit=3)
     await sim.start()
     try:
         sim.load_objects(list(yaml.safe_load_all(CLUSTER)))
         async with api_client(sim.url or "") as api:
-            pods = KIND_BY_NAME["Pod"]
-            call = pods.list_call(api)
-            _, version = await list_objects(pods, call)
+            call = KIND_BY_NAME["Pod"].list_call(api)
+            _, stale = await list_objects(KIND_BY_NAME["Pod"], call)
             core = client.CoreV1Api(api)
             for i in range(6):
                 await create_pod(core, "ns", _pod(f"p{i}"))
-            with pytest.raises(Expired):
-                async for _ in watch_objects(pods, call, version, timeout_s=2):
-                    pass
+            yield call, core, stale
     finally:
         await sim.stop()
+
+
+async def test_watch_from_an_expired_version_raises_expired() -> None:
+    async with _compacted() as (call, _, version):
+        with pytest.raises(Expired):
+            async for _ in watch_objects(KIND_BY_NAME["Pod"], call, version, timeout_s=2):
+                pass
     assert {k.kind for k in KINDS} == {
         "Node", "Pod", "Queue", "PodGroup", "PriorityClass", "Topology",
         "DeviceClass", "ResourceClaim", "ResourceClaimTemplate", "ResourceSlice",
     }
+
+
+async def test_follow_relists_after_an_expired_version_and_then_delivers_changes() -> None:
+    """The connector's and the binder's one list-then-watch loop: a watch from a compacted version (410) makes it
+    list again at once, and the changes after that list reach ``changed`` with their resourceVersion."""
+    pods = KIND_BY_NAME["Pod"]
+    async with _compacted() as (call, core, stale):
+        stale_left = [stale]
+        listed: list[list[str]] = []
+        seen: asyncio.Queue[tuple[str, str, str]] = asyncio.Queue()
+
+        async def relist() -> str:
+            if stale_left:
+                return stale_left.pop()
+            items, version = await list_objects(pods, call)
+            listed.append(sorted(item["metadata"]["name"] for item in items))
+            return version
+
+        async def changed(change: str, obj: Obj, version: str) -> None:
+            await seen.put((change, obj["metadata"]["name"], version))
+
+        task = asyncio.create_task(follow(pods, call, relist=relist, changed=changed, timeout_s=2, who="test"))
+        try:
+            deadline = time.monotonic() + 10
+            while not listed and time.monotonic() < deadline:
+                await asyncio.sleep(0.02)
+            assert listed == [[f"p{i}" for i in range(6)]]
+            created = await create_pod(core, "ns", _pod("late"))
+            change, name, version = await asyncio.wait_for(seen.get(), 10)
+            assert (change, name) == ("ADDED", "late")
+            assert version == created.metadata.resource_version
+            assert seen.empty() and len(listed) == 1
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
 
 
 async def test_status_writes_and_relists_of_unchanged_objects_publish_nothing(

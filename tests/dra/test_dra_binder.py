@@ -10,8 +10,8 @@ from typing import Any
 
 from kubernetes_asyncio import client
 
-from connectors.simcluster import SimCluster, api_client
 from kai_stream.binder.kube import KubeApplier, RetryPolicy
+from kai_stream.connectors.simcluster import SimCluster, api_client
 from kai_stream.core.events import BindFailed, BindRequested, DraAllocation, PodBound
 from tests.binder.builders import bind, node
 

@@ -18,11 +18,11 @@ from kai_stream.core.manifests import load_scenario
 from kai_stream.dryrun import dry_run, pod_events, scenario_state
 from kai_stream.history.export import write_history
 from kai_stream.kafka import make_producer, partition_for, read_topic
+from kai_stream.replay.engine import run_engine
 from kai_stream.settings import KafkaSettings
 from kai_stream.simulate import simulate
 from kai_stream.streams.runtime import InRecord, SchedulerRuntime
 from kai_stream.topics import TopicNames
-from replay.engine import run_engine
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 

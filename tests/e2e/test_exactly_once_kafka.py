@@ -21,7 +21,7 @@ import pytest
 from aiokafka import AIOKafkaConsumer
 from kubernetes_asyncio import client
 
-from connectors.simcluster.client import api_client
+from kai_stream.connectors.simcluster.client import api_client
 from kai_stream.core.events import BindRequested
 from kai_stream.history.reader import read_broker
 from kai_stream.kafka import assign_from_start, make_consumer, read_to_end, read_topic

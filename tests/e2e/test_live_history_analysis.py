@@ -22,7 +22,7 @@ from kai_stream.analytics import summarize
 from kai_stream.cli import _register, app
 from kai_stream.core.events import EvictionRequested
 from kai_stream.history.reader import History, read_history
-from replay.whatif import load_whatif, run_whatif
+from kai_stream.replay.whatif import load_whatif, run_whatif
 from tests.cli_main import kai_process
 
 _NODE = """

@@ -17,7 +17,7 @@ import pytest
 import yaml
 from kubernetes_asyncio import client
 
-from connectors.simcluster.client import api_client
+from kai_stream.connectors.simcluster.client import api_client
 from kai_stream.core.config import SchedulerConfig
 from kai_stream.core.events import BindRequested
 from kai_stream.core.manifests import load_scenario

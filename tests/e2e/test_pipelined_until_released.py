@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from connectors.simcluster.store import Change
+from kai_stream.connectors.simcluster.store import Change
 from kai_stream.core.events import (
     BindFailed,
     BindRequested,

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from kubernetes_asyncio import client
 
-from connectors.simcluster.client import api_client
+from kai_stream.connectors.simcluster.client import api_client
 from kai_stream.core.events import BindRequested
 from kai_stream.history.reader import read_broker
 from kai_stream.kafka import partition_for

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from kubernetes_asyncio import client
 
-from connectors.simcluster.client import api_client
+from kai_stream.connectors.simcluster.client import api_client
 from kai_stream.history.reader import read_broker
 from kai_stream.pipeline import Pipeline, PipelineOptions
 from kai_stream.settings import KafkaSettings

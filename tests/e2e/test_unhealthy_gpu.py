@@ -16,14 +16,14 @@ from typing import Any
 from kubernetes_asyncio import client
 from nvml.recorded import Gpu, RecordedNvml
 
-from connectors.nvml import AgentConfig, GpuAgent, GpuReader, XidEvent, kafka_sink
-from connectors.simcluster.client import api_client
+from kai_stream.connectors.nvml import AgentConfig, GpuAgent, GpuReader, XidEvent, kafka_sink
+from kai_stream.connectors.simcluster.client import api_client
 from kai_stream.core.events import BindRequested, GpuHealthObserved, PodPending
 from kai_stream.core.manifests import ANNOTATION_GPU_INDICES
 from kai_stream.history.reader import read_broker
 from kai_stream.kafka import make_producer
 from kai_stream.pipeline import Pipeline, PipelineOptions
-from replay.testing import assert_replays_identically
+from kai_stream.replay.testing import assert_replays_identically
 from tests.cluster_objects import create_pod, gpu_pod, unlimited_queue, until
 
 NODE = "gpu-node-1"

@@ -1,6 +1,6 @@
 """KAI Scheduler's own fair-share simulators as a test oracle, built from the Go module pinned in ``go/go.mod``
 (``github.com/NVIDIA/KAI-scheduler``) into ``~/.cache/kai-stream/bin`` like the control plane's binaries
-(``connectors.apiserver.build``): nothing of KAI's source is kept here.
+(``kai_stream.connectors.apiserver.build``): nothing of KAI's source is kept here.
 
 * ``cmd/fairshare-simulator``: an HTTP service (``POST /simulate``) that runs KAI's ``resource_division``
   (one level of sibling queues, ``kValue`` 0) on the queues and total it is given and answers each queue's fair
@@ -27,8 +27,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from connectors.apiserver import build
 from kai_stream.broker import free_port
+from kai_stream.connectors.apiserver import build
 
 MODULE = Path(__file__).resolve().parent / "go"
 KAI = "github.com/NVIDIA/KAI-scheduler"

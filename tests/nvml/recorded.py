@@ -8,7 +8,7 @@ from typing import Any
 
 import pynvml
 
-from connectors.nvml.seam import Handle, MemoryInfo, XidEvent
+from kai_stream.connectors.nvml.seam import Handle, MemoryInfo, XidEvent
 
 GIB = 1024**3
 
@@ -38,7 +38,7 @@ def _answer(value: Any) -> Any:
 
 
 class RecordedNvml:
-    """Implements ``connectors.nvml.seam.Nvml`` from recorded readings."""
+    """Implements ``kai_stream.connectors.nvml.seam.Nvml`` from recorded readings."""
 
     def __init__(
         self,

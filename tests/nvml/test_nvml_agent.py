@@ -9,8 +9,8 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from connectors.nvml import AgentConfig, GpuAgent, GpuReader, NvmlUnavailable, XidEvent
-from connectors.nvml.reading import health_of
+from kai_stream.connectors.nvml import AgentConfig, GpuAgent, GpuReader, NvmlUnavailable, XidEvent
+from kai_stream.connectors.nvml.reading import health_of
 from kai_stream.core.events import GpuHealthObserved, loads_cluster_event
 from kai_stream.observability import Health
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pynvml
 
-from connectors.nvml import AgentConfig, GpuAgent, GpuReader, kafka_sink
+from kai_stream.connectors.nvml import AgentConfig, GpuAgent, GpuReader, kafka_sink
 from kai_stream.core.events import loads_cluster_event
 from kai_stream.kafka import make_producer, partition_for, read_topic
 from kai_stream.settings import KafkaSettings

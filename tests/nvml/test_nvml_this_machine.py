@@ -15,8 +15,8 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from connectors.nvml import GpuReader, NvmlUnavailable, PynvmlApi
 from kai_stream.cli.gpu_agent import EXIT_NO_NVML, gpu_agent
+from kai_stream.connectors.nvml import GpuReader, NvmlUnavailable, PynvmlApi
 from kai_stream.core.events import GpuHealthObserved, loads_cluster_event
 
 ACTIONABLE = ("NVIDIA", "driver", "GPU", "libnvidia-ml")

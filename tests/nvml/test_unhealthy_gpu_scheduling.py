@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pynvml
 
-from connectors.nvml import AgentConfig, GpuAgent, GpuReader, XidEvent
+from kai_stream.connectors.nvml import AgentConfig, GpuAgent, GpuReader, XidEvent
 from kai_stream.core.config import SchedulerConfig
 from kai_stream.core.events import GpuHealthObserved, ObservedEvent, PodPending
 from kai_stream.core.manifests import load_scenario

@@ -8,7 +8,7 @@ import pytest
 
 from kai_stream.core.config import SchedulerConfig
 from kai_stream.core.manifests import load_scenario
-from replay.engine import EngineRun, run_engine
+from kai_stream.replay.engine import EngineRun, run_engine
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 SCENARIOS = sorted(EXAMPLES.glob("*.yaml"))

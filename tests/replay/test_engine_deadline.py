@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-import replay.engine
+import kai_stream.replay.engine
 from kai_stream.core.config import SchedulerConfig
 from kai_stream.core.events import ObservedEvent, PodObserved, PodSpec, QueueObserved, Resources, Tick, dumps
+from kai_stream.replay.engine import EngineRun, run_engine
 from kai_stream.trace.clusters import auto_queue_events, cluster_events, nodes_yaml
-from replay.engine import EngineRun, run_engine
 
 
 def _events(tmp_path: Path) -> list[ObservedEvent]:
@@ -45,7 +45,7 @@ def test_ticks_before_the_deadline_run_no_cycle_and_change_nothing(
     sleeping = run_engine(events, SchedulerConfig(), drain=False)
     with monkeypatch.context() as patch:
         patch.setattr(
-            replay.engine, "next_deadline",
+            kai_stream.replay.engine, "next_deadline",
             lambda state, config, pool: math.nextafter(state.now, math.inf),
         )
         every = run_engine(events, SchedulerConfig(), drain=False)

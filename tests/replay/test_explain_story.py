@@ -16,7 +16,7 @@ from kai_stream.core.manifests import load_scenario
 from kai_stream.explain import explain_pod
 from kai_stream.history.export import write_history
 from kai_stream.history.reader import read_history
-from replay.engine import run_engine
+from kai_stream.replay.engine import run_engine
 
 
 def _events(

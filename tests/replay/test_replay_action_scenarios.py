@@ -12,9 +12,9 @@ from core_actions.harness import MAX_CYCLES, SCENARIOS, events_of, split
 
 from kai_stream.core.config import SchedulerConfig, parse_config
 from kai_stream.core.events import Decision, EvictionRequested, ObservedEvent
+from kai_stream.replay.simulated import replay_simulation
+from kai_stream.replay.testing import assert_simulation_replays_identically
 from kai_stream.simulate import simulate
-from replay.simulated import replay_simulation
-from replay.testing import assert_simulation_replays_identically
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC).timestamp()
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-import replay.runner
+import kai_stream.replay.runner
 from kai_stream.core.config import SchedulerConfig
 from kai_stream.core.events import (
     CLUSTER_EVENT,
@@ -29,9 +29,9 @@ from kai_stream.core.state import ClusterState, fold
 from kai_stream.history.export import write_history
 from kai_stream.history.reader import CLUSTER_EVENTS_TOPIC, PoolLog, read_history
 from kai_stream.history.schema import event_row, write_segment
+from kai_stream.replay.engine import run_engine
+from kai_stream.replay.runner import replay_history
 from kai_stream.trace.clusters import cluster_events
-from replay.engine import run_engine
-from replay.runner import replay_history
 
 CLUSTER = Path(__file__).resolve().parents[2] / "examples" / "clusters" / "gpu32.yaml"
 GPUS = tuple(GpuDevice(index=i, uuid=f"GPU-{i}", memory_mib=40960) for i in range(8))
@@ -82,7 +82,7 @@ def test_compact_replay_equals_full_replay(tmp_path: Path, monkeypatch: pytest.M
     report = replay_history(read_history(tmp_path))
     assert report.ok and report.identical == len(run.log.decisions) > 20
     assert report.events == len(run.log.events)
-    monkeypatch.setattr(replay.runner, "_BLOCK", 4)  # both workers rebuild cycles
+    monkeypatch.setattr(kai_stream.replay.runner, "_BLOCK", 4)  # both workers rebuild cycles
     forked = replay_history(read_history(tmp_path), workers=2)
     assert (forked.ok, forked.identical, forked.events) == (True, report.identical, report.events)
     assert forked.pools["default"].state == report.pools["default"].state

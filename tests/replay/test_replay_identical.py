@@ -16,9 +16,9 @@ from kai_stream.core.events import BindRequested, PodPending
 from kai_stream.core.manifests import load_scenario
 from kai_stream.history.export import write_history
 from kai_stream.history.reader import History, read_history
-from replay.engine import EngineRun, run_engine
-from replay.runner import replay_history
-from replay.testing import ReplayMismatch, assert_replays_identically
+from kai_stream.replay.engine import EngineRun, run_engine
+from kai_stream.replay.runner import replay_history
+from kai_stream.replay.testing import ReplayMismatch, assert_replays_identically
 
 
 def test_examples_exist() -> None:

@@ -15,7 +15,7 @@ from kai_stream.audit import verify_chain
 from kai_stream.history.reader import ALL_TOPICS, read_broker, read_history
 from kai_stream.history.sink import run_sink
 from kai_stream.pipeline import Pipeline, PipelineOptions
-from replay.testing import assert_replays_identically
+from kai_stream.replay.testing import assert_replays_identically
 
 ROOT = Path(__file__).resolve().parents[2]
 CLI = [sys.executable, "-c", "from kai_stream.cli import main; main()"]

@@ -14,7 +14,7 @@ import pytest
 from kai_stream.audit import verify_chain
 from kai_stream.history.reader import read_broker
 from kai_stream.pipeline import Pipeline, PipelineOptions
-from replay.testing import assert_replays_identically
+from kai_stream.replay.testing import assert_replays_identically
 
 ROOT = Path(__file__).resolve().parents[2]
 

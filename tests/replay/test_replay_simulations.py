@@ -12,9 +12,9 @@ import yaml
 from kai_stream.core.config import SchedulerConfig, parse_config
 from kai_stream.core.events import BindRequested
 from kai_stream.core.manifests import load_scenario
+from kai_stream.replay.simulated import replay_simulation
+from kai_stream.replay.testing import assert_simulation_replays_identically
 from kai_stream.simulate import simulate
-from replay.simulated import replay_simulation
-from replay.testing import assert_simulation_replays_identically
 
 ROOT = Path(__file__).resolve().parents[2]
 FILES = sorted((ROOT / "tests" / "core" / "scenarios").glob("*.yaml")) + sorted((ROOT / "examples").glob("*.yaml"))

@@ -16,8 +16,8 @@ from kai_stream.core.events import ObservedEvent, PodObserved
 from kai_stream.core.manifests import load_scenario
 from kai_stream.history.export import write_history
 from kai_stream.history.reader import read_history
-from replay.engine import run_engine
-from replay.whatif import load_whatif, run_whatif
+from kai_stream.replay.engine import run_engine
+from kai_stream.replay.whatif import load_whatif, run_whatif
 
 ARRIVAL_A = 100.0  # qa's pods arrive while qb holds the whole cluster
 

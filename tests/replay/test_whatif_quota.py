@@ -12,8 +12,8 @@ from kai_stream.core.config import SchedulerConfig
 from kai_stream.core.manifests import load_scenario
 from kai_stream.history.export import write_history
 from kai_stream.history.reader import read_history
-from replay.engine import run_engine
-from replay.whatif import load_whatif, observed_only, run_whatif
+from kai_stream.replay.engine import run_engine
+from kai_stream.replay.whatif import load_whatif, observed_only, run_whatif
 
 
 def _history(tmp_path: Path) -> Path:

@@ -15,8 +15,8 @@ from kai_stream.core.events import ObservedEvent, PodGroupRemoved, PodObserved, 
 from kai_stream.core.manifests import load_scenario
 from kai_stream.history.export import write_history
 from kai_stream.history.reader import read_history
-from replay.engine import run_engine
-from replay.whatif import WhatIfSpec, observed_only, run_whatif
+from kai_stream.replay.engine import run_engine
+from kai_stream.replay.whatif import WhatIfSpec, observed_only, run_whatif
 from tests.trace.itp_slice import simulate_itp_slice
 
 GROUP = """

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from kubernetes_asyncio import client
 
-from connectors.simcluster import api_client
+from kai_stream.connectors.simcluster import api_client
 
 SCENARIO = """
 apiVersion: v1

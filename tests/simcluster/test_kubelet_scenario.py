@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from kubernetes_asyncio import client, watch
 
-from connectors.simcluster import DURATION_ANNOTATION, ScenarioError, SimCluster
+from kai_stream.connectors.simcluster import DURATION_ANNOTATION, ScenarioError, SimCluster
 from tests.kube_calls import send
 
 from .manifests import binding, node, pod

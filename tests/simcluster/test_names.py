@@ -10,7 +10,7 @@ import pytest
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from connectors.simcluster.names import name_problems
+from kai_stream.connectors.simcluster.names import name_problems
 from tests.kube_calls import send, status_of
 
 from .manifests import node, pod

@@ -7,12 +7,12 @@ from typing import Any
 
 import pytest
 
-from connectors.simcluster.errors import ApiError
-from connectors.simcluster.patch import apply, json_patch, merge_patch, strategic_merge_patch
-from connectors.simcluster.resources import by_key
-from connectors.simcluster.rules import INTERNAL
-from connectors.simcluster.selectors import parse, view
-from connectors.simcluster.store import Store
+from kai_stream.connectors.simcluster.errors import ApiError
+from kai_stream.connectors.simcluster.patch import apply, json_patch, merge_patch, strategic_merge_patch
+from kai_stream.connectors.simcluster.resources import by_key
+from kai_stream.connectors.simcluster.rules import INTERNAL
+from kai_stream.connectors.simcluster.selectors import parse, view
+from kai_stream.connectors.simcluster.store import Store
 
 POD_FIELDS = ("metadata.name", "metadata.namespace", "spec.nodeName", "status.phase")
 

@@ -10,7 +10,7 @@ import pytest
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from connectors.simcluster import SimCluster
+from kai_stream.connectors.simcluster import SimCluster
 from tests.kube_calls import send, status_of
 
 from .manifests import binding, node, pod

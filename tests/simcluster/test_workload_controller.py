@@ -7,7 +7,7 @@ import asyncio
 
 from kubernetes_asyncio import client
 
-from connectors.simcluster import SimCluster
+from kai_stream.connectors.simcluster import SimCluster
 from kai_stream.emulation import LABEL_RECREATE, recreated_uid
 
 from .manifests import node, pod

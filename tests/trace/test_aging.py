@@ -12,10 +12,10 @@ import pytest
 from kai_stream.core.config import DEFAULT_PLUGINS, JobAging, SchedulerConfig, config_hash, parse_config
 from kai_stream.core.events import BindRequested, PodPending
 from kai_stream.history.reader import read_history
+from kai_stream.replay.testing import assert_replays_identically
 from kai_stream.trace.clusters import auto_queue_events, cluster_events, nodes_yaml
 from kai_stream.trace.loaders import Trace
 from kai_stream.trace.simulator import simulate_trace
-from replay.testing import assert_replays_identically
 
 STREAM_EVERY_S, STREAM_RUN_S, STREAM_JOBS = 25, 100, 160
 BIG_SUBMIT_S, BIG_RUN_S = 1, 300

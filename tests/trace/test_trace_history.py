@@ -27,9 +27,9 @@ from kai_stream.emulation import emulation_of
 from kai_stream.explain import explain_pod
 from kai_stream.history.reader import History, read_history
 from kai_stream.history.schema import scan_history
-from replay.engine import run_engine
-from replay.testing import assert_replays_identically
-from replay.whatif import WhatIfSpec, observed_cycles, run_whatif
+from kai_stream.replay.engine import run_engine
+from kai_stream.replay.testing import assert_replays_identically
+from kai_stream.replay.whatif import WhatIfSpec, observed_cycles, run_whatif
 from tests.trace.itp_slice import simulate_itp_slice
 
 DATA = Path(__file__).parent / "data"

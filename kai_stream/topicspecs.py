@@ -8,6 +8,7 @@ this module; it imports no Kafka client.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import os
 from pathlib import Path
@@ -101,8 +102,10 @@ def murmur2(data: bytes) -> int:
     return h
 
 
+@functools.lru_cache(maxsize=4096)
 def partition_for(pool: str, num_partitions: int) -> int:
-    """The partition of ``pool`` among ``num_partitions`` (Kafka's default murmur2 key hash, stable)."""
+    """The partition of ``pool`` among ``num_partitions`` (Kafka's default murmur2 key hash, stable). Asked for every
+    record the processor folds, so the answers for the last few thousand pools are kept."""
     if num_partitions <= 0:
         raise ValueError(f"num_partitions must be positive, got {num_partitions}")
     return (murmur2(pool.encode()) & 0x7FFFFFFF) % num_partitions

@@ -31,7 +31,7 @@ import functools
 import logging
 import math
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -515,6 +515,7 @@ class SchedulerRuntime:
             for partition, engine in zip(sorted(missing), rebuilt, strict=True):
                 touched[partition].update(engine.pools)
                 ticked[partition].update(self._rebuilt_ticks.pop(partition, set()))
+        consumed: Counter[str] = Counter()
         for record in batch:
             engine = self.engines[record.partition]
             if record.offset <= engine.offset:
@@ -525,7 +526,7 @@ class SchedulerRuntime:
                 engine.offset = record.offset
                 deliveries.append(await self._dead_letter(record, str(exc)))
                 continue
-            EVENTS_CONSUMED.labels(component=COMPONENT, topic=self.names.cluster_events, type=event.type).inc()
+            consumed[event.type] += 1
             folded = engine.fold(record.offset, event)
             if not is_feedback(event):
                 touched[record.partition].update(folded)
@@ -533,6 +534,8 @@ class SchedulerRuntime:
                 ticked[record.partition].update(folded)
             else:
                 self._fair_share_stale[record.partition].update(folded)
+        for kind, count in sorted(consumed.items()):
+            EVENTS_CONSUMED.labels(component=COMPONENT, topic=self.names.cluster_events, type=kind).inc(count)
         published: list[Outgoing] = []
         if self.cycle_on_tick:
             touched, backlog = ticked, None
@@ -553,11 +556,7 @@ class SchedulerRuntime:
             for pool in pools:
                 CYCLE_DURATION.labels(pool=pool).observe(elapsed / max(len(pools), 1))
             deliveries.extend(await self._publish(out))
-            for item in out:
-                kind = str(getattr(item.record, "type", ""))
-                EVENTS_PUBLISHED.labels(component=COMPONENT, topic=self.names.decisions, type=kind).inc()
-                if hasattr(item.record, "action"):
-                    DECISIONS.labels(pool=item.pool, kind=kind, action=str(item.record.action)).inc()
+            self._count_published(out)
             for pool in sorted({item.pool for item in out}):
                 self._meter(pool).decisions(item.record for item in out if item.pool == pool)
             published.extend(out)
@@ -570,6 +569,20 @@ class SchedulerRuntime:
         if self.settle_in_submit and self.settle_due():
             self.settle_heap()
         return published, deliveries
+
+    def _count_published(self, out: list[Outgoing]) -> None:
+        """The Prometheus counters of a cycle's records: one increment per label set, not per record."""
+        published: Counter[str] = Counter()
+        decided: Counter[tuple[str, str, str]] = Counter()
+        for item in out:
+            kind = str(getattr(item.record, "type", ""))
+            published[kind] += 1
+            if hasattr(item.record, "action"):
+                decided[(item.pool, kind, str(item.record.action))] += 1
+        for kind, count in sorted(published.items()):
+            EVENTS_PUBLISHED.labels(component=COMPONENT, topic=self.names.decisions, type=kind).inc(count)
+        for (pool, kind, action), count in sorted(decided.items()):
+            DECISIONS.labels(pool=pool, kind=kind, action=action).inc(count)
 
     async def _publish(self, out: list[Outgoing]) -> list[Awaitable[Any]]:
         """Hand a cycle's records to the producer: each pool's as one unit when ``send_unit`` is set."""

@@ -45,11 +45,11 @@ async def _send(topic: str, partition: int, key: bytes, record: Model) -> Any:
     return await app.producer.send(topic, key, dumps(record), partition, None, None)
 
 
-async def _send_unit(topic: str, partition: int, key: bytes, records: Sequence[Model]) -> Any:
+async def _send_unit(topic: str, partition: int, key: bytes, values: Sequence[bytes]) -> Any:
     """Hand one cycle's records of a pool to faust's producer as one record batch (appended whole or not at all)."""
     producer = app.producer
     assert isinstance(producer, faust_aiokafka.Producer)
-    return await send_unit(faust_kafka_producer(producer), topic, partition, key, [dumps(r) for r in records])
+    return await send_unit(faust_kafka_producer(producer), topic, partition, key, values)
 
 
 runtime = SchedulerRuntime(

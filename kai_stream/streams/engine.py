@@ -50,6 +50,7 @@ from kai_stream.core.events import (
     QueueShare,
     Tick,
     decision_hash,
+    dumps,
 )
 from kai_stream.core.quiet import queue_shares
 from kai_stream.core.scheduler.cycle import fair_shares, run_cycle
@@ -77,10 +78,16 @@ class PoolState:
 
 @dataclass(frozen=True)
 class Outgoing:
-    """A record for the decisions topic, keyed by pool."""
+    """A record for the decisions topic, keyed by pool; ``encoded``: its canonical bytes (``dumps``) when the cycle
+    already made them (a decision's, for its hash), so they are not made again to publish it."""
 
     pool: str
     record: Model
+    encoded: bytes | None = None
+
+    def value(self) -> bytes:
+        """The record's bytes on the wire."""
+        return self.encoded if self.encoded is not None else dumps(self.record)
 
 
 @dataclass
@@ -200,7 +207,7 @@ class PartitionEngine:
                 self.config_recorded.add(name)
             linked, pool.head = fold_linked(pool.state, decisions, pool.head)
             pool.last_input_offset = pool.state.offset
-            out.extend(Outgoing(name, decision) for decision, _ in linked)
+            out.extend(Outgoing(name, decision, raw) for decision, raw in linked)
             out.extend(shares)
         return out
 

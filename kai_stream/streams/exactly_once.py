@@ -9,7 +9,9 @@ in the log). On Apache Kafka this loop replaces that agent:
   one ``getmany`` are processed concurrently (their rebuilds' reads overlap), each in its own task;
 * each partition's batch runs in one Kafka transaction of that partition's producer
   (``transactional.id`` = ``<app id>-<partition>``): its decisions and dead letters and the engine snapshot when
-  one is due (``snapshots.py``) become visible together or not at all. Every kai-stream consumer on Kafka reads
+  one is due (``snapshots.py``) become visible together or not at all. A cycle's decisions are appended to record
+  batches of up to ``UNIT_BATCH_BYTES`` (``send_unit``), not handed to the producer one by one.
+  Every kai-stream consumer on Kafka reads
   committed records only (``kafka.make_consumer``), so a processor killed mid-batch leaves nothing of that batch
   behind: exactly once. A batch that publishes nothing ends an empty transaction (aiokafka does not ask the
   broker);
@@ -50,7 +52,7 @@ import contextvars
 import logging
 import math
 import time
-from collections.abc import Awaitable, Callable, Collection
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -61,7 +63,7 @@ from aiokafka.structs import RecordMetadata
 
 from kai_stream.core.events import Model, dumps
 from kai_stream.hoptrace import HopTrace
-from kai_stream.kafka import make_consumer, make_producer, start_consumer
+from kai_stream.kafka import UnitTooLarge, make_consumer, make_producer, start_consumer
 from kai_stream.settings import KafkaSettings
 from kai_stream.streams import snapshots, startup
 from kai_stream.streams.runtime import InRecord, SchedulerRuntime
@@ -90,6 +92,34 @@ aiokafka's default, 100 ms, went straight into a decision's latency (markers tak
 SETTLE_LATE = 3.0
 MAX_TRANSACTION_TIMEOUT_MS = 900_000
 """The broker's default ``transaction.max.timeout.ms``: a producer asking for more is refused at InitProducerId."""
+
+UNIT_BATCH_BYTES = 512 * 1024
+"""The record batches a cycle's decisions fill (``send_unit``; the producer's ``max_batch_size``): a burst's thousands
+of decisions go in a few batches, each under the broker's default ``message.max.bytes`` (1 MiB), which the dead-letter
+topic keeps."""
+
+
+def _unit_delivery(
+    sent: list[asyncio.Future[RecordMetadata]], count: int, last_count: int
+) -> asyncio.Future[RecordMetadata]:
+    """One delivery for a unit sent as several record batches: fails if any failed, else the last batch's metadata
+    with the offset of the unit's first record."""
+    unit: asyncio.Future[RecordMetadata] = asyncio.get_running_loop().create_future()
+
+    def settle(done: asyncio.Future[list[RecordMetadata]]) -> None:
+        if unit.done():
+            return
+        if done.cancelled():
+            unit.cancel()
+        elif (error := done.exception()) is not None:
+            unit.set_exception(error)
+        else:
+            last = done.result()[-1]
+            unit.set_result(last._replace(offset=last.offset + last_count - count))
+
+    asyncio.gather(*sent).add_done_callback(settle)
+    return unit
+
 
 _current: contextvars.ContextVar[AIOKafkaProducer | None] = contextvars.ContextVar("transaction", default=None)
 """The producer whose transaction the running partition batch publishes in (batches of partitions run at once)."""
@@ -138,7 +168,7 @@ class TransactionalLoop(ConsumerRebalanceListener):  # type: ignore[misc]
         self._committed_at = time.monotonic()
         self._hops = HopTrace("processor")
         runtime.send = self.send
-        runtime.send_unit = None  # the batch's transaction makes a cycle atomic; another producer would leave it
+        runtime.send_unit = self.send_unit
         runtime.settle_in_submit = False
         if snapshot_interval_s > 0:
             runtime.state_topic = self.state_topic
@@ -149,6 +179,29 @@ class TransactionalLoop(ConsumerRebalanceListener):  # type: ignore[misc]
         assert producer is not None, "send outside a batch"
         future: Awaitable[RecordMetadata] = await producer.send(topic, dumps(record), key=key, partition=partition)
         return future
+
+    async def send_unit(
+        self, topic: str, partition: int, key: bytes, values: Sequence[bytes]
+    ) -> Awaitable[RecordMetadata]:
+        """``SchedulerRuntime``'s send_unit: a cycle's records into the transaction of the batch being processed,
+        as record batches filled one after the other (far cheaper than a send per record). The transaction, not
+        one record batch, makes them atomic, so they may take several. The delivery is the last batch's, with the
+        offset of the unit's first record (its last batch's end less the unit's size)."""
+        producer = _current.get()
+        assert producer is not None, "send outside a batch"
+        sent: list[asyncio.Future[RecordMetadata]] = []
+        batch = producer.create_batch()
+        for value in values:
+            if batch.append(key=key, value=value, timestamp=None) is None:
+                batch.close()
+                sent.append(await producer.send_batch(batch, topic, partition=partition))
+                batch = producer.create_batch()
+                if batch.append(key=key, value=value, timestamp=None) is None:
+                    raise UnitTooLarge(f"a record of {len(value)} bytes does not fit an empty batch on {topic}")
+        last_count = batch.record_count()
+        batch.close()
+        sent.append(await producer.send_batch(batch, topic, partition=partition))
+        return _unit_delivery(sent, len(values), last_count)
 
     async def run(self) -> None:
         """Consume until cancelled; a failing batch drops the state and restarts the consumer (re-delivered)."""
@@ -253,6 +306,7 @@ class TransactionalLoop(ConsumerRebalanceListener):  # type: ignore[misc]
                 transactional_id=f"{self.group_id}-{partition}",
                 transaction_timeout_ms=self.transaction_timeout_ms,
                 max_request_size=snapshots.MAX_SNAPSHOT_BYTES,
+                max_batch_size=UNIT_BATCH_BYTES,
                 linger_ms=0,
                 retry_backoff_ms=TRANSACTION_RETRY_BACKOFF_MS,
             )

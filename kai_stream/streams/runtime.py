@@ -6,9 +6,11 @@ offsets only once they are all acknowledged, while it already folds the next bat
 one call). Decisions keep their order: one producer, one partition per pool.
 
 A cycle's records for one pool (its ``ConfigRecorded`` when due, then its decisions) reach the decisions topic
-atomically when a ``send_unit`` is given (the agent's): as one record batch, which the partition appends whole or
-not at all, so a processor killed while publishing never leaves half a cycle for the binder, a rebuild or replay
-to read. Without one (tests that publish record by record) they are sent one at a time.
+atomically when a ``send_unit`` is given: the faust agent's sends them as one record batch, which the partition
+appends whole or not at all; the transactional loop's (Apache Kafka) fills record batches inside the batch's
+transaction. Either way a processor killed while publishing never leaves half a cycle for the binder, a rebuild or
+replay to read. Without one (tests that publish record by record) they are sent one at a time. A decision goes out
+as the canonical bytes the cycle made for its hash (``Outgoing.encoded``), not encoded again.
 
 Between cycles the processor keeps a large, long-lived state (every pod and node of its pools); it is moved
 out of the cyclic garbage collector's reach (``gc.freeze``) once the first batch after a rebuild is decided (the
@@ -66,8 +68,9 @@ from kai_stream.urgency import is_feedback
 log = logging.getLogger(__name__)
 
 Send = Callable[[str, int, bytes, Model], Awaitable[Awaitable[Any]]]
-SendUnit = Callable[[str, int, bytes, Sequence[Model]], Awaitable[Awaitable[Any]]]
-"""Publish records on one partition as one unit (all appended or none); returns the delivery to await."""
+SendUnit = Callable[[str, int, bytes, Sequence[bytes]], Awaitable[Awaitable[Any]]]
+"""Publish encoded records on one partition as one unit (all appended or none); returns the delivery to await, whose
+result's ``offset`` is the unit's first."""
 COMPONENT = "processor"
 
 
@@ -589,16 +592,16 @@ class SchedulerRuntime:
         topic = self.names.decisions
         deliveries: list[Awaitable[Any]] = []
         for pool in sorted({item.pool for item in out}):
-            records = [item.record for item in out if item.pool == pool]
+            items = [item for item in out if item.pool == pool]
             target, key = partition_for(pool, self.partitions), pool.encode()
             if self.send_unit is not None:
                 try:
-                    delivery = await self.send_unit(topic, target, key, records)
-                    deliveries.append(self._track(target, len(records), delivery))
+                    delivery = await self.send_unit(topic, target, key, [item.value() for item in items])
+                    deliveries.append(self._track(target, len(items), delivery))
                     continue
                 except UnitTooLarge as exc:
                     log.error("processor: pool %s: %s; its cycle is sent record by record (not atomic)", pool, exc)
-            for record in records:
+            for record in (item.record for item in items):
                 deliveries.append(self._track(target, 1, await self.send(topic, target, key, record)))
         return deliveries
 

@@ -42,8 +42,8 @@ async def main(bootstrap: str, prefix: str, mode: str) -> None:
     async def send(topic: str, partition: int, key: bytes, record: Model) -> Any:
         return await producer.send(topic, dumps(record), key=key, partition=partition)
 
-    async def send_whole(topic: str, partition: int, key: bytes, records: Sequence[Model]) -> Any:
-        return await send_unit(producer, topic, partition, key, [dumps(r) for r in records])
+    async def send_whole(topic: str, partition: int, key: bytes, values: Sequence[bytes]) -> Any:
+        return await send_unit(producer, topic, partition, key, values)
 
     runtime = SchedulerRuntime(
         settings, names, SchedulerConfig(), send, partitions=PARTITIONS, send_unit=send_whole if unit else None

@@ -86,8 +86,8 @@ async def test_a_rebuild_from_a_snapshot_and_the_tail_equals_the_rebuild_from_of
     async def send(topic: str, p: int, key: bytes, record: Model) -> Any:
         return await producer.send(topic, dumps(record), key=key, partition=p)
 
-    async def send_whole(topic: str, p: int, key: bytes, records: Sequence[Model]) -> Any:
-        return await send_unit(producer, topic, p, key, [dumps(r) for r in records])
+    async def send_whole(topic: str, p: int, key: bytes, values: Sequence[bytes]) -> Any:
+        return await send_unit(producer, topic, p, key, values)
 
     state_topic = f"{topics.cluster_events}-engine-changelog"
     events = _events()

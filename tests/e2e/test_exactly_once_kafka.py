@@ -31,6 +31,7 @@ from tests.cluster_objects import create_pod, gpu_nodes, gpu_pod, unlimited_queu
 from tests.log_checks import assert_chained, assert_sound
 
 NODES, GPUS, PODS = 40, 8, 240  # 480 GPUs asked of 320: some pods stay pending
+MAX_PODS = 2000
 CLUSTER = gpu_nodes(NODES, GPUS) + "---\n" + unlimited_queue("q")
 
 
@@ -53,13 +54,25 @@ async def test_processor_killed_mid_burst_decides_every_pod_exactly_once(
         core = client.CoreV1Api(api)
         assert pipeline.tail is not None and pipeline.kafka is not None
 
+        killed = asyncio.Event()
+
         async def create() -> None:
-            for i, name in enumerate(names):
+            """PODS pods, then more until the kills are done: a transaction is open only a few milliseconds of
+            each batch, so the kills may need more batches than PODS pods make."""
+            i = 0
+            while i < PODS or (not killed.is_set() and i < MAX_PODS):
+                name = f"p-{i}"
                 await create_pod(core, "eos", gpu_pod(name, "eos", 1 + i % 3, queue="q"))
+                if i >= len(names):
+                    names.append(name)
+                i += 1
                 await asyncio.sleep(0.03)
 
         creating = asyncio.create_task(create())
-        kills = await _kill_on_uncommitted(pipeline, at=(PODS // 8, PODS // 4, PODS // 2))
+        try:
+            kills = await _kill_on_uncommitted(pipeline, at=(PODS // 8, PODS // 4, PODS // 2))
+        finally:
+            killed.set()
         await creating
         await pipeline.wait_quiescent(timeout_s=120)
         # a kill once all is committed (snapshots included): the restart resumes from the snapshot
@@ -112,7 +125,7 @@ async def _kill_on_uncommitted(pipeline: Pipeline, at: tuple[int, ...]) -> int:
     try:
         await assign_from_start(watcher, pipeline.names.decisions)
         await assign_from_start(stable, pipeline.names.decisions)
-        seen, kills, deadline = 0, 0, time.monotonic() + 90
+        seen, kills, deadline = 0, 0, time.monotonic() + 150
         while kills < len(at):
             assert time.monotonic() < deadline, f"{seen} decision records, {kills} kills inside a transaction"
             batches = await watcher.getmany(timeout_ms=20)

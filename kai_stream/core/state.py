@@ -27,7 +27,8 @@ Rules (everything that changes state lives here):
 6. ``ClusterState.derived`` holds what the fold keeps beside the state for the scheduler (``Derived``): the live
    pods per job, Succeeded counts, and the snapshots parked between cycles, to which ``apply`` reports the keys
    each event touched (the snapshots keep their own dirty sets). It is a cache: excluded from equality, dropped
-   on copy or pickle (then rebuilt from ``pods``), never a source of decisions.
+   on copy or pickle and before a batch that outgrows every parked snapshot (``Derived.release_if_outgrown``),
+   then rebuilt from ``pods``; never a source of decisions.
 7. ``ClusterState.usage`` integrates what each queue's bound pods hold, and the nodes' capacity, over event time
    (``kai_stream.core.usage``): every pod and node change is reported to it at ``state.now``.
 """
@@ -141,6 +142,9 @@ class Parked(Protocol):
         """Job ``key`` (or ``NODE_MARK`` + a node name) changed; None: something every job depends on changed
         (queues, priority classes, topologies or foreign pods)."""
 
+    def outgrown(self, touches: int) -> bool:
+        """Whether ``touches`` more touched jobs would leave this snapshot to be built anew by the next cycle."""
+
 
 def _live(pod: PodSpec) -> bool:
     return pod.phase != "Succeeded" and pod.phase != "Failed"
@@ -182,6 +186,24 @@ class Derived:
         self.parked.clear()
         for pod in pods.values():
             self.pod_changed(None, pod)
+
+    def release(self) -> None:
+        """Drop the indexes and the parked snapshots: the fold stops keeping them, and the next ``sync`` (a cycle's
+        snapshot build) makes them again from ``state.pods`` in one pass."""
+        self.indexed = None
+        self.by_job, self.unmanaged, self.succeeded = {}, {}, {}
+        self.parked.clear()
+
+    def release_if_outgrown(self, touches: int) -> bool:
+        """Before folding a batch of up to ``touches`` events: when a snapshot is parked and the batch would outgrow
+        every parked snapshot (``Parked.outgrown``: the next cycle builds the whole snapshot anyway), ``release``.
+        One ``sync`` pass then makes the indexes for less than keeping them, and the snapshots' dirty keys, event by
+        event. True when released. The indexes are a cache: what a cycle decides is the same either way."""
+        parked = self.parked
+        if self.indexed is None or not parked or not all(parked[pool].outgrown(touches) for pool in sorted(parked)):
+            return False
+        self.release()
+        return True
 
     def touched(self, key: str | None) -> None:
         """Report ``key`` touched (``Parked.touched``) to every parked snapshot."""

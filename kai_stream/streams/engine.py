@@ -125,6 +125,12 @@ class PartitionEngine:
             self.pools[name] = pool
         return pool
 
+    def expect(self, records: int) -> None:
+        """Before folding up to ``records`` events of this partition: each pool whose parked snapshot they would
+        outgrow drops its indexes, to be made again in one pass by its next cycle (``Derived.release_if_outgrown``)."""
+        for name in sorted(self.pools):
+            self.pools[name].state.derived.release_if_outgrown(records)
+
     def fold(self, offset: int, event: ClusterEvent) -> list[str]:
         """Fold one event; return the pools it touched ([] for a re-delivery)."""
         if offset <= self.offset:

@@ -521,6 +521,8 @@ class SchedulerRuntime:
                 ticked[partition].update(self._rebuilt_ticks.pop(partition, set()))
         consumed: Counter[str] = Counter()
         engines, decode = self.engines, self.decode
+        for partition, count in sorted(Counter(record.partition for record in batch).items()):
+            engines[partition].expect(count)
         for record in batch:
             partition, offset = record.partition, record.offset
             engine = engines[partition]

@@ -52,6 +52,9 @@ class _Recorder:
     def touched(self, key: str | None) -> None:
         self.reported.add(key)
 
+    def outgrown(self, touches: int) -> bool:
+        return False
+
 
 def _pod(name: str, group: str | None = None, managed: bool = True, node: str | None = None) -> PodSpec:
     return PodSpec(

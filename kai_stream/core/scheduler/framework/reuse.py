@@ -82,6 +82,12 @@ class Snapshot:
             else:
                 dirty.add(key)
 
+    def outgrown(self, touches: int) -> bool:
+        """``state.Parked``: whether ``touches`` more touched jobs (each a job of its own, at most) would leave this
+        snapshot too dirty to refresh, so that the next cycle builds the whole snapshot (``kept_snapshot``)."""
+        dirty = self.dirty
+        return dirty is None or not fits_refresh(len(dirty) + touches, len(self.base.jobs))
+
     @classmethod
     def build(cls, state: ClusterState, config: SchedulerConfig, pool: str, chash: str) -> Snapshot:
         """The whole snapshot of ``pool`` (``builder.build_snapshot``)."""
@@ -298,6 +304,12 @@ def open_tracked_session(
     return ssn, snapshot
 
 
+def fits_refresh(dirty: int, jobs: int) -> bool:
+    """Whether a snapshot of ``jobs`` jobs with ``dirty`` of them touched is refreshed rather than built anew: at most
+    about half of its jobs (a full build costs less than rebuilding more of them one by one)."""
+    return dirty * 2 <= jobs + 64
+
+
 def kept_snapshot(state: ClusterState, config: SchedulerConfig, *, pool: str) -> Snapshot:
     """The pool's parked snapshot brought up to date with the fold (rebuilt when the fold does not allow it), taken
     out of ``state``: start a tracked session on it, or put it back with ``repark``."""
@@ -312,7 +324,7 @@ def kept_snapshot(state: ClusterState, config: SchedulerConfig, *, pool: str) ->
         and kept.config_hash == chash
         and dirty is not None
         and len(derived.indexed or ()) == len(state.pods)
-        and len(dirty) * 2 <= len(kept.base.jobs) + 64
+        and fits_refresh(len(dirty), len(kept.base.jobs))
         and kept.refresh(state, config, dirty)
     ):
         return kept
